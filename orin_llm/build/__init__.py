@@ -1,0 +1,1 @@
+"""`orin-llm build`: profile → engine directory (manifest, weights, tokenizer, KV scales)."""

@@ -1,0 +1,68 @@
+"""Source model → HF-layout safetensors + tokenizer files, written once at build time.
+
+A GGUF is dequantized here and never again: later loads read safetensors. The output is a
+plain HF model dir, so `transformers` can load the very same weights (the reference tests).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from ..errors import OrinError
+from .source import Source
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+# Read by transformers 4.x (JetPack's Python 3.10 tops out there) and 5.x alike.
+_PORTABLE_TOKENIZER_CLASS = "PreTrainedTokenizerFast"
+
+
+def load_hf_model(source: Source, dtype: str):
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict = {"dtype": DTYPES[dtype]}
+    where = source.path
+    if source.kind == "gguf":
+        kwargs["gguf_file"] = source.path.name
+        where = source.path.parent
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(where), **kwargs)
+    except (OSError, ValueError) as e:
+        raise OrinError(f"cannot load model {source.ref!r}: {str(e).splitlines()[0]}") from None
+    if getattr(model.config, "model_type", None) != "llama":
+        raise OrinError(f"model {source.ref!r} is a {model.config.model_type!r}; only Llama-family "
+                        "models are supported")
+    # A GGUF load leaves a quantizer behind; what we save is plain dequantized weights.
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.hf_quantizer = None
+    return model
+
+
+def load_hf_tokenizer(source: Source):
+    from transformers import AutoTokenizer
+
+    if source.kind == "gguf":
+        return AutoTokenizer.from_pretrained(str(source.path.parent), gguf_file=source.path.name)
+    return AutoTokenizer.from_pretrained(str(source.path))
+
+
+def export_model(model, out: Path) -> None:
+    model.save_pretrained(str(out), safe_serialization=True)
+
+
+def export_tokenizer(tokenizer, out: Path) -> None:
+    tokenizer.save_pretrained(str(out))
+    cfg_path = out / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["tokenizer_class"] = _PORTABLE_TOKENIZER_CLASS
+    if tokenizer.chat_template and "chat_template" not in cfg:
+        cfg["chat_template"] = tokenizer.chat_template  # older transformers ignore chat_template.jinja
+    cfg_path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+    if not (out / "tokenizer.json").is_file():
+        raise OrinError(f"tokenizer export wrote no tokenizer.json in {out}")

@@ -1,0 +1,141 @@
+"""`orin-llm`: a thin typer layer over build, runtime and server. Errors a user can fix print
+one line and exit 2; anything else is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import OrinError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Build, serve and call a planning LLM on Jetson AGX Orin (and anywhere else).")
+
+DEFAULT_ENGINE = Path("engines/smollm2-135m-demo")
+
+
+@app.command()
+def build(
+    profile: Optional[Path] = typer.Option(None, help="Build profile (TOML)."),
+    embedded: bool = typer.Option(False, "--embedded", help="Build the embedded default profile."),
+    out: Optional[Path] = typer.Option(None, help="Engine directory to write (default engines/<name>)."),
+    force: bool = typer.Option(False, help="Replace an existing engine directory."),
+    quiet: bool = typer.Option(False, help="No progress lines."),
+) -> None:
+    """Build an engine directory from a profile."""
+    from .build.pipeline import build_engine
+    from .profile import embedded_profile, load_profile
+
+    if embedded == (profile is not None):
+        raise OrinError("give exactly one of --profile FILE or --embedded")
+    prof = embedded_profile() if embedded else load_profile(profile)
+    target = out or Path("engines") / prof.name
+    path = build_engine(prof, target, profile.parent if profile else None, quiet=quiet, force=force)
+    typer.echo(str(path))
+
+
+def _params(max_tokens, temperature, top_p, seed, stop):
+    from .runtime.sampling import SamplingParams
+
+    return SamplingParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                          stop=list(stop or []))
+
+
+@app.command()
+def generate(
+    prompt: str = typer.Argument(..., help="The prompt (wrapped in the chat template unless --raw)."),
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
+    max_tokens: int = typer.Option(128),
+    temperature: float = typer.Option(0.0, help="0 = greedy."),
+    top_p: float = typer.Option(1.0),
+    seed: Optional[int] = typer.Option(None),
+    stop: Optional[list[str]] = typer.Option(None, help="Stop string (repeatable)."),
+    raw: bool = typer.Option(False, help="Send the prompt as is, without the chat template."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto."),
+) -> None:
+    """Generate text from an engine, streaming tokens as they come."""
+    from .runtime.engine import Engine
+
+    eng = Engine.load(engine, device=device)
+    ids = eng.encode(prompt) if raw else eng.chat_ids([{"role": "user", "content": prompt}])
+    gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop))
+    if as_json:
+        res = gen.run()
+        typer.echo(json.dumps({"engine": eng.name, "text": res.text, "finish_reason": res.finish_reason,
+                               "timings": res.timings.as_dict()}))
+        return
+    for delta in gen:
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+    res = gen.result
+    typer.echo("")
+    typer.echo(_timing_line(res.timings), err=True)
+
+
+def _timing_line(t) -> str:
+    return (f"-- {t.prompt_tokens} prompt tokens ({t.cached_prompt_tokens} cached), "
+            f"{t.completion_tokens} completion tokens, TTFT {t.ttft_s * 1e3:.0f} ms, "
+            f"decode {t.decode_tokens_per_s:.1f} tok/s, total {t.total_s * 1e3:.0f} ms")
+
+
+@app.command()
+def plan(
+    task: str = typer.Argument(..., help="What the robot should do."),
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory (in-process)."),
+    environment: Optional[Path] = typer.Option(None, help="Home environment (YAML or text); "
+                                               "default: the example home."),
+    observation: Optional[list[str]] = typer.Option(None, help="An observation (repeatable)."),
+    max_tokens: int = typer.Option(128),
+    temperature: float = typer.Option(0.0),
+    seed: Optional[int] = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json"),
+    device: str = typer.Option("auto"),
+) -> None:
+    """Ask for a plan: the task, in the home environment, answered with allowed actions."""
+    from .environment import load_environment
+    from .runtime.engine import Engine
+    from .runtime.planner import finish_plan, start_plan
+
+    env = load_environment(environment or example_home())
+    eng = Engine.load(engine, device=device)
+    gen = start_plan(eng, env, task, _params(max_tokens, temperature, 1.0, seed, None), observation)
+    if not as_json:
+        typer.echo(f"task: {task}")
+        for delta in gen:
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+        typer.echo("")
+    result = finish_plan(env, gen)
+    steps = [{"action": s.action, "args": list(s.args)} for s in result.steps]
+    if as_json:
+        typer.echo(json.dumps({"engine": eng.name, "environment": env.name, "plan": result.text,
+                               "steps": steps, "timings": result.result.timings.as_dict()}))
+        return
+    typer.echo(f"-- parsed {len(steps)} step(s): " + "; ".join(
+        f"{s['action']}({', '.join(s['args'])})" for s in steps))
+    typer.echo(_timing_line(result.result.timings))
+
+
+def example_home() -> Path:
+    from importlib import resources
+
+    return Path(str(resources.files("orin_llm").joinpath("data", "homes", "example_home.yaml")))
+
+
+def main() -> None:
+    try:
+        app()
+    except OrinError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

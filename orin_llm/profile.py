@@ -1,0 +1,118 @@
+"""Build profiles: a TOML file that says what to build, for which device, next to what.
+
+Validated with pydantic; an unknown key or impossible value is an OrinError naming the key.
+The embedded default profile ships inside the package (`orin_llm/profiles/embedded.toml`).
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import OrinError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # JetPack 6 ships Python 3.10
+    import tomli as tomllib
+
+Weights = Literal["fp32", "fp16", "bf16", "int8_wo", "int4_wo", "int4_awq"]
+KvDtype = Literal["fp32", "fp16", "bf16", "int8"]
+Backend = Literal["torch", "trtllm"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DeviceSpec(_Strict):
+    name: str = "cpu"
+    memory_gib: float = Field(gt=0)
+    reserved_gib: float = Field(default=0.0, ge=0)  # OS, desktop, ROS 2 graph, services
+    cuda_context_gib: float = Field(default=0.0, ge=0)  # per CUDA context (one per engine process)
+    workspace_gib: float = Field(default=0.0, ge=0)  # activations / TensorRT scratch
+
+
+class PolicySpec(_Strict):
+    """The policy model that shares memory with the planner: a stated reservation or its ONNX file."""
+
+    reserve_gib: Optional[float] = Field(default=None, ge=0)
+    onnx: Optional[str] = None
+    activation_factor: float = Field(default=1.5, ge=1.0)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PolicySpec:
+        if self.reserve_gib is not None and self.onnx is not None:
+            raise ValueError("give either reserve_gib or onnx, not both")
+        return self
+
+
+class ModelSpec(_Strict):
+    # An HF model dir, a .gguf file, or `package:<module>/<file>` for a file shipped in a package.
+    model: str
+    weights: Weights = "fp16"
+    kv_cache: KvDtype = "fp16"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float16"  # compute dtype
+    int4_group_size: int = Field(default=128, gt=0)
+
+
+class Limits(_Strict):
+    max_input_len: int = Field(default=2048, gt=0)
+    max_seq_len: int = Field(default=4096, gt=0)
+    max_batch_size: int = Field(default=1, gt=0)
+    max_num_tokens: int = Field(default=2048, gt=0)
+    draft_len: int = Field(default=4, ge=1, le=16)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Limits:
+        if self.max_input_len > self.max_seq_len:
+            raise ValueError(f"max_input_len ({self.max_input_len}) > max_seq_len ({self.max_seq_len})")
+        return self
+
+
+class Profile(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    backend: Backend = "torch"
+    device: DeviceSpec = DeviceSpec(memory_gib=16)
+    policy: PolicySpec = PolicySpec(reserve_gib=0.0)
+    target: ModelSpec
+    draft: Optional[ModelSpec] = None
+    limits: Limits = Limits()
+    calibration: Literal["none", "calib"] = "none"  # which calibration split derives KV scales
+
+
+def _where(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def parse_profile(data: dict, source: str) -> Profile:
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        more = f" (+{len(e.errors()) - 1} more)" if len(e.errors()) > 1 else ""
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        raise OrinError(f"{source}: {_where(err['loc'])}: {msg}{more}") from None
+
+
+def load_profile(path: str | Path) -> Profile:
+    path = Path(path)
+    if not path.is_file():
+        raise OrinError(f"profile not found: {path}")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise OrinError(f"{path}: not valid TOML: {e}") from None
+    return parse_profile(data, str(path))
+
+
+EMBEDDED = "embedded.toml"
+
+
+def embedded_profile() -> Profile:
+    text = resources.files("orin_llm").joinpath("profiles", EMBEDDED).read_text()
+    return parse_profile(tomllib.loads(text), f"<package>/profiles/{EMBEDDED}")

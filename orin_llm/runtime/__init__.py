@@ -1,0 +1,1 @@
+"""The torch runtime: our own Llama forward, KV cache, sampling and decode loop."""

@@ -1,0 +1,112 @@
+"""The decode loop: prefill the uncached suffix, then one token per step, streamed as text.
+
+The cache may already hold a prefix (the pinned environment); only what follows it is
+computed. At the end the cache is cropped back to where it started, so the prefix stays.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+import torch
+
+from ..errors import OrinError
+from .kv_cache import KVCache
+from .llama import Llama
+from .sampling import SamplingParams, make_generator, sample
+from .text import TextStream
+
+
+@dataclass
+class Timings:
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        decode_s = self.total_s - self.ttft_s
+        return (self.completion_tokens - 1) / decode_s if self.completion_tokens > 1 and decode_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "ttft_ms": round(self.ttft_s * 1e3, 3),
+            "total_ms": round(self.total_s * 1e3, 3),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+            "prompt_tokens": self.prompt_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+@dataclass
+class Result:
+    text: str
+    token_ids: list[int]
+    finish_reason: Literal["stop", "length"]
+    timings: Timings
+
+
+class Generation:
+    """Iterate for text deltas as they are decided; `.result` once exhausted."""
+
+    def __init__(self, model: Llama, cache: KVCache, stream: TextStream, prompt_ids: list[int],
+                 params: SamplingParams, eos_ids: set[int], cached: int = 0):
+        if not prompt_ids:
+            raise OrinError("empty prompt")
+        if cached >= len(prompt_ids):
+            raise OrinError("the prompt must extend past the cached prefix by at least one token")
+        self.model, self.cache, self.stream, self.params = model, cache, stream, params
+        self.prompt_ids, self.cached = prompt_ids, cached
+        self.stop_ids = eos_ids | set(params.stop_token_ids)
+        self.result: Optional[Result] = None
+
+    def __iter__(self) -> Iterator[str]:
+        params, cache = self.params, self.cache
+        t0 = time.perf_counter()
+        start = cache.length
+        if start != self.cached:
+            raise RuntimeError(f"cache holds {start} tokens, caller says {self.cached} are cached")
+        timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
+        gen = make_generator(params, self.model.embed_tokens.weight.device)
+        device = self.model.embed_tokens.weight.device
+        out: list[int] = []
+        finish: Literal["stop", "length"] = "length"
+        try:
+            logits = self.model(torch.tensor(self.prompt_ids[self.cached:], device=device), cache)
+            while True:
+                tok = sample(logits, params, gen)
+                if not out:
+                    timings.ttft_s = time.perf_counter() - t0
+                if tok in self.stop_ids:
+                    finish = "stop"
+                    break
+                out.append(tok)
+                delta, stopped = self.stream.push(tok)
+                if delta:
+                    yield delta
+                if stopped:
+                    finish = "stop"
+                    break
+                if len(out) >= params.max_tokens:
+                    break
+                logits = self.model(torch.tensor([tok], device=device), cache)
+            tail = self.stream.flush()
+            if tail:
+                yield tail
+        finally:
+            cache.crop(start)  # keep the prefix, drop this request's tokens (even on cancel)
+        timings.completion_tokens = len(out)
+        timings.total_s = time.perf_counter() - t0
+        self.result = Result(self.stream.text, out, finish, timings)
+
+    def run(self) -> Result:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result

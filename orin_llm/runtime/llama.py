@@ -1,0 +1,188 @@
+"""Llama forward pass over our own KV cache (batch 1), gpt-fast style.
+
+Module names follow the HF checkpoint so `load_state_dict` takes an exported model dir
+as is; q/k/v and gate/up are fused at load time (fewer, larger matmuls: the decode step of a
+small model on a CPU is dominated by per-op overhead).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from torch import nn
+
+from ..arch import Arch
+from ..errors import OrinError
+from .kv_cache import KVCache
+
+# enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
+_SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
+
+
+def rope_inv_freq(arch: Arch) -> torch.Tensor:
+    d = arch.head_dim
+    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    sc = arch.rope_scaling
+    kind = (sc or {}).get("rope_type", (sc or {}).get("type", "default"))
+    if kind == "default":
+        return inv
+    if kind != "llama3":
+        raise OrinError(f"rope scaling {kind!r} is not supported (default and llama3 are)")
+    # Llama 3.1+ frequency-dependent scaling, as published with the model.
+    factor, low, high = sc["factor"], sc["low_freq_factor"], sc["high_freq_factor"]
+    old = sc["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    inv_l = torch.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return torch.where(medium, smoothed, inv_l)
+
+
+def rope_tables(arch: Arch, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them."""
+    freqs = torch.outer(torch.arange(positions, dtype=torch.float32), rope_inv_freq(arch))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos()[:, None, :], emb.sin()[:, None, :]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.h, self.kv, self.d = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
+        self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask):
+        t = x.shape[0]
+        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
+        q = q.view(t, self.h, self.d)
+        k = k.view(t, self.kv, self.d)
+        v = v.view(t, self.kv, self.d)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        cache.write(layer, pos, k, v)
+        keys, values = cache.read(layer, pos + t)
+        q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
+        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
+        if _SDPA_GQA:
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        else:
+            rep = self.h // self.kv
+            keys = keys.repeat_interleave(rep, dim=1)
+            values = values.repeat_interleave(rep, dim=1)
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+        return self.o_proj(out[0].transpose(0, 1).reshape(t, self.h * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.inter = arch.intermediate_size
+        self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * self.inter, bias=False)
+        self.down_proj = nn.Linear(self.inter, arch.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, arch: Arch):
+        super().__init__()
+        self.input_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.self_attn = Attention(arch)
+        self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.mlp = MLP(arch)
+
+    def forward(self, x, cos, sin, cache, layer, pos, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, arch: Arch, max_positions: int):
+        super().__init__()
+        self.arch = arch
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.layers = nn.ModuleList(Block(arch) for _ in range(arch.num_layers))
+        self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
+        self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        cos, sin = rope_tables(arch, max_positions)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: KVCache, num_logits: int = 1) -> torch.Tensor:
+        """Run ids ([T]) at positions cache.length.., append their K/V, and return float32
+        logits for the last `num_logits` positions ([num_logits, vocab])."""
+        t = ids.shape[0]
+        pos = cache.reserve(t)
+        x = self.embed_tokens(ids)
+        cos = self.cos[pos:pos + t].to(x.dtype)
+        sin = self.sin[pos:pos + t].to(x.dtype)
+        mask = None
+        if t > 1:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
+            mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)
+        for i, block in enumerate(self.layers):
+            x = block(x, cos, sin, cache, i, pos, mask)
+        cache.length = pos + t
+        return self.lm_head(self.norm(x[-num_logits:])).float()
+
+
+def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]:
+    out = {}
+    for name, w in state.items():
+        name = name.removeprefix("model.")
+        if name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight")):
+            continue
+        if name.endswith("self_attn.q_proj.weight"):
+            base = "model." + name[: -len("q_proj.weight")]
+            name = name.replace("q_proj", "qkv_proj")
+            w = torch.cat([w, state[base + "k_proj.weight"], state[base + "v_proj.weight"]])
+        elif name.endswith("mlp.gate_proj.weight"):
+            name = name.replace("gate_proj", "gate_up_proj")
+            w = torch.cat([w, state["model." + name.replace("gate_up_proj", "up_proj")]])
+        out[name] = w
+    if arch.tie_word_embeddings or "lm_head.weight" not in out:
+        out["lm_head.weight"] = out["embed_tokens.weight"]
+    return out
+
+
+def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int) -> Llama:
+    state: dict[str, torch.Tensor] = {}
+    for f in sorted(model_dir.glob("*.safetensors")):
+        state.update(load_file(str(f)))
+    if not state:
+        raise OrinError(f"{model_dir}: no *.safetensors weights")
+    with torch.device("meta"):
+        model = Llama(arch, max_positions)
+    fused = {k: v.to(dtype) for k, v in _fuse(state, arch).items()}
+    missing, unexpected = model.load_state_dict(fused, strict=False, assign=True)
+    missing = [m for m in missing if m not in ("cos", "sin")]
+    if missing or unexpected:
+        raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
+                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
+    return model.to(device).eval()
