@@ -97,11 +97,11 @@ def plan(
     device: str = typer.Option("auto"),
 ) -> None:
     """Ask for a plan: the task, in the home environment, answered with allowed actions."""
-    from .environment import load_environment
+    from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
     from .runtime.planner import finish_plan, start_plan
 
-    env = load_environment(environment or example_home())
+    env = load_environment(environment or EXAMPLE_HOME_PATH)
     eng = Engine.load(engine, device=device)
     gen = start_plan(eng, env, task, _params(max_tokens, temperature, 1.0, seed, None), observation)
     if not as_json:
@@ -119,12 +119,6 @@ def plan(
     typer.echo(f"-- parsed {len(steps)} step(s): " + "; ".join(
         f"{s['action']}({', '.join(s['args'])})" for s in steps))
     typer.echo(_timing_line(result.result.timings))
-
-
-def example_home() -> Path:
-    from importlib import resources
-
-    return Path(str(resources.files("orin_llm").joinpath("data", "homes", "example_home.yaml")))
 
 
 def main() -> None:

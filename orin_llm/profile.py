@@ -54,6 +54,9 @@ class PolicySpec(_Strict):
 class ModelSpec(_Strict):
     # An HF model dir, a .gguf file, or `package:<module>/<file>` for a file shipped in a package.
     model: str
+    # config.json to plan memory from when `model` is not on this machine (e.g. planning an Orin
+    # build on a laptop); relative to the profile. Default: <model>/config.json.
+    config: Optional[str] = None
     weights: Weights = "fp16"
     kv_cache: KvDtype = "fp16"
     dtype: Literal["float32", "float16", "bfloat16"] = "float16"  # compute dtype
