@@ -86,6 +86,9 @@ class Profile(_Strict):
     draft: Optional[ModelSpec] = None
     limits: Limits = Limits()
     calibration: Literal["none", "calib"] = "none"  # which calibration split derives KV scales
+    # Keep the environment prefix's K/V across requests. TensorRT-LLM 0.12 does this with paged
+    # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache.
+    prefix_reuse: bool = True
 
 
 def _where(loc: tuple) -> str:

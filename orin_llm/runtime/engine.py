@@ -49,6 +49,7 @@ class Engine:
         self.dir, self.manifest, self.tokenizer, self.model, self.cache = (
             engine_dir, manifest, tokenizer, model, cache)
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
+        self.pinned: list[int] = []  # token ids whose K/V stay in cache[0:len(pinned)] across requests
 
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto") -> Engine:
@@ -81,10 +82,29 @@ class Engine:
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return self.encode(self.chat_text(messages))
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    def check_prompt(self, n: int) -> None:
         limit = self.manifest.limits["max_input_len"]
-        if len(prompt_ids) > limit:
-            raise OrinError(f"prompt has {len(prompt_ids)} tokens; this engine's max_input_len is {limit}")
+        if n > limit:
+            raise OrinError(f"prompt has {n} tokens; this engine's max_input_len is {limit}")
+
+    def pin(self, ids: list[int]) -> None:
+        """Prefill `ids` once and keep their K/V: later prompts that start with them skip them."""
+        self.check_prompt(len(ids))
+        self.pinned = []
         self.cache.crop(0)
+        if ids:
+            self.model(torch.tensor(ids, device=self.cache.k.device), self.cache)
+        self.pinned = list(ids)
+
+    def cached_prefix(self, prompt_ids: list[int]) -> int:
+        n = len(self.pinned)
+        return n if 0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned else 0
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        self.check_prompt(len(prompt_ids))
+        cached = self.cached_prefix(prompt_ids)
+        if not cached:
+            self.pinned = []  # this prompt overwrites the pinned prefix's K/V
+        self.cache.crop(cached)
         return Generation(self.model, self.cache, TextStream(self.tokenizer, params.stop), prompt_ids,
-                          params, self.eos_ids)
+                          params, self.eos_ids, cached=cached)

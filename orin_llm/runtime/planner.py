@@ -1,11 +1,22 @@
-"""A planning call: the home environment's messages + the task → plan text and parsed steps."""
+"""Planning calls on a pinned home environment.
+
+The environment's chat prefix (system prompt + home + few-shot turns) is tokenized once and its
+K/V kept in the engine's cache; a planning request computes only its own turn. Token identity
+(DESIGN invariant 2): the request's ids are the prefix's ids followed by the ids of the text that
+follows the prefix, never the joined text re-tokenized.
+
+Not thread-safe by design: one worker owns the engine (the daemon serializes calls), so an
+environment switch happens between requests and a request never mixes versions.
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional
 
 from ..environment import Environment, Step, parse_steps, prefix_messages, task_message
+from ..errors import OrinError
 from .engine import Engine
 from .generate import Generation, Result
 from .sampling import SamplingParams
@@ -16,17 +27,70 @@ class Plan:
     text: str
     steps: list[Step]
     result: Result
+    environment_version: int
 
 
-def plan_messages(env: Environment, task: str, observations: Optional[list[str]] = None) -> list[dict]:
-    return prefix_messages(env) + [task_message(task, observations)]
+@dataclass(frozen=True)
+class Prefix:
+    version: int
+    environment: Environment
+    text: str
+    ids: tuple[int, ...]
 
 
-def start_plan(engine: Engine, env: Environment, task: str, params: SamplingParams,
-               observations: Optional[list[str]] = None) -> Generation:
-    return engine.generate(engine.chat_ids(plan_messages(env, task, observations)), params)
+class Planner:
+    def __init__(self, engine: Engine, environment: Environment):
+        self.engine = engine
+        self.prefix: Optional[Prefix] = None
+        self.prefill_s = 0.0
+        self.set_environment(environment)
 
+    @property
+    def version(self) -> int:
+        assert self.prefix is not None
+        return self.prefix.version
 
-def finish_plan(env: Environment, generation: Generation) -> Plan:
-    result = generation.result if generation.result is not None else generation.run()
-    return Plan(result.text.strip(), parse_steps(result.text, env), result)
+    def set_environment(self, environment: Environment) -> int:
+        """Render, tokenize and prefill a new environment; returns its version."""
+        text = self.engine.chat_text(prefix_messages(environment), add_generation_prompt=False)
+        version = self.prefix.version + 1 if self.prefix else 1
+        self.prefix = Prefix(version, environment, text, tuple(self.engine.encode(text)))
+        self._ensure_pinned()
+        return version
+
+    def _ensure_pinned(self) -> None:
+        assert self.prefix is not None
+        if self.engine.pinned != list(self.prefix.ids):  # e.g. a chat request used the cache
+            t0 = time.perf_counter()
+            self.engine.pin(list(self.prefix.ids))
+            self.prefill_s = time.perf_counter() - t0
+
+    def messages(self, task: str, observations: Optional[list[str]] = None) -> list[dict[str, str]]:
+        assert self.prefix is not None
+        return prefix_messages(self.prefix.environment) + [task_message(task, observations)]
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Ids for a conversation: the pinned prefix's ids + the rest, when it starts with the prefix."""
+        assert self.prefix is not None
+        full = self.engine.chat_text(messages)
+        if not full.startswith(self.prefix.text):
+            return self.engine.encode(full)
+        rest = full[len(self.prefix.text):]
+        if not rest:
+            raise OrinError("the conversation adds nothing after the environment prefix")
+        return list(self.prefix.ids) + self.engine.encode(rest)
+
+    def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None) -> Generation:
+        self._ensure_pinned()
+        return self.engine.generate(self.prompt_ids(self.messages(task, observations)), params)
+
+    def finish(self, generation: Generation, version: int) -> Plan:
+        assert self.prefix is not None
+        result = generation.result if generation.result is not None else generation.run()
+        env = self.prefix.environment if self.prefix.version == version else None
+        steps = parse_steps(result.text, env) if env is not None else []
+        return Plan(result.text.strip(), steps, result, version)
+
+    def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None) -> Plan:
+        version = self.version
+        return self.finish(self.start(task, params, observations), version)

@@ -1,0 +1,434 @@
+"""The memory plan: how a profile's engines fit next to the policy model in unified memory.
+
+On a Jetson the CPU and the GPU share one pool, so "free GPU memory" also counts what the policy
+model, the OS and ROS 2 will need later. The plan therefore never takes a fraction of free memory:
+it starts from the device's usable memory and subtracts, item by item,
+
+    OS and services  -  CUDA contexts  -  policy model  -  target and draft weights  -  workspace
+
+and what is left is the KV-cache budget, split so that target and draft hold the same number of
+tokens (the draft has to cache every sequence the target does). See DESIGN.md, "Memory model".
+
+Everything here reads config.json / GGUF metadata / ONNX protobufs only: no torch, no weights,
+so an Orin build can be planned on a laptop.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+from ..arch import Arch, arch_from_config_file
+from ..errors import OrinError
+from ..profile import ModelSpec, Profile
+from .source import resolve_source
+
+GIB = 1024**3
+
+# Bytes per KV element. INT8 KV keeps static scales per layer (and per head at most): a few
+# hundred bytes for the whole model, nothing per token, so they are left out of the per-token size.
+KV_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
+
+# Bytes per element of the tensors a quantized format leaves unquantized (embeddings, lm_head,
+# norms): the compute dtype.
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+# Bytes per parameter of the unquantized formats: every tensor is stored at this width.
+FLOAT_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+# Activation workspace, when the profile does not state one (device.workspace_gib = 0): per token
+# in flight (limits.max_num_tokens tokens in one engine step) the widest point of a Llama layer
+# holds the residual and the normed input (2 h), q/k/v (~1.7 h for Llama 3.2 3B), the gate and up
+# outputs (2 × 2.67 h) and the SiLU product (2.67 h): about 12.7 h elements. Rounded up to 16 h to
+# cover TensorRT's tactic scratch, the logits of the last positions and allocator slack, at the
+# compute dtype's width (16 × 2 B = 32 B per hidden unit per token in fp16).
+# Llama 3.2 3B: 4096 tokens × 3072 × 32 B = 0.375 GiB; the 1B draft: 0.25 GiB.
+ACTIVATION_ELEMENTS_PER_HIDDEN = 16
+
+
+# --------------------------------------------------------------------------------------- arch
+
+
+def _relative_to(path_str: str, base: Path | None) -> Path:
+    path = Path(path_str).expanduser()
+    if not path.is_absolute() and base is not None:
+        path = base / path
+    return path
+
+
+def _is_gguf_ref(ref: str) -> bool:
+    return ref.startswith("package:") or ref.endswith(".gguf")
+
+
+def resolve_config(spec: ModelSpec, profile_dir: Path | None, *, section: str = "target") -> Path:
+    """The file the plan reads a model's shape from: config.json, or the .gguf file itself.
+
+    `spec.config` (relative to the profile's directory) wins; else `<model>/config.json`; a
+    `package:` or `.gguf` model resolves to its GGUF file, whose metadata holds the shape.
+    """
+    if spec.config:
+        path = _relative_to(spec.config, profile_dir)
+        if not path.is_file():
+            raise OrinError(f"[{section}] config = {spec.config!r}: {path} not found; "
+                            f"point it at the model's config.json (relative to the profile)")
+        return path.resolve()
+    if _is_gguf_ref(spec.model):
+        return resolve_source(spec.model, profile_dir).path
+    path = _relative_to(spec.model, profile_dir) / "config.json"
+    if not path.is_file():
+        raise OrinError(f"{path} not found: to plan without the model on this machine, set "
+                        f'config = "path/to/config.json" in the profile\'s [{section}]')
+    return path
+
+
+def _gguf_scalar(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    part = field.parts[field.data[0]]  # works on every gguf release (ReaderField.contents is newer)
+    if field.types[0].name == "STRING":
+        return bytes(part).decode("utf-8")
+    return part[0].item()
+
+
+def arch_from_gguf(path: str | Path) -> Arch:
+    """A Llama GGUF's shape from its metadata alone (the tensors are memory-mapped, never read)."""
+    path = Path(path)
+    try:
+        import gguf
+    except ImportError:
+        raise OrinError(f"{path}: reading a GGUF needs the gguf package (pip install gguf)") from None
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # a truncated or foreign file: ValueError, struct errors, ...
+        raise OrinError(f"{path}: not a readable GGUF file ({e})") from None
+    arch = _gguf_scalar(reader, "general.architecture")
+    if arch != "llama":
+        raise OrinError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
+    try:
+        layers = _gguf_scalar(reader, "llama.block_count")
+        hidden = _gguf_scalar(reader, "llama.embedding_length")
+        heads = _gguf_scalar(reader, "llama.attention.head_count")
+        if None in (layers, hidden, heads):
+            raise KeyError("llama.block_count/embedding_length/attention.head_count")
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        vocab = len(tokens.data) if tokens is not None else _gguf_scalar(reader, "llama.vocab_size")
+        head_dim = (_gguf_scalar(reader, "llama.attention.key_length")
+                    or _gguf_scalar(reader, "llama.rope.dimension_count") or hidden // heads)
+        return Arch(
+            num_layers=layers,
+            hidden_size=hidden,
+            intermediate_size=_gguf_scalar(reader, "llama.feed_forward_length"),
+            num_heads=heads,
+            num_kv_heads=_gguf_scalar(reader, "llama.attention.head_count_kv", heads),
+            head_dim=head_dim,
+            vocab_size=vocab,
+            # llama.cpp writes no output.weight when the lm_head is the embedding matrix
+            tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+            max_position_embeddings=_gguf_scalar(reader, "llama.context_length", 2048),
+            rms_norm_eps=_gguf_scalar(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
+            rope_theta=_gguf_scalar(reader, "llama.rope.freq_base", 10000.0),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise OrinError(f"{path}: GGUF metadata incomplete for a Llama model ({e})") from None
+
+
+def load_arch(spec: ModelSpec, profile_dir: Path | None, *, section: str = "target") -> Arch:
+    path = resolve_config(spec, profile_dir, section=section)
+    return arch_from_gguf(path) if path.suffix == ".gguf" else arch_from_config_file(path)
+
+
+# ------------------------------------------------------------------------------------ weights
+
+
+def _linears(a: Arch) -> list[tuple[int, int]]:
+    """(in_features, out_features) of one decoder layer's linear layers."""
+    h, q, kv, i = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.intermediate_size
+    return [(h, q), (h, kv), (h, kv), (q, h),  # q, k, v, o
+            (h, i), (h, i), (i, h)]  # gate, up, down
+
+
+def weights_bytes(a: Arch, spec: ModelSpec, backend: str) -> int:
+    """Weight bytes at the quantized size the engine holds in memory.
+
+    - fp32: 4 B/param; fp16, bf16: 2 B/param (every tensor at that width).
+    - int8_wo (W8A16): linear weights 1 B/param + one fp16 scale per output channel; embeddings,
+      lm_head and norms stay at the compute dtype.
+    - int4_wo / int4_awq (W4A16): linear weights 0.5 B/param (two nibbles per byte) + one fp16
+      scale per `int4_group_size` input channels per output channel; AWQ also stores a fp16
+      pre_quant_scale per input channel of every linear. TensorRT-LLM's plain int4 weight-only is
+      per channel, so counting per group over-states it by < 3% of the linears: safe side.
+      ModelOpt/TensorRT-LLM AWQ leaves lm_head unquantized (embeddings too), at the compute dtype.
+    - The lm_head: a TensorRT-LLM checkpoint stores lm_head as its own tensor even when the HF
+      model ties it to the embeddings (Llama 3.2), so it is counted for backend "trtllm"; the torch
+      backend shares the embedding matrix, so a tied lm_head is free there.
+    """
+    per_layer_linear_params = sum(i * o for i, o in _linears(a))
+    norm_params = a.num_layers * 2 * a.hidden_size + a.hidden_size  # 2 RMSNorms per layer + final
+    embed_params = a.vocab_size * a.hidden_size
+    head_params = embed_params if (not a.tie_word_embeddings or backend == "trtllm") else 0
+    rest_params = embed_params + head_params + norm_params
+
+    if spec.weights in FLOAT_WEIGHT_BYTES:
+        width = FLOAT_WEIGHT_BYTES[spec.weights]
+        return (a.num_layers * per_layer_linear_params + rest_params) * width
+
+    rest = rest_params * DTYPE_BYTES[spec.dtype]
+    scale = 2  # fp16 scales
+    if spec.weights == "int8_wo":
+        layer = sum(i * o + o * scale for i, o in _linears(a))
+    else:  # int4_wo, int4_awq
+        g = spec.int4_group_size
+        layer = sum(math.ceil(i * o / 2) + math.ceil(i / g) * o * scale for i, o in _linears(a))
+        if spec.weights == "int4_awq":
+            layer += sum(i * scale for i, _ in _linears(a))
+    return a.num_layers * layer + rest
+
+
+def activation_bytes(a: Arch, spec: ModelSpec, max_num_tokens: int) -> int:
+    return max_num_tokens * a.hidden_size * ACTIVATION_ELEMENTS_PER_HIDDEN * DTYPE_BYTES[spec.dtype]
+
+
+# ------------------------------------------------------------------------------------- policy
+
+
+def _tensor_type_bits() -> dict[int, int]:
+    from onnx import TensorProto
+
+    bits = {"FLOAT": 32, "UINT8": 8, "INT8": 8, "UINT16": 16, "INT16": 16, "INT32": 32, "INT64": 64,
+            "BOOL": 8, "FLOAT16": 16, "DOUBLE": 64, "UINT32": 32, "UINT64": 64, "COMPLEX64": 64,
+            "COMPLEX128": 128, "BFLOAT16": 16, "FLOAT8E4M3FN": 8, "FLOAT8E4M3FNUZ": 8,
+            "FLOAT8E5M2": 8, "FLOAT8E5M2FNUZ": 8, "FLOAT8E8M0": 8, "UINT4": 4, "INT4": 4,
+            "FLOAT4E2M1": 4, "UINT2": 2, "INT2": 2}
+    # Look the enum values up by name: older onnx releases lack the newest types.
+    return {getattr(TensorProto, n): b for n, b in bits.items() if hasattr(TensorProto, n)}
+
+
+def _tensor_bytes(t, bits: dict[int, int], source: Path) -> int:
+    from onnx import TensorProto
+
+    if t.data_location == TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in t.external_data}
+        if "length" in info:  # exactly the bytes the runtime reads from the external file
+            return int(info["length"])
+    if t.data_type == TensorProto.STRING:
+        return sum(len(s) for s in t.string_data)
+    if t.data_type not in bits:
+        raise OrinError(f"{source}: initializer {t.name!r} has ONNX data type {t.data_type}, "
+                        f"which the memory plan cannot size; state policy.reserve_gib instead")
+    numel = math.prod(t.dims)  # dims are recorded even when the data lives in an external file
+    return math.ceil(numel * bits[t.data_type] / 8)
+
+
+def _graph_bytes(graph, bits: dict[int, int], source: Path) -> int:
+    from onnx import AttributeProto
+
+    total = sum(_tensor_bytes(t, bits, source) for t in graph.initializer)
+    for sp in graph.sparse_initializer:
+        total += _tensor_bytes(sp.values, bits, source) + _tensor_bytes(sp.indices, bits, source)
+    for node in graph.node:  # If / Loop / Scan bodies carry their own initializers
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                total += _graph_bytes(attr.g, bits, source)
+            elif attr.type == AttributeProto.GRAPHS:
+                total += sum(_graph_bytes(g, bits, source) for g in attr.graphs)
+    return total
+
+
+def onnx_initializer_bytes(path: str | Path) -> int:
+    """Bytes of all initializers of an ONNX model (external data included, never loaded)."""
+    path = Path(path)
+    if not path.is_file():
+        raise OrinError(f"policy onnx {path} not found; fix policy.onnx or state policy.reserve_gib")
+    try:
+        import onnx
+    except ImportError:
+        raise OrinError("sizing policy.onnx needs the onnx package (pip install onnx), "
+                        "or state policy.reserve_gib instead") from None
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError and friends
+        raise OrinError(f"policy onnx {path}: not a readable ONNX model ({type(e).__name__}); "
+                        f"fix policy.onnx or state policy.reserve_gib") from None
+    return _graph_bytes(model.graph, _tensor_type_bits(), path)
+
+
+def policy_bytes(profile: Profile, profile_dir: Path | None) -> tuple[int, str]:
+    policy = profile.policy
+    if policy.onnx is not None:
+        path = _relative_to(policy.onnx, profile_dir)
+        init = onnx_initializer_bytes(path)
+        return (math.ceil(init * policy.activation_factor),
+                f"onnx {path}: {init:,} B of initializers × activation_factor {policy.activation_factor:g}")
+    gib = policy.reserve_gib or 0.0
+    return round(gib * GIB), f"reserve_gib = {gib:g}"
+
+
+# --------------------------------------------------------------------------------------- plan
+
+
+class ModelPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    config: str  # the config.json / .gguf the shape came from
+    weights: str
+    kv_cache: str
+    weights_bytes: int
+    kv_bytes_per_token: int
+    max_kv_tokens: int
+    kv_bytes: int
+    activation_bytes: int  # derived activation estimate (used when device.workspace_gib = 0)
+
+
+class MemoryPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str
+    backend: str
+    device_bytes: int
+    reserved_bytes: int
+    num_engines: int
+    cuda_context_bytes: int
+    policy_bytes: int
+    policy_source: str
+    target: ModelPlan
+    draft: Optional[ModelPlan] = None
+    workspace_bytes: int
+    workspace_source: str
+    fixed_bytes: int  # everything but the KV cache
+    budget_bytes: int  # what is left for KV after everything else (negative: over by that much)
+    useful_kv_tokens: int  # max_batch_size × max_seq_len: more KV than this is never used
+    max_kv_tokens: int  # tokens each engine caches (same for target and draft)
+    kv_bytes: int
+    total_bytes: int  # everything the plan allocates, KV included
+    headroom_bytes: int  # device - total
+    feasible: bool
+    problems: list[str]
+    notes: list[str]
+
+    def as_dict(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _model_plan(profile: Profile, spec: ModelSpec, profile_dir: Path | None, section: str):
+    a = load_arch(spec, profile_dir, section=section)
+    config = resolve_config(spec, profile_dir, section=section)
+    return a, ModelPlan(
+        model=spec.model, config=str(config), weights=spec.weights, kv_cache=spec.kv_cache,
+        weights_bytes=weights_bytes(a, spec, profile.backend),
+        kv_bytes_per_token=a.kv_bytes_per_token(KV_BYTES[spec.kv_cache]),
+        max_kv_tokens=0, kv_bytes=0,
+        activation_bytes=activation_bytes(a, spec, profile.limits.max_num_tokens),
+    )
+
+
+def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan:
+    """The memory plan of a profile; an infeasible plan is returned (feasible=False), not raised.
+
+    Raises OrinError only when an input cannot be read (missing config.json, unreadable ONNX).
+    """
+    dev, lim = profile.device, profile.limits
+    _, target = _model_plan(profile, profile.target, profile_dir, "target")
+    draft = _model_plan(profile, profile.draft, profile_dir, "draft")[1] if profile.draft else None
+    models = [m for m in (target, draft) if m is not None]
+
+    device = round(dev.memory_gib * GIB)
+    reserved = round(dev.reserved_gib * GIB)
+    engines = len(models)
+    cuda = round(dev.cuda_context_gib * GIB) * engines
+    policy, policy_source = policy_bytes(profile, profile_dir)
+    if dev.workspace_gib > 0:
+        workspace, workspace_source = round(dev.workspace_gib * GIB), f"device.workspace_gib = {dev.workspace_gib:g}"
+    else:
+        workspace = sum(m.activation_bytes for m in models)
+        workspace_source = (f"derived: max_num_tokens {lim.max_num_tokens} × hidden × "
+                            f"{ACTIVATION_ELEMENTS_PER_HIDDEN} elements, per engine")
+
+    items = {"reserved (OS, services)": reserved, "CUDA contexts": cuda, "policy": policy,
+             "target weights": target.weights_bytes, "workspace": workspace}
+    if draft is not None:
+        items["draft weights"] = draft.weights_bytes
+    fixed = sum(items.values())
+    budget = device - fixed
+
+    bpt = sum(m.kv_bytes_per_token for m in models)
+    useful = lim.max_batch_size * lim.max_seq_len
+    tokens = min(budget // bpt, useful) if budget > 0 else 0
+    for m in models:
+        m.max_kv_tokens = tokens
+        m.kv_bytes = tokens * m.kv_bytes_per_token
+    kv = tokens * bpt
+    total = fixed + kv
+
+    problems: list[str] = []
+    notes: list[str] = []
+    if budget < 0:
+        biggest = sorted(items.items(), key=lambda kv_: -kv_[1])[:3]
+        problems.append(
+            f"the fixed allocations need {_gib(fixed)} but the device has {_gib(device)}: "
+            f"over by {_gib(-budget)} before any KV cache (biggest: "
+            + ", ".join(f"{k} {_gib(v)}" for k, v in biggest)
+            + "); lower policy.reserve_gib or device.reserved_gib, or quantize the weights further")
+    elif tokens < lim.max_seq_len:
+        problems.append(
+            f"the KV budget {_gib(budget)} holds {tokens} tokens per engine "
+            f"({bpt:,} B/token for target+draft) but one full sequence needs "
+            f"max_seq_len = {lim.max_seq_len}; free {_gib((lim.max_seq_len - tokens) * bpt)} "
+            f"or lower limits.max_seq_len, or use kv_cache = \"int8\"")
+    elif tokens < useful:
+        notes.append(f"KV holds {tokens} tokens, fewer than max_batch_size × max_seq_len = {useful}: "
+                     f"{tokens // lim.max_seq_len} full-length sequences at once")
+    return MemoryPlan(
+        profile=profile.name, backend=profile.backend, device_bytes=device, reserved_bytes=reserved,
+        num_engines=engines, cuda_context_bytes=cuda, policy_bytes=policy, policy_source=policy_source,
+        target=target, draft=draft, workspace_bytes=workspace, workspace_source=workspace_source,
+        fixed_bytes=fixed, budget_bytes=budget, useful_kv_tokens=useful, max_kv_tokens=tokens,
+        kv_bytes=kv, total_bytes=total, headroom_bytes=device - total,
+        feasible=not problems, problems=problems, notes=notes,
+    )
+
+
+def check_feasible(plan: MemoryPlan) -> MemoryPlan:
+    """Raise OrinError (one line, with the numbers) when the plan does not fit; else return it."""
+    if not plan.feasible:
+        raise OrinError(f"memory plan for {plan.profile!r} does not fit: " + "; ".join(plan.problems))
+    return plan
+
+
+def format_plan(plan: MemoryPlan) -> str:
+    """A table for the CLI: GiB with 2 decimals, tokens as integers."""
+    w = 44
+    ctx_each = plan.cuda_context_bytes / plan.num_engines if plan.num_engines else 0
+
+    def row(label: str, n: int, extra: str = "") -> str:
+        return f"  {label:<{w}}{n / GIB:>9.2f} GiB" + (f"   {extra}" if extra else "")
+
+    lines = [f"memory plan: {plan.profile} (backend {plan.backend})",
+             row("device", plan.device_bytes),
+             row("- reserved (OS, services)", plan.reserved_bytes),
+             row(f"- CUDA contexts ({plan.num_engines} × {ctx_each / GIB:.2f} GiB)", plan.cuda_context_bytes),
+             row("- policy", plan.policy_bytes, plan.policy_source)]
+    models = [("target", plan.target)] + ([("draft", plan.draft)] if plan.draft else [])
+    for name, m in models:
+        lines.append(row(f"- {name} weights ({m.weights})", m.weights_bytes, m.config))
+    lines += [row("- workspace", plan.workspace_bytes, plan.workspace_source),
+              row("= KV budget", plan.budget_bytes)]
+    for name, m in models:
+        lines.append(row(f"  {name} KV ({m.kv_cache}, {m.kv_bytes_per_token:,} B/token)", m.kv_bytes,
+                         f"{m.max_kv_tokens:,} tokens"))
+    lines += [f"  {'KV tokens per engine (useful max)':<{w}}{plan.max_kv_tokens:>9,}"
+              f"     of {plan.useful_kv_tokens:,} = max_batch_size × max_seq_len",
+              row("total allocated", plan.total_bytes),
+              row("headroom", plan.headroom_bytes)]
+    lines.append("  status: " + ("fits" if plan.feasible else "DOES NOT FIT"))
+    lines += [f"  problem: {p}" for p in plan.problems]
+    lines += [f"  note: {n}" for n in plan.notes]
+    return "\n".join(lines)
