@@ -38,6 +38,29 @@ def build(
     typer.echo(str(path))
 
 
+@app.command()
+def memory(
+    profile: Path = typer.Option(..., help="Build profile (TOML)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+) -> None:
+    """Plan unified memory: weights, KV cache and headroom next to the policy model."""
+    from .build.memory import check_feasible, format_plan, plan_memory
+    from .profile import load_profile
+
+    plan = plan_memory(load_profile(profile), profile.parent)
+    typer.echo(json.dumps(memory_json(plan), indent=2) if as_json else format_plan(plan))
+    check_feasible(plan)  # infeasible: one line with the numbers that do not fit, exit 2
+
+
+def memory_json(plan) -> dict:
+    d = plan.as_dict()
+    keep = ("kv_bytes_per_token", "weights_bytes", "max_kv_tokens", "kv_bytes")
+    out = {m: ({k: d[m][k] for k in keep} if d[m] else None) for m in ("target", "draft")}
+    out.update({k: d[k] for k in ("total_bytes", "budget_bytes", "headroom_bytes", "feasible", "problems")})
+    out["detail"] = d
+    return out
+
+
 def _params(max_tokens, temperature, top_p, seed, stop):
     from .runtime.sampling import SamplingParams
 
@@ -99,21 +122,22 @@ def plan(
     """Ask for a plan: the task, in the home environment, answered with allowed actions."""
     from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
-    from .runtime.planner import finish_plan, start_plan
+    from .runtime.planner import Planner
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
-    eng = Engine.load(engine, device=device)
-    gen = start_plan(eng, env, task, _params(max_tokens, temperature, 1.0, seed, None), observation)
+    planner = Planner(Engine.load(engine, device=device), env)
+    prefix = planner.prefix
+    gen = planner.start(task, _params(max_tokens, temperature, 1.0, seed, None), observation)
     if not as_json:
         typer.echo(f"task: {task}")
         for delta in gen:
             sys.stdout.write(delta)
             sys.stdout.flush()
         typer.echo("")
-    result = finish_plan(env, gen)
+    result = planner.finish(gen, prefix)
     steps = [{"action": s.action, "args": list(s.args)} for s in result.steps]
     if as_json:
-        typer.echo(json.dumps({"engine": eng.name, "environment": env.name, "plan": result.text,
+        typer.echo(json.dumps({"engine": planner.engine.name, "environment": env.name, "plan": result.text,
                                "steps": steps, "timings": result.result.timings.as_dict()}))
         return
     typer.echo(f"-- parsed {len(steps)} step(s): " + "; ".join(

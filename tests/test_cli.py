@@ -19,7 +19,8 @@ def test_generate_json(engine_dir):
 
 
 def test_plan_json_on_the_example_home(engine_dir):
-    proc = orin_llm("plan", "--engine", str(engine_dir), "--json", "Bring the mug from the kitchen to the sofa.")
+    task = "Bring the mug from the kitchen to the sofa."
+    proc = orin_llm("plan", "--engine", str(engine_dir), "--json", task)
     out = json.loads(proc.stdout)
     assert out["environment"] == "example_home" and out["plan"]
     # the few-shot prefix makes even the 135M model answer in action calls

@@ -346,7 +346,8 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     cuda = round(dev.cuda_context_gib * GIB) * engines
     policy, policy_source = policy_bytes(profile, profile_dir)
     if dev.workspace_gib > 0:
-        workspace, workspace_source = round(dev.workspace_gib * GIB), f"device.workspace_gib = {dev.workspace_gib:g}"
+        workspace = round(dev.workspace_gib * GIB)
+        workspace_source = f"device.workspace_gib = {dev.workspace_gib:g}"
     else:
         workspace = sum(m.activation_bytes for m in models)
         workspace_source = (f"derived: max_num_tokens {lim.max_num_tokens} × hidden × "

@@ -7,7 +7,7 @@ computed. At the end the cache is cropped back to where it started, so the prefi
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -56,7 +56,8 @@ class Generation:
     """Iterate for text deltas as they are decided; `.result` once exhausted."""
 
     def __init__(self, model: Llama, cache: KVCache, stream: TextStream, prompt_ids: list[int],
-                 params: SamplingParams, eos_ids: set[int], cached: int = 0):
+                 params: SamplingParams, eos_ids: set[int], cached: int = 0,
+                 on_done: Optional[Callable[[], None]] = None):
         if not prompt_ids:
             raise OrinError("empty prompt")
         if cached >= len(prompt_ids):
@@ -65,6 +66,7 @@ class Generation:
         self.prompt_ids, self.cached = prompt_ids, cached
         self.stop_ids = eos_ids | set(params.stop_token_ids)
         self.result: Optional[Result] = None
+        self.on_done = on_done  # called once the cache is back to its prefix (done or abandoned)
 
     def __iter__(self) -> Iterator[str]:
         params, cache = self.params, self.cache
@@ -101,6 +103,8 @@ class Generation:
                 yield tail
         finally:
             cache.crop(start)  # keep the prefix, drop this request's tokens (even on cancel)
+            if self.on_done is not None:
+                self.on_done()
         timings.completion_tokens = len(out)
         timings.total_s = time.perf_counter() - t0
         self.result = Result(self.stream.text, out, finish, timings)

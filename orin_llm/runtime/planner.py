@@ -43,6 +43,8 @@ class Planner:
         self.engine = engine
         self.prefix: Optional[Prefix] = None
         self.prefill_s = 0.0
+        self._active: Optional[Generation] = None  # the request using the cache right now
+        self._pending: Optional[Prefix] = None  # an environment waiting for it to finish
         self.set_environment(environment)
 
     @property
@@ -51,12 +53,24 @@ class Planner:
         return self.prefix.version
 
     def set_environment(self, environment: Environment) -> int:
-        """Render, tokenize and prefill a new environment; returns its version."""
+        """Render, tokenize and prefill a new environment; returns its version. While a request
+        is running the switch waits for it, so that request finishes on the version it began."""
         text = self.engine.chat_text(prefix_messages(environment), add_generation_prompt=False)
-        version = self.prefix.version + 1 if self.prefix else 1
-        self.prefix = Prefix(version, environment, text, tuple(self.engine.encode(text)))
-        self._ensure_pinned()
-        return version
+        latest = self._pending or self.prefix
+        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, tuple(self.engine.encode(text)))
+        self.engine.check_prompt(len(prefix.ids))
+        if self._active is not None:
+            self._pending = prefix
+        else:
+            self.prefix = prefix
+            self._ensure_pinned()
+        return prefix.version
+
+    def _done(self) -> None:
+        self._active = None
+        if self._pending is not None:
+            self.prefix, self._pending = self._pending, None
+            self._ensure_pinned()
 
     def _ensure_pinned(self) -> None:
         assert self.prefix is not None
@@ -80,17 +94,22 @@ class Planner:
             raise OrinError("the conversation adds nothing after the environment prefix")
         return list(self.prefix.ids) + self.engine.encode(rest)
 
-    def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None) -> Generation:
+    def start(self, task: str, params: SamplingParams,
+              observations: Optional[list[str]] = None) -> Generation:
+        if self._active is not None:
+            raise RuntimeError("one request at a time: finish or close the running generation first")
         self._ensure_pinned()
-        return self.engine.generate(self.prompt_ids(self.messages(task, observations)), params)
+        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params)
+        gen.on_done = self._done
+        self._active = gen
+        return gen
 
-    def finish(self, generation: Generation, version: int) -> Plan:
-        assert self.prefix is not None
+    def finish(self, generation: Generation, prefix: Prefix) -> Plan:
+        """Plan text and steps, parsed against the environment the request ran on."""
         result = generation.result if generation.result is not None else generation.run()
-        env = self.prefix.environment if self.prefix.version == version else None
-        steps = parse_steps(result.text, env) if env is not None else []
-        return Plan(result.text.strip(), steps, result, version)
+        return Plan(result.text.strip(), parse_steps(result.text, prefix.environment), result, prefix.version)
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None) -> Plan:
-        version = self.version
-        return self.finish(self.start(task, params, observations), version)
+        prefix = self.prefix
+        assert prefix is not None
+        return self.finish(self.start(task, params, observations), prefix)

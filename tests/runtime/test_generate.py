@@ -22,7 +22,8 @@ def test_streamed_deltas_join_to_the_result(engine):
 
 
 def test_max_tokens_and_finish_reason(engine):
-    res = engine.generate(chat(engine, "Tell me a long story about a robot."), SamplingParams(max_tokens=7)).run()
+    ids = chat(engine, "Tell me a long story about a robot.")
+    res = engine.generate(ids, SamplingParams(max_tokens=7)).run()
     assert len(res.token_ids) == 7 and res.finish_reason == "length"
 
 

