@@ -45,11 +45,36 @@ class Timings:
 
 
 @dataclass
+class SpecStats:
+    """Speculative decoding counters for one request (drafter "none": plain decoding)."""
+
+    drafter: str = "none"
+    drafted: int = 0  # draft tokens proposed
+    accepted: int = 0  # draft tokens the target agreed with
+    steps: int = 0  # target forward passes in the decode phase
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per target step (accepted drafts + the target's own token)."""
+        return (self.accepted + self.steps) / self.steps if self.steps else 0.0
+
+    def as_dict(self) -> dict:
+        return {"drafter": self.drafter, "drafted": self.drafted, "accepted": self.accepted,
+                "acceptance_rate": round(self.acceptance_rate, 4),
+                "mean_accepted_length": round(self.mean_accepted_length, 3)}
+
+
+@dataclass
 class Result:
     text: str
     token_ids: list[int]
     finish_reason: Literal["stop", "length"]
     timings: Timings
+    speculation: SpecStats
 
 
 class Generation:
@@ -107,7 +132,7 @@ class Generation:
                 self.on_done()
         timings.completion_tokens = len(out)
         timings.total_s = time.perf_counter() - t0
-        self.result = Result(self.stream.text, out, finish, timings)
+        self.result = Result(self.stream.text, out, finish, timings, SpecStats(steps=max(0, len(out) - 1)))
 
     def run(self) -> Result:
         for _ in self:

@@ -57,7 +57,8 @@ class Planner:
         is running the switch waits for it, so that request finishes on the version it began."""
         text = self.engine.chat_text(prefix_messages(environment), add_generation_prompt=False)
         latest = self._pending or self.prefix
-        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, tuple(self.engine.encode(text)))
+        ids = tuple(self.engine.encode(text))
+        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, ids)
         self.engine.check_prompt(len(prefix.ids))
         if self._active is not None:
             self._pending = prefix
@@ -94,12 +95,12 @@ class Planner:
             raise OrinError("the conversation adds nothing after the environment prefix")
         return list(self.prefix.ids) + self.engine.encode(rest)
 
-    def start(self, task: str, params: SamplingParams,
-              observations: Optional[list[str]] = None) -> Generation:
+    def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
+              speculation: str = "auto") -> Generation:
         if self._active is not None:
             raise RuntimeError("one request at a time: finish or close the running generation first")
         self._ensure_pinned()
-        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params)
+        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation)
         gen.on_done = self._done
         self._active = gen
         return gen
@@ -109,7 +110,8 @@ class Planner:
         result = generation.result if generation.result is not None else generation.run()
         return Plan(result.text.strip(), parse_steps(result.text, prefix.environment), result, prefix.version)
 
-    def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None) -> Plan:
+    def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
+             speculation: str = "auto") -> Plan:
         prefix = self.prefix
         assert prefix is not None
-        return self.finish(self.start(task, params, observations), prefix)
+        return self.finish(self.start(task, params, observations, speculation), prefix)
