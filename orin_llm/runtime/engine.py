@@ -100,7 +100,8 @@ class Engine:
         n = len(self.pinned)
         return n if 0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned else 0
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto") -> Generation:
+    def generate(self, prompt_ids: list[int], params: SamplingParams,
+                 speculation: str = "auto") -> Generation:
         if speculation not in ("auto", "none"):  # no silent fallback to plain decoding
             raise OrinError(f"speculation {speculation!r} is not available in engine {self.name!r} "
                             "(available: auto, none)")
