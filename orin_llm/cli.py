@@ -25,8 +25,10 @@ def build(
     out: Optional[Path] = typer.Option(None, help="Engine directory to write (default engines/<name>)."),
     force: bool = typer.Option(False, help="Replace an existing engine directory."),
     quiet: bool = typer.Option(False, help="No progress lines."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory plan and every build "
+                                 "command without running anything."),
 ) -> None:
-    """Build an engine directory from a profile."""
+    """Build an engine directory from a profile (memory plan, weights, draft, KV scales)."""
     from .build.pipeline import build_engine
     from .profile import embedded_profile, load_profile
 
@@ -34,8 +36,25 @@ def build(
         raise OrinError("give exactly one of --profile FILE or --embedded")
     prof = embedded_profile() if embedded else load_profile(profile)
     target = out or Path("engines") / prof.name
-    path = build_engine(prof, target, profile.parent if profile else None, quiet=quiet, force=force)
-    typer.echo(str(path))
+    path = build_engine(prof, target, profile.parent if profile else None, quiet=quiet, force=force,
+                        dry_run=dry_run)
+    if not dry_run:
+        typer.echo(str(path))
+
+
+@app.command()
+def calibrate(
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory to (re)calibrate."),
+    split: str = typer.Option("calib", help="Calibration split (calibration/<split>.jsonl)."),
+    limit: Optional[int] = typer.Option(None, help="Use at most this many items (round-robin over homes)."),
+) -> None:
+    """Derive static INT8 KV scales (absmax per layer and KV head) and store them in the engine."""
+    from .build.calibrate import calibrate_engine
+
+    manifest = calibrate_engine(engine, split, limit)
+    for role, entry in (("target", manifest.target), ("draft", manifest.draft)):
+        if entry is not None:
+            typer.echo(f"{role}: {entry.kv_cache.scales}")
 
 
 @app.command()

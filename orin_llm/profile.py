@@ -86,6 +86,7 @@ class Profile(_Strict):
     draft: Optional[ModelSpec] = None
     limits: Limits = Limits()
     calibration: Literal["none", "calib"] = "none"  # which calibration split derives KV scales
+    calibration_size: Optional[int] = Field(default=None, gt=0)  # items used (None: the whole split)
     # Keep the environment prefix's K/V across requests. TensorRT-LLM 0.12 does this with paged
     # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache.
     prefix_reuse: bool = True

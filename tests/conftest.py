@@ -37,6 +37,14 @@ def engine(engine_dir):
 
 
 @pytest.fixture(scope="session")
+def engine_fp(engine_dir):
+    """The same engine with a full-precision KV cache and no draft: the reference configuration."""
+    from orin_llm.runtime.engine import Engine
+
+    return Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False)
+
+
+@pytest.fixture(scope="session")
 def hf_model(engine_dir):
     """transformers' own Llama on the very same exported weights: the reference."""
     import torch

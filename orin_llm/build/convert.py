@@ -56,6 +56,30 @@ def export_model(model, out: Path) -> None:
     model.save_pretrained(str(out), safe_serialization=True)
 
 
+def export_quantized(model, out: Path, weights: str, group: int) -> None:
+    """The decoder's linear layers weight-only quantized (see runtime/quant.py); embeddings and
+    norms as they are; a tied lm_head is not stored twice."""
+    from safetensors.torch import save_file
+
+    from ..runtime.quant import quantize
+
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, w in model.state_dict().items():
+        if name == "lm_head.weight" and model.config.tie_word_embeddings:
+            continue
+        if ".layers." in name and name.endswith("_proj.weight"):
+            q, scales = quantize(w, weights, group)
+            tensors[name[: -len("weight")] + "qweight"] = q.contiguous()
+            tensors[name[: -len("weight")] + "scales"] = scales.float().contiguous()
+        else:
+            tensors[name] = w.contiguous()
+    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt", "orin_llm_weights": weights})
+    model.config.to_json_file(str(out / "config.json"))
+    if model.generation_config is not None:
+        model.generation_config.to_json_file(str(out / "generation_config.json"))
+
+
 def export_tokenizer(tokenizer, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
     cfg_path = out / "tokenizer_config.json"

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from ..errors import OrinError
-from ..manifest import Manifest, load_manifest
+from ..manifest import Manifest, ModelEntry, load_manifest
 from .generate import Generation
-from .kv_cache import KVCache
+from .kv_cache import Int8KVCache, KVCache
 from .llama import Llama, load_llama
 from .sampling import SamplingParams
 from .text import TextStream
@@ -44,29 +46,62 @@ def eos_ids(tokenizer, model_dir: Path) -> set[int]:
     return ids
 
 
+@dataclass
+class Lane:
+    """A model and its own KV cache: the target, or the draft that speculates for it."""
+
+    model: Llama
+    cache: KVCache
+
+
+def load_lane(engine_dir: Path, entry: ModelEntry, role: str, capacity: int, device: str,
+              kv_override: Optional[str]) -> Lane:
+    dtype = DTYPES[entry.dtype]
+    kv = kv_override or entry.kv_cache.dtype
+    model = load_llama(engine_dir / entry.dir, entry.arch, dtype, device, capacity)
+    if kv == "int8":  # never a silent fp cache: INT8 without calibrated scales is an error
+        if not entry.kv_cache.scales:
+            raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
+                            f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
+        from ..build.calibrate import load_scales
+
+        k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
+        return Lane(model, Int8KVCache(entry.arch, capacity, k_scale, v_scale, dtype, device))
+    if kv not in KV_DTYPES:
+        raise OrinError(f"KV cache dtype {kv!r} is not supported (fp32, fp16, bf16, int8)")
+    return Lane(model, KVCache(entry.arch, capacity, KV_DTYPES[kv], device))
+
+
 class Engine:
-    def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: KVCache):
-        self.dir, self.manifest, self.tokenizer, self.model, self.cache = (
-            engine_dir, manifest, tokenizer, model, cache)
+    def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, target: Lane,
+                 draft: Optional[Lane] = None):
+        self.dir, self.manifest, self.tokenizer = engine_dir, manifest, tokenizer
+        self.target, self.draft = target, draft
+        self.model, self.cache = target.model, target.cache
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.pinned: list[int] = []  # token ids whose K/V stay in cache[0:len(pinned)] across requests
 
     @classmethod
-    def load(cls, engine_dir: str | Path, device: str = "auto") -> Engine:
+    def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
+             draft: bool = True) -> Engine:
+        """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
+        reference for INT8); draft=False leaves the draft model unloaded."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
         if manifest.backend != "torch":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "
                             "the torch runtime loads torch engines only")
-        kv = manifest.target.kv_cache.dtype
-        if kv not in KV_DTYPES:
-            raise OrinError(f"{engine_dir}: KV cache dtype {kv!r} is not supported by this runtime")
         device = pick_device(device)
         capacity = manifest.limits["max_seq_len"]
-        target = manifest.target
-        model = load_llama(engine_dir / target.dir, target.arch, DTYPES[target.dtype], device, capacity)
-        cache = KVCache(target.arch, capacity, KV_DTYPES[kv], device)
-        return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model, cache)
+        target = load_lane(engine_dir, manifest.target, "target", capacity, device, kv_cache)
+        draft_lane = None
+        if draft and manifest.draft is not None:
+            draft_lane = load_lane(engine_dir, manifest.draft, "draft", capacity, device, kv_cache)
+        return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), target, draft_lane)
+
+    @property
+    def lanes(self) -> list[Lane]:
+        return [self.target] + ([self.draft] if self.draft else [])
 
     @property
     def name(self) -> str:
@@ -91,9 +126,10 @@ class Engine:
         """Prefill `ids` once and keep their K/V: later prompts that start with them skip them."""
         self.check_prompt(len(ids))
         self.pinned = []
-        self.cache.crop(0)
-        if ids:
-            self.model(torch.tensor(ids, device=self.cache.k.device), self.cache)
+        for lane in self.lanes:  # the draft keeps its own copy of the prefix's K/V
+            lane.cache.crop(0)
+            if ids:
+                lane.model(torch.tensor(ids, device=lane.cache.k.device), lane.cache)
         self.pinned = list(ids)
 
     def cached_prefix(self, prompt_ids: list[int]) -> int:
@@ -109,6 +145,7 @@ class Engine:
         cached = self.cached_prefix(prompt_ids)
         if not cached:
             self.pinned = []  # this prompt overwrites the pinned prefix's K/V
-        self.cache.crop(cached)
+        for lane in self.lanes:
+            lane.cache.crop(cached)
         return Generation(self.model, self.cache, TextStream(self.tokenizer, params.stop), prompt_ids,
                           params, self.eos_ids, cached=cached)

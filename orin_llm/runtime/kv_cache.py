@@ -50,3 +50,61 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"crop to {length} outside [0, {self.length}]")
         self.length = length
+
+
+class Int8KVCache(KVCache):
+    """K/V stored as int8 with static per-layer, per-KV-head scales from calibration.
+
+    Symmetric: q = clamp(round(x / scale), -127, 127), x ≈ q · scale. Half the bytes of fp16 per
+    token; the scales are a fixed 2 × layers × kv_heads floats, whatever the length.
+    """
+
+    def __init__(self, arch: Arch, capacity: int, k_scale: torch.Tensor, v_scale: torch.Tensor,
+                 dtype: torch.dtype, device: str | torch.device = "cpu"):
+        expected = (arch.num_layers, arch.num_kv_heads)
+        if tuple(k_scale.shape) != expected or tuple(v_scale.shape) != expected:
+            raise OrinError(f"KV scales have shape {tuple(k_scale.shape)}, the model needs {expected}")
+        if not (torch.all(k_scale > 0) and torch.all(v_scale > 0)):
+            raise OrinError("KV scales must be positive")
+        shape = (arch.num_layers, arch.num_kv_heads, capacity, arch.head_dim)
+        self.k = torch.zeros(shape, dtype=torch.int8, device=device)
+        self.v = torch.zeros(shape, dtype=torch.int8, device=device)
+        self.k_scale = k_scale.to(device=device, dtype=dtype)[:, :, None, None]  # [L, KV, 1, 1]
+        self.v_scale = v_scale.to(device=device, dtype=dtype)[:, :, None, None]
+        self.dtype = dtype
+        self.capacity = capacity
+        self.length = 0
+
+    @property
+    def scales_nbytes(self) -> int:
+        return (self.k_scale.numel() + self.v_scale.numel()) * self.k_scale.element_size()
+
+    @staticmethod
+    def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(torch.round(x / scale), -127, 127).to(torch.int8)
+
+    def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        t = k.shape[0]
+        self.k[layer, :, pos:pos + t] = self._quantize(k.transpose(0, 1), self.k_scale[layer])
+        self.v[layer, :, pos:pos + t] = self._quantize(v.transpose(0, 1), self.v_scale[layer])
+
+    def read(self, layer: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        k = self.k[layer, :, :end].to(self.dtype) * self.k_scale[layer]
+        v = self.v[layer, :, :end].to(self.dtype) * self.v_scale[layer]
+        return k, v
+
+
+class AbsmaxObserver(KVCache):
+    """A full-precision cache that records per-layer, per-KV-head absmax of what is written:
+    the statistics static INT8 scales are derived from."""
+
+    def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: str | torch.device = "cpu"):
+        super().__init__(arch, capacity, dtype, device)
+        self.k_absmax = torch.zeros(arch.num_layers, arch.num_kv_heads, dtype=torch.float32, device=device)
+        self.v_absmax = torch.zeros_like(self.k_absmax)
+
+    def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        super().write(layer, pos, k, v)
+        # k: [T, KV, D] → max over tokens and head_dim, per KV head
+        self.k_absmax[layer] = torch.maximum(self.k_absmax[layer], k.abs().amax(dim=(0, 2)).float())
+        self.v_absmax[layer] = torch.maximum(self.v_absmax[layer], v.abs().amax(dim=(0, 2)).float())

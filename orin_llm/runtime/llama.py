@@ -18,6 +18,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .kv_cache import KVCache
+from .quant import QuantLinear
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -151,19 +152,24 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x[-num_logits:])).float()
 
 
+_FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+          "gate_proj": ("gate_up_proj", ("gate_proj", "up_proj"))}
+_FOLDED = {"k_proj", "v_proj", "up_proj"}  # concatenated into the layer above
+
+
 def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]:
+    """HF names → ours: q|k|v and gate|up concatenated row-wise, for plain and quantized tensors."""
     out = {}
     for name, w in state.items():
         name = name.removeprefix("model.")
-        if name.endswith(("self_attn.k_proj.weight", "self_attn.v_proj.weight", "mlp.up_proj.weight")):
+        module, _, suffix = name.rpartition(".")
+        parent, _, leaf = module.rpartition(".")
+        if leaf in _FOLDED:
             continue
-        if name.endswith("self_attn.q_proj.weight"):
-            base = "model." + name[: -len("q_proj.weight")]
-            name = name.replace("q_proj", "qkv_proj")
-            w = torch.cat([w, state[base + "k_proj.weight"], state[base + "v_proj.weight"]])
-        elif name.endswith("mlp.gate_proj.weight"):
-            name = name.replace("gate_proj", "gate_up_proj")
-            w = torch.cat([w, state["model." + name.replace("gate_up_proj", "up_proj")]])
+        if leaf in _FUSED:
+            fused, parts = _FUSED[leaf]
+            name = f"{parent}.{fused}.{suffix}"
+            w = torch.cat([state[f"model.{parent}.{p}.{suffix}"] for p in parts])
         out[name] = w
     if arch.tie_word_embeddings or "lm_head.weight" not in out:
         out["lm_head.weight"] = out["embed_tokens.weight"]
@@ -172,15 +178,19 @@ def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]
 
 def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int) -> Llama:
     state: dict[str, torch.Tensor] = {}
-    for f in sorted(model_dir.glob("*.safetensors")):
+    for f in sorted(model_dir.glob("model*.safetensors")):  # not kv_scales.safetensors
         state.update(load_file(str(f)))
     if not state:
         raise OrinError(f"{model_dir}: no *.safetensors weights")
     with torch.device("meta"):
         model = Llama(arch, max_positions)
-    fused = {k: v.to(dtype) for k, v in _fuse(state, arch).items()}
-    missing, unexpected = model.load_state_dict(fused, strict=False, assign=True)
-    missing = [m for m in missing if m not in ("cos", "sin")]
+    fused = _fuse(state, arch)
+    quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]
+    for name in quantized:  # weight-only quantized layers (the draft model)
+        model.set_submodule(name, QuantLinear(fused.pop(name + ".qweight"), fused.pop(name + ".scales"), dtype))
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in fused.items()},
+                                                strict=False, assign=True)
+    missing = [m for m in missing if m not in ("cos", "sin") and m.rpartition(".")[0] not in quantized]
     if missing or unexpected:
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")

@@ -23,15 +23,15 @@ MAX_NEW = 24
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_equals_transformers_generate(engine, hf_model, prompt):
-    ids = engine.chat_ids([{"role": "user", "content": prompt}])
-    ours = engine.generate(ids, SamplingParams(max_tokens=MAX_NEW)).run().token_ids
+def test_greedy_equals_transformers_generate(engine_fp, hf_model, prompt):
+    ids = engine_fp.chat_ids([{"role": "user", "content": prompt}])
+    ours = engine_fp.generate(ids, SamplingParams(max_tokens=MAX_NEW)).run().token_ids
     with torch.no_grad():
         out = hf_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                 max_new_tokens=MAX_NEW, do_sample=False,
-                                eos_token_id=sorted(engine.eos_ids), pad_token_id=sorted(engine.eos_ids)[0])
+                                eos_token_id=sorted(engine_fp.eos_ids), pad_token_id=sorted(engine_fp.eos_ids)[0])
     ref = out[0, len(ids):].tolist()
-    while ref and ref[-1] in engine.eos_ids:  # transformers keeps the EOS it stopped on; we drop it
+    while ref and ref[-1] in engine_fp.eos_ids:  # transformers keeps the EOS it stopped on; we drop it
         ref.pop()
     assert len(ours) > 0
     assert ours == ref

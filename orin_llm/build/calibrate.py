@@ -1,0 +1,110 @@
+"""Static INT8 KV scales from the calibration split: run the model with a full-precision cache,
+record per-layer, per-KV-head absmax of K (after RoPE, as stored) and V, scale = absmax / 127.
+
+Each home's prefix is computed once and every task of that home runs on top of it (the prefix
+is most of each prompt), so calibrating 240 prompts costs about one prefill per home.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..calibration_data import CalibrationItem, load_home, load_split
+from ..environment import prefix_messages, task_message
+from ..errors import OrinError
+from ..runtime.kv_cache import AbsmaxObserver
+
+SCALES_FILE = "kv_scales.safetensors"
+
+
+def interleave_by_home(items: list[CalibrationItem], limit: Optional[int]) -> list[CalibrationItem]:
+    """Round-robin over homes so that any first N items cover as many homes as possible."""
+    by_home: dict[str, list[CalibrationItem]] = defaultdict(list)
+    for it in items:
+        by_home[it.home].append(it)
+    mixed = [it for group in itertools.zip_longest(*by_home.values()) for it in group if it is not None]
+    return mixed[:limit] if limit else mixed
+
+
+def sequences(engine, items: list[CalibrationItem], root: Optional[Path] = None):
+    """(prefix ids, [ids of each item's task + reference answer]) per home, tokenized the way the
+    planner does: prefix and rest separately (DESIGN invariant 2)."""
+    by_home: dict[str, list[CalibrationItem]] = defaultdict(list)
+    for it in items:
+        by_home[it.home].append(it)
+    for home, group in by_home.items():
+        env = load_home(home, root)
+        prefix_text = engine.chat_text(prefix_messages(env), add_generation_prompt=False)
+        rests = []
+        for it in group:
+            answer = {"role": "assistant", "content": "\n".join(it.reference_plan)}
+            full = engine.chat_text(prefix_messages(env) + [task_message(it.task), answer],
+                                    add_generation_prompt=False)
+            rests.append(engine.encode(full[len(prefix_text):]))
+        yield engine.encode(prefix_text), rests
+
+
+def observe(model, seqs, capacity: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    device = model.embed_tokens.weight.device
+    cache = AbsmaxObserver(model.arch, capacity, dtype, device)
+    for prefix, rests in seqs:
+        cache.crop(0)
+        model(torch.tensor(prefix, device=device), cache)
+        for rest in rests:
+            cache.crop(len(prefix))
+            model(torch.tensor(rest, device=device), cache)
+    if not torch.all(cache.k_absmax > 0):
+        raise OrinError("calibration saw no K/V for some layer or head; is the calibration split empty?")
+    return cache.k_absmax, cache.v_absmax
+
+
+def write_scales(path: Path, k_absmax: torch.Tensor, v_absmax: torch.Tensor, meta: dict[str, str]) -> None:
+    save_file({"k_scale": (k_absmax / 127).contiguous(), "v_scale": (v_absmax / 127).contiguous()},
+              str(path), metadata={"method": "absmax/127 per layer per kv head", **meta})
+
+
+def load_scales(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    if not path.is_file():
+        raise OrinError(f"KV scales file {path} is missing; run `orin-llm calibrate --engine DIR`")
+    t = load_file(str(path))
+    if set(t) != {"k_scale", "v_scale"}:
+        raise OrinError(f"{path}: expected tensors k_scale and v_scale, found {sorted(t)}")
+    return t["k_scale"], t["v_scale"]
+
+
+def calibrate(engine, split: str = "calib", limit: Optional[int] = None,
+              root: Optional[Path] = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Absmax statistics for the target (and the draft, if the engine has one)."""
+    items = interleave_by_home(load_split(split, root), limit)
+    seqs = list(sequences(engine, items, root))
+    capacity = max(len(p) + max(len(r) for r in rs) for p, rs in seqs)
+    out = {"target": observe(engine.model, seqs, capacity, torch.float32)}
+    if engine.draft is not None:
+        out["draft"] = observe(engine.draft.model, seqs, capacity, torch.float32)
+    return out
+
+
+def calibrate_engine(engine_dir: Path, split: str = "calib", limit: Optional[int] = None,
+                     root: Optional[Path] = None, device: str = "cpu"):
+    """Derive KV scales for an engine dir and record them in its manifest."""
+    from ..manifest import file_entry, write_manifest
+    from ..runtime.engine import Engine
+
+    engine = Engine.load(engine_dir, device=device, kv_cache="fp32")
+    stats = calibrate(engine, split, limit, root)
+    manifest = engine.manifest
+    n = len(interleave_by_home(load_split(split, root), limit))
+    for role, (k_absmax, v_absmax) in stats.items():
+        entry = manifest.target if role == "target" else manifest.draft
+        rel = f"{entry.dir}/{SCALES_FILE}"
+        write_scales(engine_dir / rel, k_absmax, v_absmax, {"split": split, "items": str(n), "role": role})
+        entry.kv_cache.scales = rel
+        entry.files = [f for f in entry.files if f.path != rel] + [file_entry(engine_dir / rel, engine_dir)]
+    write_manifest(engine_dir, manifest)
+    return manifest

@@ -1,0 +1,457 @@
+"""The TensorRT-LLM 0.12.0-jetson build: profile → checkpoint → engine, as data first.
+
+`trtllm_steps` turns a profile into the exact commands (a list of :class:`Step`), so a dry run
+prints what a real build would run and a golden test pins it. `run_steps` runs them with logs.
+
+Every flag below was checked against `docs/trtllm-0.12-jetson.md` ("the doc"), which cites the
+TensorRT-LLM sources at v0.12.0 (R) / the v0.12.0-jetson branch (J); "R≡J" = unchanged on J.
+Nothing here imports tensorrt_llm: the build runs its scripts, so this module works on a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import OrinError
+from ..profile import ModelSpec, Profile
+from ..progress import Steps
+
+# Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
+DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
+SETUP_HINT = ("TensorRT-LLM 0.12.0-jetson is not installed (trtllm-build is not on PATH, or the "
+              "source tree with examples/ is missing): run jetson/setup.sh on the Orin")
+
+# A prefix is reused only in whole KV blocks: the last, partly filled block of the shared prefix is
+# recomputed for every request. The planning prefix (system prompt + home + examples) is ~400-600
+# tokens, so 32-token blocks lose at most 31 tokens of it (64, the 0.12 default, up to 63) and
+# waste less per sequence in the tail block. (doc §3: `--tokens_per_block` int, default 64, R≡J
+# tensorrt_llm/plugin/plugin.py L182.)
+TOKENS_PER_BLOCK = 32
+
+# AWQ uses at most 32 calibration samples: quantize_by_modelopt forces calib_size to 32 whenever it is
+# larger (doc §2, R≡J quantize_by_modelopt.py L407-412). We pass 32 so the command says what happens;
+# the static INT8 KV scales come from the same calibration pass. write_calib_dataset interleaves the
+# homes so the first 32 rows (quantize.py takes `["text"][:calib_size]`, doc §2.1) span all of them.
+CALIB_SIZE = 32
+
+_QFORMAT = {"int4_awq": "int4_awq", "int8_wo": "int8_wo", "int4_wo": "int4_wo"}
+_UNQUANTIZED_DTYPE = {"fp16": "float16", "bf16": "bfloat16"}
+_ROLES = ("draft", "target")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]
+    log: str  # file name under <out>/logs/
+
+
+# ---------------------------------------------------------------------------
+# Validation
+
+
+def _needs_calibration(spec: ModelSpec) -> bool:
+    return spec.weights == "int4_awq" or spec.kv_cache == "int8"
+
+
+def _models(profile: Profile) -> list[tuple[str, ModelSpec]]:
+    return [(r, s) for r, s in (("draft", profile.draft), ("target", profile.target)) if s is not None]
+
+
+def check_trtllm_profile(profile: Profile) -> None:
+    """Refuse what TensorRT-LLM 0.12 cannot build (or would silently change) with a one-line fix."""
+    for role, spec in _models(profile):
+        if spec.kv_cache not in ("fp16", "int8"):
+            raise OrinError(
+                f"{role}.kv_cache = {spec.kv_cache!r} is not supported on backend 'trtllm': TensorRT-LLM "
+                "0.12 on Orin keeps the KV cache in fp16 or int8 (fp8 needs SM89+); set kv_cache = "
+                "\"fp16\" or \"int8\"")
+        if spec.dtype == "float32":
+            raise OrinError(
+                f"{role}.dtype = 'float32' is not supported on backend 'trtllm' (its weight-only and "
+                "attention kernels run in fp16/bf16); set dtype = \"float16\"")
+        if spec.weights == "fp32":
+            raise OrinError(f"{role}.weights = 'fp32' is not supported on backend 'trtllm'; "
+                            "use \"fp16\", \"int8_wo\", \"int4_wo\" or \"int4_awq\"")
+        if spec.weights in _UNQUANTIZED_DTYPE and _UNQUANTIZED_DTYPE[spec.weights] != spec.dtype:
+            raise OrinError(
+                f"{role}: weights = {spec.weights!r} but dtype = {spec.dtype!r}; TensorRT-LLM stores "
+                "unquantized weights in the compute dtype: use weights = \"fp16\" with dtype = \"float16\" "
+                "or weights = \"bf16\" with dtype = \"bfloat16\"")
+        if spec.model.startswith("package:") or spec.model.endswith(".gguf"):
+            raise OrinError(
+                f"{role}.model = {spec.model!r}: TensorRT-LLM 0.12 converts Hugging Face model "
+                "directories, not GGUF files; point model at the HF checkpoint directory")
+        if _needs_calibration(spec) and profile.calibration == "none":
+            raise OrinError(
+                f"{role} needs calibration ({spec.weights} weights, {spec.kv_cache} KV cache) but the "
+                "profile sets calibration = \"none\"; set calibration = \"calib\"")
+    # The builder refuses paged context FMHA with an INT8 KV cache: "Paged Context FMHA doesn't work
+    # with int8 kv cache currently" (doc §3, R≡J tensorrt_llm/builder.py L919-933), and KV block
+    # reuse (prefix_reuse) needs paged context FMHA (doc §3, R≡J docs/source/speculative_decoding.md
+    # L52-59).
+    int8 = [role for role, spec in _models(profile) if spec.kv_cache == "int8"]
+    if profile.prefix_reuse and int8:
+        where = " and ".join(f"[{r}]" for r in int8)
+        raise OrinError(
+            f"profile {profile.name!r}: prefix_reuse = true needs paged context FMHA, which TensorRT-LLM "
+            f"0.12 refuses with an int8 KV cache ({' and '.join(int8)}; tensorrt_llm/builder.py: "
+            "\"Paged Context FMHA doesn't work with int8 kv cache currently\"); either set "
+            f"kv_cache = \"fp16\" under {where} to keep prefix reuse, or set prefix_reuse = false to "
+            "keep the INT8 KV cache")
+    limits = profile.limits
+    if profile.draft is not None:
+        k = limits.draft_len
+        room = limits.max_seq_len - limits.max_input_len
+        if room < k + 1:
+            raise OrinError(
+                f"limits.draft_len = {k} needs room for {k + 1} new tokens per step but max_seq_len - "
+                f"max_input_len = {room}; raise limits.max_seq_len or lower limits.draft_len")
+        # The builder silently raises max_num_tokens to max_batch_size*(max_draft_len+1) (doc §3,
+        # R≡J builder.py L898-916); refuse instead, so the engine matches the profile's memory plan.
+        need = limits.max_batch_size * (k + 1)
+        if limits.max_num_tokens < need:
+            raise OrinError(
+                f"limits.max_num_tokens = {limits.max_num_tokens} is below max_batch_size × (draft_len + 1)"
+                f" = {need}, which TensorRT-LLM would raise it to; set limits.max_num_tokens >= {need}")
+
+
+# ---------------------------------------------------------------------------
+# The commands
+
+
+def _model_dir(model: str, profile_dir: Path | None) -> Path:
+    path = Path(model).expanduser()
+    if not path.is_absolute() and profile_dir is not None:
+        path = profile_dir / path
+    return path
+
+
+def _checkpoint_step(role: str, spec: ModelSpec, model_dir: Path, profile: Profile, out: Path,
+                     trtllm_root: str, python: str, calib_size: int) -> Step:
+    ckpt = out / "ckpt" / role
+    lim = profile.limits
+    if spec.weights in _QFORMAT or spec.kv_cache == "int8":
+        # examples/quantization/quantize.py (doc §2, R≡J quantize.py L10-104): --model_dir L12-14,
+        # --calib_dataset L30-36 (a local *directory*: train split, "text" column, doc §2.1 /
+        # L218-256), --dtype L52, --qformat L53-61 (int4_awq | int8_wo | int4_wo | full_prec),
+        # --tokenizer_max_seq_length L68-71, --batch_size L73-76, --calib_size L77-80,
+        # --calib_max_seq_length L81-84, --output_dir L85, --awq_block_size L88,
+        # --kv_cache_dtype L89-92 (int8 | fp8; fp8 needs SM89+, Orin is SM87).
+        # Unquantized weights with an int8 KV cache use quantize.py too (--qformat full_prec):
+        # convert_checkpoint.py --int8_kv_cache calibrates through load_calib_dataset, which
+        # cannot read a local directory (doc §1, R≡J tensorrt_llm/models/convert_utils.py L214-242).
+        qformat = _QFORMAT.get(spec.weights, "full_prec")
+        argv = [python, f"{trtllm_root}/examples/quantization/quantize.py",
+                "--model_dir", str(model_dir), "--output_dir", str(ckpt),
+                "--dtype", spec.dtype, "--qformat", qformat]
+        if spec.kv_cache == "int8":
+            argv += ["--kv_cache_dtype", "int8"]
+        # calib_max_seq_length: the default 512 would cut the longer planning prompts (~600 tokens)
+        # before the task; with --batch_size 1 nothing is padded, so the cap costs no memory.
+        argv += ["--calib_dataset", str(out / "calib_dataset"), "--calib_size", str(calib_size),
+                 "--calib_max_seq_length", str(lim.max_input_len)]
+        if spec.weights == "int4_awq":
+            argv += ["--awq_block_size", str(spec.int4_group_size)]
+        argv += ["--batch_size", "1", "--tokenizer_max_seq_length", str(lim.max_input_len)]
+        return Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")
+    # examples/llama/convert_checkpoint.py (doc §1, R≡J convert_checkpoint.py): --model_dir L22,
+    # --dtype L47-50 (float32 | bfloat16 | float16), --output_dir L189-192. Only unquantized weights
+    # with an fp16 KV cache come here: nothing to calibrate.
+    argv = [python, f"{trtllm_root}/examples/llama/convert_checkpoint.py",
+            "--model_dir", str(model_dir), "--output_dir", str(ckpt), "--dtype", spec.dtype]
+    return Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")
+
+
+def _engine_step(role: str, spec: ModelSpec, profile: Profile, out: Path) -> Step:
+    lim = profile.limits
+    argv = ["trtllm-build", "--checkpoint_dir", str(out / "ckpt" / role), "--output_dir", str(out / role)]
+    # Plugins take a dtype or `disable` (choices auto,float16,float32,bfloat16,int32,disable; doc §3,
+    # R≡J plugin.py L77-84, defaults L151-172). We name the checkpoint's dtype rather than `auto`,
+    # which resolves to the same. Weight-only/AWQ checkpoints switch on the
+    # weight_only_(groupwise_)quant_matmul_plugin by themselves (doc §3, builder.py L862-934).
+    argv += ["--gemm_plugin", spec.dtype, "--gpt_attention_plugin", spec.dtype]
+    # Feature switches take the strings enable|disable (doc §3, R≡J plugin.py L175-187, generator
+    # L318-347). Draft/target decoding needs paged KV + removed padding on both engines (doc §3,
+    # R≡J docs/source/speculative_decoding.md L52-59). Paged context FMHA (needed for KV block reuse,
+    # i.e. prefix_reuse) is refused with an int8 KV cache (R≡J builder.py L919-933), so it is on only
+    # for prefix_reuse with an fp16 KV cache; check_trtllm_profile refuses prefix_reuse + int8.
+    paged_ctx = "enable" if profile.prefix_reuse and spec.kv_cache != "int8" else "disable"
+    argv += ["--paged_kv_cache", "enable", "--remove_input_padding", "enable", "--context_fmha", "enable",
+             "--use_paged_context_fmha", paged_ctx, "--tokens_per_block", str(TOKENS_PER_BLOCK)]
+    # Engine limits (doc §3, R≡J tensorrt_llm/commands/build.py): --max_batch_size L77-81,
+    # --max_input_len L82-85, --max_seq_len L86-93 (--max_output_len does not exist at 0.12),
+    # --max_num_tokens L95-100. With speculative decoding the builder adds max_draft_len to
+    # max_seq_len itself (builder.py L898-916).
+    argv += ["--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
+             "--max_seq_len", str(lim.max_seq_len), "--max_num_tokens", str(lim.max_num_tokens)]
+    if role == "target" and profile.draft is not None:
+        # The target verifies the draft's tokens: --max_draft_len (build.py L147-153) and
+        # --speculative_decoding_mode draft_tokens_external (L228-236); doc §3, R≡J
+        # docs/source/speculative_decoding.md L71-81.
+        # Not --gather_generation_logits (build.py L126-139): the doc (§3, §5) needs it only on the
+        # *draft*, for logits-based acceptance (ExternalDraftTokensConfig(logits=...)). The planner
+        # decodes greedily and accepts by token-id match, so the draft's logits are never passed, and
+        # gathering them would add a vocab-sized (128,256) fp32 output per generated token.
+        argv += ["--max_draft_len", str(lim.draft_len),
+                 "--speculative_decoding_mode", "draft_tokens_external"]
+    return Step(f"{role}-engine", tuple(argv), f"{role}-engine.log")
+
+
+def trtllm_steps(profile: Profile, out: Path, trtllm_root: str = DEFAULT_TRTLLM_ROOT,
+                 python: str = "python3", profile_dir: Path | None = None,
+                 calib_size: int = CALIB_SIZE) -> list[Step]:
+    """The commands of a TensorRT-LLM build: checkpoint then engine, draft (if any) first, then target.
+
+    Relative model paths are resolved against ``profile_dir``. Raises OrinError for a profile that
+    TensorRT-LLM 0.12 cannot build (see :func:`check_trtllm_profile`).
+    """
+    check_trtllm_profile(profile)
+    out = Path(out)
+    if "cnn_dailymail" in str(out / "calib_dataset"):
+        # quantize.py picks a remote dataset by substring before it looks for a local dir (doc §2.1).
+        raise OrinError(f"output path {out} contains 'cnn_dailymail', which quantize.py mistakes for "
+                        "the Hugging Face dataset of that name; choose another output directory")
+    steps: list[Step] = []
+    for role, spec in _models(profile):
+        model_dir = _model_dir(spec.model, profile_dir)
+        steps.append(_checkpoint_step(role, spec, model_dir, profile, out, trtllm_root, python, calib_size))
+        steps.append(_engine_step(role, spec, profile, out))
+    return steps
+
+
+def format_steps(steps: Sequence[Step]) -> str:
+    """The commands as a shell script body: `# name` then the shell-quoted command, per step."""
+    return "".join(f"# {s.name} (log: logs/{s.log})\n{shlex.join(s.argv)}\n" for s in steps)
+
+
+# ---------------------------------------------------------------------------
+# Calibration data
+
+
+def _interleave_homes(items: list) -> list:
+    by_home: dict[str, list] = {}
+    for it in items:
+        by_home.setdefault(it.home, []).append(it)
+    queues = list(by_home.values())
+    ordered = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        ordered += [q[i] for q in queues if i < len(q)]
+    return ordered
+
+
+def write_calib_dataset(out: Path, max_items: int | None = None, root: Path | str | None = None) -> Path:
+    """Write ``<out>/calib_dataset/train.jsonl``: one ``{"text": prompt}`` per calibration item.
+
+    quantize.py reads a local directory's train split, "text" column (doc §2.1); the directory holds
+    just this one file (the doc leaves mixed file types in one directory unverified). Rows are
+    interleaved by home so the first rows, which are the ones calibration uses, cover every home.
+    """
+    from ..calibration_data import load_home, load_split
+    from ..environment import prefix_messages, task_message
+
+    items = _interleave_homes(load_split("calib", root))
+    if max_items is not None:
+        items = items[:max_items]
+    if not items:
+        raise OrinError("the calib split is empty; run python calibration/generate.py to regenerate it")
+    directory = Path(out) / "calib_dataset"
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    path = directory / "train.jsonl"
+    homes: dict[str, Any] = {}
+    with open(path, "w", encoding="utf-8") as f:
+        for it in items:
+            if it.home not in homes:
+                homes[it.home] = load_home(it.home, root)
+            # The prompt the planner sends, as plain text: the chat messages' contents joined with
+            # blank lines. The tokenizer's chat template (and its special tokens) is not available
+            # without the model, and quantize.py applies no template itself (doc §2.1), so the
+            # calibration sees the same words and structure, without the header tokens.
+            messages = prefix_messages(homes[it.home]) + [task_message(it.task)]
+            text = "\n\n".join(m["content"] for m in messages)
+            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Preflight
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return None
+
+
+def _meminfo_kib(text: str | None, key: str) -> int | None:
+    for line in (text or "").splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == key and rest.split():
+            return int(rest.split()[0])
+    return None
+
+
+def _default_run_cmd(argv: list[str]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def preflight(min_swap_gib: float = 8, min_free_gib: float = 12, *, proc_swaps: str | Path = "/proc/swaps",
+              proc_meminfo: str | Path = "/proc/meminfo", tegra_release: str | Path = "/etc/nv_tegra_release",
+              run_cmd: Callable[[list[str]], str | None] | None = None) -> list[str]:
+    """Warnings, each with its fix, about this machine before a TensorRT-LLM build.
+
+    ``run_cmd(argv)`` returns a command's stdout, or None when it cannot run (default: subprocess).
+    """
+    warnings: list[str] = []
+    gib = 1024 * 1024  # KiB per GiB
+    meminfo = _read(proc_meminfo)
+
+    # Swap. zram (JetPack's default swap) is compressed RAM, so it does not count as relief here.
+    swaps = _read(proc_swaps)
+    if swaps is not None:
+        disk_kib = zram_kib = 0
+        for line in swaps.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) >= 3 and cols[2].isdigit():
+                if cols[0].startswith("/dev/zram"):
+                    zram_kib += int(cols[2])
+                else:
+                    disk_kib += int(cols[2])
+    else:
+        disk_kib, zram_kib = _meminfo_kib(meminfo, "SwapTotal") or 0, 0
+    if disk_kib < min_swap_gib * gib:
+        zram = f" (+{zram_kib / gib:.1f} GiB zram, which is compressed RAM)" if zram_kib else ""
+        warnings.append(
+            f"only {disk_kib / gib:.1f} GiB of disk swap{zram}; quantizing and building can run out of "
+            f"memory: add {min_swap_gib:g} GiB or more, e.g. sudo fallocate -l {math.ceil(min_swap_gib)}G "
+            "/swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile && sudo swapon /swapfile")
+
+    available = _meminfo_kib(meminfo, "MemAvailable")
+    if available is not None and available < min_free_gib * gib:
+        warnings.append(
+            f"only {available / gib:.1f} GiB of memory available (want {min_free_gib:g} GiB); stop the "
+            "policy model, the ROS 2 graph and other GPU processes, or the desktop "
+            "(sudo systemctl isolate multi-user.target), before building")
+
+    if not Path(tegra_release).exists():
+        warnings.append(
+            f"not a Jetson ({tegra_release} not found): TensorRT engines only run on the GPU they are "
+            "built for, so build on the Orin itself")
+        return warnings
+    query = (run_cmd or _default_run_cmd)(["nvpmodel", "-q"])
+    advice = "run sudo nvpmodel -m 0 && sudo jetson_clocks before building and serving"
+    if query is None:
+        warnings.append(f"could not read the Jetson power mode (nvpmodel -q failed); {advice}")
+    else:
+        mode = next((ln.split(":", 1)[1].strip() for ln in query.splitlines()
+                     if ln.strip().startswith("NV Power Mode")), None)
+        if mode is None:
+            warnings.append(f"could not parse the power mode from nvpmodel -q; {advice}")
+        elif "MAXN" not in mode.upper():
+            warnings.append(f"Jetson power mode is {mode}, not MAXN: builds and calibration run slower; "
+                            f"{advice}")
+    return warnings
+
+
+# ---------------------------------------------------------------------------
+# Running
+
+
+def _tail(path: Path, n: int = 20) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(lines[-n:])
+
+
+def _check_installed(steps: Sequence[Step]) -> None:
+    for s in steps:
+        exe = s.argv[0]
+        if shutil.which(exe) is None and not Path(exe).is_file():
+            raise OrinError(f"{exe!r} not found: {SETUP_HINT}")
+        script = next((a for a in s.argv[1:2] if a.endswith(".py")), None)
+        if script is not None and not Path(script).is_file():
+            raise OrinError(f"{script} not found: {SETUP_HINT}")
+
+
+def run_steps(steps: Sequence[Step], out: Path, quiet: bool = False,
+              runner: Callable[..., Any] = subprocess.run) -> None:
+    """Run each step as a subprocess, stdout+stderr to ``<out>/logs/<log>``; OrinError on failure.
+
+    ``runner`` is called like ``subprocess.run(argv, stdout=f, stderr=STDOUT, check=False)`` and
+    must return an object with ``returncode``. Every executable and script is looked up before the
+    first step starts, so a missing install fails in seconds, not after an hour of calibration.
+    """
+    logs = Path(out) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    _check_installed(steps)
+    progress = Steps(len(steps), quiet)
+    for s in steps:
+        log = logs / s.log
+        with progress.step(s.name):
+            with open(log, "w", encoding="utf-8") as f:
+                f.write(f"$ {shlex.join(s.argv)}\n")
+                f.flush()
+                try:
+                    proc = runner(list(s.argv), stdout=f, stderr=subprocess.STDOUT, check=False)
+                except FileNotFoundError:
+                    raise OrinError(f"{s.argv[0]!r} not found: {SETUP_HINT}") from None
+            if proc.returncode != 0:
+                raise OrinError(f"step '{s.name}' failed (exit {proc.returncode}); last lines of "
+                                f"logs/{s.log}:\n{_tail(log)}")
+
+
+# ---------------------------------------------------------------------------
+# The whole build
+
+
+def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, dry_run: bool = False,
+                 quiet: bool = False) -> list[Step]:
+    """Validate, write the calibration set, check the machine, run the steps; return the steps.
+
+    In a dry run nothing is written or run (the caller prints :func:`format_steps`). The manifest is
+    the caller's job.
+    """
+    if profile.backend != "trtllm":
+        raise OrinError(f"profile {profile.name!r} has backend = {profile.backend!r}; "
+                        "set backend = \"trtllm\" for a TensorRT-LLM build")
+    # Absolute paths: quantize.py hands --calib_dataset to datasets.load_dataset, and the dry run
+    # should print exactly what runs.
+    out = Path(out).absolute()
+    steps = trtllm_steps(profile, out, profile_dir=profile_dir)
+    if dry_run:
+        return steps
+    for role, spec in _models(profile):
+        model_dir = _model_dir(spec.model, profile_dir)
+        if not (model_dir / "config.json").is_file():
+            raise OrinError(f"{role}.model: {model_dir} is not a Hugging Face model directory (no "
+                            "config.json); download the checkpoint there or fix the path in the profile")
+    if any("--calib_dataset" in s.argv for s in steps):
+        path = write_calib_dataset(out)
+        with open(path, encoding="utf-8") as f:
+            rows = sum(1 for _ in f)
+        if rows < CALIB_SIZE:
+            raise OrinError(f"{path} has {rows} calibration prompts, fewer than {CALIB_SIZE}; "
+                            "regenerate the calib split with python calibration/generate.py")
+    for w in preflight():
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+    run_steps(steps, out, quiet=quiet)
+    return steps

@@ -1,0 +1,7 @@
+"""The planning daemon: HTTP/1.1 over a Unix socket in front of one engine worker.
+
+Modules: `sockets` (paths, binding, sd_notify), `schemas` (request bodies), `worker` (the thread
+that owns the engine), `jobs` (what a request runs on it), `streams` (waiting on a job, SSE),
+`app` (routes), `metrics`, `body_limit`, `daemon` (`serve`), `cli` (the CLI's commands).
+Nothing here is imported by the package root: `sockets` stays importable without FastAPI.
+"""

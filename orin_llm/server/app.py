@@ -1,0 +1,216 @@
+"""The HTTP API (DESIGN.md, "The socket API"): FastAPI routes in front of one Worker.
+
+Handlers validate, build a job and wait for it; they never touch the engine themselves, so
+the event loop stays free to accept, stream and notice disconnects while the worker decodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from fastapi import Body, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.exceptions import HTTPException
+
+from .. import __version__
+from ..environment import environment_from_dict
+from ..errors import OrinError
+from ..runtime.engine import Engine
+from ..runtime.sampling import SamplingParams
+from .body_limit import BodyLimit
+from .errors import RequestError, error_body
+from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job
+from .schemas import ChatRequest, PlanRequest, Sampling, check_utf8
+from .streams import SSE_HEADERS, events, first_event
+from .worker import Job, Worker
+
+ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
+MODELS = {"/v1/plan": PlanRequest, "/v1/chat/completions": ChatRequest}
+
+
+@dataclass
+class ServerConfig:
+    max_body_bytes: int = 256 * 1024
+    default_max_tokens: int = 128
+    max_tokens_limit: Optional[int] = None  # a cap below the engine's own output limit
+
+
+def engine_max_tokens(engine: Engine) -> int:
+    """Most new tokens a request may ask for: prompt (≤ max_input_len) + output ≤ max_seq_len."""
+    limits = engine.manifest.limits
+    return limits.get("max_output_len") or limits["max_seq_len"] - limits["max_input_len"]
+
+
+def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI:
+    config = config or ServerConfig()
+    planner, metrics = worker.planner, worker.metrics
+    engine = planner.engine
+    limit = min(config.max_tokens_limit or engine_max_tokens(engine), engine_max_tokens(engine))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        worker.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(worker.stop)
+
+    app = FastAPI(title="orin-llm planner", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # the docs pages load scripts from a CDN
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes,
+                       on_reject=lambda path: count(path, "invalid"))
+
+    def count(path: str, outcome: str) -> None:
+        if path in ENDPOINTS:
+            metrics.count(ENDPOINTS[path], outcome)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        count(request.url.path, "invalid")
+        return JSONResponse(error_body(422, describe(exc.errors(), MODELS.get(request.url.path))), 422)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        count(request.url.path, "invalid" if exc.status_code < 500 else "error")
+        return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> Response:
+        count(request.url.path, "rejected" if exc.status == 503 else "invalid")
+        return exc.response()
+
+    def sampling(req: Sampling, max_tokens: Optional[int], stop: Iterable[str] = ()) -> SamplingParams:
+        n = min(config.default_max_tokens, limit) if max_tokens is None else max_tokens
+        if n > limit:
+            raise RequestError(422, f"max_tokens must be at most {limit} for this engine, got {n}")
+        try:
+            return SamplingParams(max_tokens=n, temperature=req.temperature or 0.0,
+                                  top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stop=list(stop))
+        except OrinError as e:
+            raise RequestError(422, str(e)) from None
+
+    async def respond(job: Job, request: Request, render: Callable[[dict], Response],
+                      on_delta: Callable[[str], dict] = lambda d: {"delta": d},
+                      on_done: Callable[[dict], Iterable[dict]] = lambda p: [p],
+                      head: Iterable[dict] = ()) -> Response:
+        worker.submit(job)  # RequestError(503) when the queue is full
+        try:
+            event = await first_event(job, request)
+        except BaseException:  # cancelled: the server is giving up on this request
+            job.cancel.set()
+            raise
+        if event is None:
+            return Response(status_code=499)  # the client went away; nobody reads this
+        kind, value = event
+        if kind == "error":
+            return value.response()
+        if kind == "done":
+            return render(value)
+        return StreamingResponse(events(job, on_delta, on_done, head), media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
+
+    @app.get("/health")
+    async def health() -> dict:
+        prefix = planner.prefix
+        assert prefix is not None
+        return {"status": "ok" if worker.accepting else "stopping", "ready": worker.accepting,
+                "engine": engine.name, "backend": engine.manifest.backend, "device": str(engine.cache.k.device),
+                "environment": {"name": prefix.environment.name, "version": prefix.version},
+                "prefix_tokens": len(prefix.ids),
+                "queue": {"depth": worker.depth, "capacity": worker.capacity, "running": worker.running is not None},
+                "kv_cache": {"tokens": engine.cache.length, "capacity_tokens": engine.cache.capacity,
+                             "bytes": engine.cache.nbytes},
+                "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
+                           "max_body_bytes": config.max_body_bytes}}
+
+    @app.get("/metrics")
+    async def metrics_text() -> Response:
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/environment")
+    async def get_environment() -> Response:
+        prefix = planner.prefix
+        assert prefix is not None
+        return JSONResponse(prefix.environment.model_dump(mode="json", exclude_none=True),
+                            headers={"ETag": f'"{prefix.version}"'})
+
+    @app.put("/v1/environment")
+    async def put_environment(
+        request: Request,
+        body: dict[str, Any] = Body(..., description="An environment, in the shape GET /v1/environment "
+                                                     "returns (the YAML home as JSON)."),
+        if_match: Optional[str] = Header(None, description='The ETag of GET /v1/environment, e.g. "3".'),
+    ) -> Response:
+        try:
+            check_utf8(body)
+            env = environment_from_dict(body, source="environment")
+        except (OrinError, ValueError) as e:
+            raise RequestError(422, str(e)) from None
+        job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop())
+        return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
+
+    @app.post("/v1/plan")
+    async def plan(req: PlanRequest, request: Request) -> Response:
+        """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
+        then the full response, then `[DONE]`."""
+        job = Job("plan", plan_job(req, sampling(req, req.max_tokens)), asyncio.get_running_loop(),
+                  stream=req.stream, deadline_ms=req.deadline_ms)
+        return await respond(job, request, JSONResponse)
+
+    @app.post("/v1/chat/completions")
+    async def chat(req: ChatRequest, request: Request) -> Response:
+        """OpenAI-compatible chat completion; `model` may name anything, the engine answers."""
+        wanted = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
+        meta = chat_meta(engine.name)
+        job = Job("chat", chat_job(req, sampling(req, wanted, req.stops()), meta), asyncio.get_running_loop(),
+                  stream=req.stream, deadline_ms=req.deadline_ms)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+
+        def on_done(completion: dict) -> list[dict]:
+            out = [chat_chunk(meta, {}, completion["choices"][0]["finish_reason"])]
+            if include_usage:
+                out.append({**chat_chunk(meta, None), "usage": completion["usage"]})
+            return out
+
+        return await respond(job, request, JSONResponse, on_delta=lambda d: chat_chunk(meta, {"content": d}),
+                             on_done=on_done, head=[chat_chunk(meta, {"role": "assistant", "content": ""})])
+
+    return app
+
+
+def parse_if_match(value: Optional[str]) -> Optional[int]:
+    """`"3"`, `W/"3"` or `3` → 3; `*` or no header → None (any version)."""
+    if value is None or value.strip() == "*":
+        return None
+    tag = value.strip().removeprefix("W/").strip('"')
+    if not tag.isdigit():
+        raise RequestError(412, f'If-Match {value!r} is not an environment ETag like "3"')
+    return int(tag)
+
+
+def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:
+    """FastAPI's validation errors as one line that says what to fix."""
+    parts = []
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        where, kind, msg = ".".join(loc) or "body", e.get("type", ""), str(e.get("msg", ""))
+        if kind == "json_invalid":
+            parts.append(f"the body is not valid JSON ({e.get('ctx', {}).get('error', msg)} at character {where})")
+            continue
+        if kind == "extra_forbidden":
+            msg = "unknown field"
+            if model is not None and len(loc) == 1:
+                msg += f" (allowed: {', '.join(model.model_fields)})"
+        elif kind == "missing":
+            msg = "required field missing"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts) or "invalid request"

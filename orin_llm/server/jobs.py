@@ -1,0 +1,102 @@
+"""What each endpoint runs on the worker thread, and the payload it answers with.
+
+Each `*_job` returns a `begin(planner)` for worker.Job: it validates what needs the tokenizer
+(prompt length, the speculation name), starts the generation and returns it with a `finish()`
+that builds the response once the generation is exhausted.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Optional
+
+from ..environment import Environment
+from ..runtime.engine import Engine
+from ..runtime.generate import Result
+from ..runtime.planner import Planner
+from ..runtime.sampling import SamplingParams
+from .errors import RequestError
+from .schemas import ChatRequest, PlanRequest
+
+
+def check_prompt(engine: Engine, ids: list[int]) -> None:
+    limit = engine.manifest.limits["max_input_len"]
+    if len(ids) > limit:
+        raise RequestError(413, f"the prompt has {len(ids)} tokens, over this engine's max_input_len of "
+                                f"{limit}; shorten the task, observations or messages")
+
+
+def plan_job(req: PlanRequest, params: SamplingParams):
+    def begin(planner: Planner):
+        prefix = planner.prefix
+        assert prefix is not None
+        # tokenized here once more than in start(), to answer 413 (not the runtime's 422)
+        check_prompt(planner.engine, planner.prompt_ids(planner.messages(req.task, req.observations)))
+        gen = planner.start(req.task, params, req.observations, req.speculation)
+
+        def finish() -> dict:
+            plan = planner.finish(gen, prefix)
+            return {"engine": planner.engine.name, "environment_version": plan.environment_version,
+                    "plan": plan.text, "steps": [{"action": s.action, "args": list(s.args)} for s in plan.steps],
+                    "finish_reason": plan.result.finish_reason, **stats(plan.result)}
+        return gen, finish
+    return begin
+
+
+def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
+    # OpenAI's "developer" role is the newer name of "system"; chat templates know only the latter
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+                for m in req.messages]
+
+    def begin(planner: Planner):
+        ids = planner.prompt_ids(messages)  # reuses the pinned prefix when the chat starts with it
+        check_prompt(planner.engine, ids)
+        gen = planner.engine.generate(ids, params, req.speculation)
+
+        def finish() -> dict:
+            assert gen.result is not None
+            return chat_completion(meta, gen.result)
+        return gen, finish
+    return begin
+
+
+def environment_job(env: Environment, if_match: Optional[int]):
+    def begin(planner: Planner):
+        if if_match is not None and if_match != planner.version:
+            raise RequestError(412, f"the environment is at version {planner.version}, not {if_match} "
+                                    "(If-Match); GET it again and retry")
+        version = planner.set_environment(env)  # renders, tokenizes and prefills the new prefix
+        assert planner.prefix is not None and planner.prefix.version == version
+        result = {"version": version, "name": env.name, "prefix_tokens": len(planner.prefix.ids)}
+        return None, lambda: result
+    return begin
+
+
+def stats(result: Result) -> dict:
+    return {"timings": result.timings.as_dict(), "speculation": result.speculation.as_dict()}
+
+
+def chat_meta(model: str) -> dict:
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
+
+
+def chat_completion(meta: dict, result: Result) -> dict:
+    return {**meta, "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
+                         "finish_reason": result.finish_reason, "logprobs": None}],
+            "usage": usage(result), **stats(result)}
+
+
+def usage(result: Result) -> dict:
+    t = result.timings
+    return {"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+            "total_tokens": t.prompt_tokens + t.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": t.cached_prompt_tokens}}
+
+
+def chat_chunk(meta: dict, delta: Optional[dict], finish_reason: Optional[str] = None) -> dict:
+    """One `chat.completion.chunk`; delta None gives the usage-only chunk (no choices)."""
+    choices = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish_reason,
+                                         "logprobs": None}]
+    return {**meta, "object": "chat.completion.chunk", "choices": choices}

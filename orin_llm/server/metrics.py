@@ -1,0 +1,91 @@
+"""Prometheus metrics, on a registry of the daemon's own (no process-global state).
+
+Outcomes of `orin_llm_requests_total`: ok, invalid (4xx), rejected (queue full), cancelled
+(client went away), deadline, shutdown, error (5xx, a bug). TTFT and latency count from the
+request's arrival, queue wait included: what a client sees.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from ..runtime.generate import Result
+    from .worker import Worker
+
+ENDPOINTS = ("plan", "chat", "environment")
+OUTCOMES = ("ok", "invalid", "rejected", "cancelled", "deadline", "shutdown", "error")
+SECONDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
+RATES = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("orin_llm_requests", "Requests by endpoint and outcome",
+                                ["endpoint", "outcome"], registry=r)
+        for e in ENDPOINTS:
+            for o in OUTCOMES:
+                self.requests.labels(e, o)
+        self.queue_wait = Histogram("orin_llm_queue_wait_seconds", "Arrival to start on the engine",
+                                    ["endpoint"], buckets=SECONDS, registry=r)
+        self.ttft = Histogram("orin_llm_ttft_seconds", "Arrival to first token", ["endpoint"],
+                              buckets=SECONDS, registry=r)
+        self.latency = Histogram("orin_llm_request_seconds", "Arrival to last token", ["endpoint"],
+                                 buckets=SECONDS, registry=r)
+        self.decode = Histogram("orin_llm_decode_tokens_per_second", "Decode speed per request",
+                                ["endpoint"], buckets=RATES, registry=r)
+        self.prompt = Counter("orin_llm_prompt_tokens", "Prompt tokens", ["endpoint"], registry=r)
+        self.cached = Counter("orin_llm_cached_prompt_tokens",
+                              "Prompt tokens served from the pinned environment prefix", ["endpoint"], registry=r)
+        self.completion = Counter("orin_llm_completion_tokens", "Generated tokens", ["endpoint"], registry=r)
+        self.drafted = Counter("orin_llm_speculation_drafted_tokens", "Draft tokens proposed",
+                               ["drafter"], registry=r)
+        self.accepted = Counter("orin_llm_speculation_accepted_tokens", "Draft tokens accepted",
+                                ["drafter"], registry=r)
+        self.acceptance = Histogram("orin_llm_speculation_acceptance_rate", "Acceptance rate per request",
+                                    ["drafter"], buckets=[i / 10 for i in range(1, 11)], registry=r)
+        self._gauges = {name: Gauge(f"orin_llm_{name}", doc, registry=r) for name, doc in (
+            ("queue_depth", "Requests waiting for the engine"),
+            ("queue_capacity", "Most requests that may wait"),
+            ("kv_cache_tokens", "Tokens in the KV cache (the pinned prefix when idle)"),
+            ("kv_cache_capacity_tokens", "KV cache size in tokens"),
+            ("kv_cache_bytes", "KV cache size in bytes"),
+            ("prefix_tokens", "Tokens of the pinned environment prefix"),
+            ("environment_version", "Version of the current environment"))}
+
+    def watch(self, worker: Worker) -> None:
+        """Gauges read on scrape: an int read from the worker's objects is atomic enough."""
+        cache = worker.planner.engine.cache
+        g = self._gauges
+        g["queue_depth"].set_function(lambda: worker.depth)
+        g["queue_capacity"].set(worker.capacity)
+        g["kv_cache_tokens"].set_function(lambda: cache.length)
+        g["kv_cache_capacity_tokens"].set(cache.capacity)
+        g["kv_cache_bytes"].set(cache.nbytes)
+        g["prefix_tokens"].set_function(lambda: len(worker.planner.prefix.ids) if worker.planner.prefix else 0)
+        g["environment_version"].set_function(lambda: worker.planner.version)
+
+    def count(self, endpoint: str, outcome: str) -> None:
+        self.requests.labels(endpoint, outcome).inc()
+
+    def observe(self, endpoint: str, result: Result, queue_wait_s: float, latency_s: float) -> None:
+        t, s = result.timings, result.speculation
+        self.count(endpoint, "ok")
+        self.queue_wait.labels(endpoint).observe(queue_wait_s)
+        self.ttft.labels(endpoint).observe(queue_wait_s + t.ttft_s)
+        self.latency.labels(endpoint).observe(latency_s)
+        if t.completion_tokens > 1:
+            self.decode.labels(endpoint).observe(t.decode_tokens_per_s)
+        self.prompt.labels(endpoint).inc(t.prompt_tokens)
+        self.cached.labels(endpoint).inc(t.cached_prompt_tokens)
+        self.completion.labels(endpoint).inc(t.completion_tokens)
+        if s.drafted:
+            self.drafted.labels(s.drafter).inc(s.drafted)
+            self.accepted.labels(s.drafter).inc(s.accepted)
+            self.acceptance.labels(s.drafter).observe(s.acceptance_rate)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

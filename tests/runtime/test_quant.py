@@ -1,0 +1,54 @@
+"""Weight-only quantization of the draft: exact packing, bounded error, the engine's draft."""
+
+import torch
+import torch.nn.functional as F
+
+from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8
+
+
+def test_int8_per_channel_error_is_half_a_step():
+    w = torch.randn(64, 32)
+    q, s = quantize_int8(w)
+    back = QuantLinear(q, s, torch.float32).dequantize()
+    assert q.dtype == torch.int8 and s.shape == (64,)
+    assert torch.all((back - w).abs() <= s[:, None] / 2 + 1e-6)
+
+
+def test_int4_packing_is_exact_and_groupwise():
+    w = torch.randn(16, 64)
+    packed, s = quantize_int4(w, 16)
+    assert packed.dtype == torch.uint8 and packed.shape == (16, 32) and s.shape == (16, 4)
+    back = QuantLinear(packed, s, torch.float32).dequantize()
+    step = s.repeat_interleave(16, dim=1)
+    assert torch.all((back - w).abs() <= step / 2 + 1e-6)
+    # values already on the grid come back exactly
+    exact = back.clone()
+    p2, s2 = quantize_int4(exact, 16)
+    assert torch.allclose(QuantLinear(p2, s2, torch.float32).dequantize(), exact, atol=1e-6)
+
+
+def test_quant_linear_forward_is_linear_of_the_dequantized_weight():
+    w, x = torch.randn(24, 32), torch.randn(3, 32)
+    lin = QuantLinear(*quantize_int8(w), torch.float32)
+    assert torch.allclose(lin(x), F.linear(x, lin.dequantize()), atol=1e-5)
+
+
+def test_engine_draft_is_quantized_and_smaller(engine):
+    draft = engine.draft.model
+    quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
+    assert len(quant) == 4 * engine.model.arch.num_layers  # qkv, o, gate_up, down per layer
+    draft_bytes = sum(m.nbytes for m in quant)
+    fp_bytes = sum(m.weight.numel() * 4 for n, m in engine.model.named_modules()
+                   if isinstance(m, torch.nn.Linear) and "layers" in n)
+    assert draft_bytes < fp_bytes / 3.5
+
+
+def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
+    ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "List four rooms of a house."}]))
+    engine.pinned = []
+    outs = []
+    for lane in engine.lanes:
+        lane.cache.crop(0)
+        outs.append(lane.model(ids, lane.cache, num_logits=len(ids)).argmax(-1))
+        lane.cache.crop(0)
+    assert (outs[0] == outs[1]).float().mean() >= 0.8
