@@ -49,9 +49,11 @@ async def first_event(job: Job, request: Request) -> Optional[tuple[str, Any]]:
 
 
 async def events(job: Job, on_delta: Callable[[str], dict], on_done: Callable[[dict], Iterable[dict]],
-                 ) -> AsyncIterator[str]:
-    """SSE lines for a started job: deltas, the final payload(s) or an error, then [DONE]."""
+                 head: Iterable[dict] = ()) -> AsyncIterator[str]:
+    """SSE lines for a started job: `head`, deltas, the final payload(s) or an error, then [DONE]."""
     try:
+        for obj in head:
+            yield sse(obj)
         while True:
             kind, value = await job.events.get()
             if kind == "delta":

@@ -29,7 +29,8 @@ def test_greedy_equals_transformers_generate(engine_fp, hf_model, prompt):
     with torch.no_grad():
         out = hf_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                 max_new_tokens=MAX_NEW, do_sample=False,
-                                eos_token_id=sorted(engine_fp.eos_ids), pad_token_id=sorted(engine_fp.eos_ids)[0])
+                                eos_token_id=sorted(engine_fp.eos_ids),
+                                pad_token_id=sorted(engine_fp.eos_ids)[0])
     ref = out[0, len(ids):].tolist()
     while ref and ref[-1] in engine_fp.eos_ids:  # transformers keeps the EOS it stopped on; we drop it
         ref.pop()
