@@ -16,6 +16,11 @@ from .generate import Generation
 from .kv_cache import Int8KVCache, KVCache
 from .llama import Llama, load_llama
 from .sampling import SamplingParams
+from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
+
+# What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
+# lookup drafter gives the decode speedup; a same-size INT8 draft costs about as much as the target.
+AUTO_SPECULATION = "lookup"
 from .text import TextStream
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -80,12 +85,15 @@ class Engine:
         self.model, self.cache = target.model, target.cache
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.pinned: list[int] = []  # token ids whose K/V stay in cache[0:len(pinned)] across requests
+        self.lookup = LookupDrafter()  # one per engine: its history of earlier outputs is the point
 
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
-             draft: bool = True) -> Engine:
+             draft: bool = True, exact: bool = True) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
-        reference for INT8); draft=False leaves the draft model unloaded."""
+        reference for INT8); draft=False leaves the draft model unloaded. exact=True runs the
+        target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
+        exact=False is faster on CPUs, where a padded matmul costs more than a one-row one."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
         if manifest.backend != "torch":
@@ -97,6 +105,8 @@ class Engine:
         draft_lane = None
         if draft and manifest.draft is not None:
             draft_lane = load_lane(engine_dir, manifest.draft, "draft", capacity, device, kv_cache)
+        if exact:
+            target.model.decode_width = 2 * manifest.limits.get("draft_len", 4) + 1  # k_max + 1
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), target, draft_lane)
 
     @property
@@ -136,16 +146,33 @@ class Engine:
         n = len(self.pinned)
         return n if 0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned else 0
 
+    @property
+    def speculation_modes(self) -> list[str]:
+        return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft else [])
+
+    def drafter(self, speculation: str):
+        """The drafter a request asked for; unavailable ones are an error, never plain decoding."""
+        if speculation not in self.speculation_modes:
+            raise OrinError(f"speculation {speculation!r} is not available in engine {self.name!r} "
+                            f"(available: {', '.join(self.speculation_modes)})")
+        mode = AUTO_SPECULATION if speculation == "auto" else speculation
+        if mode == "none":
+            return None
+        if mode == "lookup":
+            return self.lookup
+        model = DraftModelDrafter(self.draft.model, self.draft.cache)
+        return model if mode == "draft_model" else CombinedDrafter(self.lookup, model)
+
     def generate(self, prompt_ids: list[int], params: SamplingParams,
                  speculation: str = "auto") -> Generation:
-        if speculation not in ("auto", "none"):  # no silent fallback to plain decoding
-            raise OrinError(f"speculation {speculation!r} is not available in engine {self.name!r} "
-                            "(available: auto, none)")
+        drafter = self.drafter(speculation)
         self.check_prompt(len(prompt_ids))
         cached = self.cached_prefix(prompt_ids)
         if not cached:
             self.pinned = []  # this prompt overwrites the pinned prefix's K/V
         for lane in self.lanes:
             lane.cache.crop(cached)
+        k = self.manifest.limits.get("draft_len", 4)
         return Generation(self.model, self.cache, TextStream(self.tokenizer, params.stop), prompt_ids,
-                          params, self.eos_ids, cached=cached)
+                          params, self.eos_ids, cached=cached, drafter=drafter, draft_len=k,
+                          draft_len_max=2 * k)

@@ -17,6 +17,7 @@ from ..errors import OrinError
 from .kv_cache import KVCache
 from .llama import Llama
 from .sampling import SamplingParams, make_generator, sample
+from .speculative import AdaptiveK, Drafter, verify
 from .text import TextStream
 
 
@@ -78,11 +79,17 @@ class Result:
 
 
 class Generation:
-    """Iterate for text deltas as they are decided; `.result` once exhausted."""
+    """Iterate for text deltas as they are decided; `.result` once exhausted.
+
+    With a drafter, each decode step drafts up to k tokens and the target checks them in one
+    forward over k+1 positions (runtime/speculative.py); without one, k is 0 and this is plain
+    decoding. Either way tokens are emitted one at a time through the same stop checks.
+    """
 
     def __init__(self, model: Llama, cache: KVCache, stream: TextStream, prompt_ids: list[int],
                  params: SamplingParams, eos_ids: set[int], cached: int = 0,
-                 on_done: Optional[Callable[[], None]] = None):
+                 on_done: Optional[Callable[[], None]] = None, drafter: Optional[Drafter] = None,
+                 draft_len: int = 4, draft_len_max: int = 8):
         if not prompt_ids:
             raise OrinError("empty prompt")
         if cached >= len(prompt_ids):
@@ -90,49 +97,81 @@ class Generation:
         self.model, self.cache, self.stream, self.params = model, cache, stream, params
         self.prompt_ids, self.cached = prompt_ids, cached
         self.stop_ids = eos_ids | set(params.stop_token_ids)
+        self.drafter, self.draft_len, self.draft_len_max = drafter, draft_len, draft_len_max
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the cache is back to its prefix (done or abandoned)
 
     def __iter__(self) -> Iterator[str]:
-        params, cache = self.params, self.cache
+        params, cache, model, drafter = self.params, self.cache, self.model, self.drafter
         t0 = time.perf_counter()
         start = cache.length
         if start != self.cached:
             raise RuntimeError(f"cache holds {start} tokens, caller says {self.cached} are cached")
         timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
-        gen = make_generator(params, self.model.embed_tokens.weight.device)
-        device = self.model.embed_tokens.weight.device
+        stats = SpecStats(drafter=drafter.name if drafter else "none")
+        adapt = AdaptiveK(self.draft_len, self.draft_len_max) if drafter else None
+        device = model.embed_tokens.weight.device
+        gen = make_generator(params, device)
+        context = list(self.prompt_ids)
         out: list[int] = []
         finish: Literal["stop", "length"] = "length"
         try:
-            logits = self.model(torch.tensor(self.prompt_ids[self.cached:], device=device), cache)
+            if drafter:
+                drafter.begin(context)
+            logits = model(torch.tensor(context[start:], device=device), cache)  # prefill the suffix
+            new = [sample(logits, params, gen)]
             while True:
-                tok = sample(logits, params, gen)
-                if not out:
-                    timings.ttft_s = time.perf_counter() - t0
-                if tok in self.stop_ids:
-                    finish = "stop"
+                done = False
+                for tok in new:
+                    if not out:
+                        timings.ttft_s = time.perf_counter() - t0
+                    if tok in self.stop_ids:
+                        finish, done = "stop", True
+                        break
+                    out.append(tok)
+                    context.append(tok)
+                    delta, stopped = self.stream.push(tok)
+                    if delta:
+                        yield delta
+                    if stopped:
+                        finish, done = "stop", True
+                        break
+                    if len(out) >= params.max_tokens:
+                        done = True
+                        break
+                if done:
                     break
-                out.append(tok)
-                delta, stopped = self.stream.push(tok)
-                if delta:
-                    yield delta
-                if stopped:
-                    finish = "stop"
-                    break
-                if len(out) >= params.max_tokens:
-                    break
-                logits = self.model(torch.tensor([tok], device=device), cache)
+                # cache holds context[:-1]; feed the last token plus this step's drafts
+                room = min(params.max_tokens - len(out) - 1, cache.capacity - len(context) - 1)
+                k = min(adapt.next_k(), room) if adapt else 0
+                draft, q = drafter.propose(context, k, params, gen) if drafter and k > 0 else ([], None)
+                draft = draft[:max(0, k)]
+                if q is not None:
+                    q = q[:len(draft)]
+                feed = context[cache.length:] + draft
+                logits = model(torch.tensor(feed, device=device), cache, num_logits=len(draft) + 1)
+                n, nxt = verify(logits, draft, q, params, gen)
+                cache.crop(len(context) + n)  # drop rejected positions: no copy, later writes overwrite
+                if drafter:
+                    drafter.rollback(len(context) + n)
+                    adapt.update(len(draft), n)
+                stats.drafted += len(draft)
+                stats.accepted += n
+                stats.steps += 1
+                new = draft[:n] + [nxt]
             tail = self.stream.flush()
             if tail:
                 yield tail
         finally:
             cache.crop(start)  # keep the prefix, drop this request's tokens (even on cancel)
+            if drafter:
+                drafter.rollback(start)
+                drafter.finish(out)
             if self.on_done is not None:
                 self.on_done()
         timings.completion_tokens = len(out)
         timings.total_s = time.perf_counter() - t0
-        self.result = Result(self.stream.text, out, finish, timings, SpecStats(steps=max(0, len(out) - 1)))
+        self.result = Result(self.stream.text, out, finish, timings, stats)
 
     def run(self) -> Result:
         for _ in self:

@@ -51,6 +51,16 @@ def rope_tables(arch: Arch, positions: int) -> tuple[torch.Tensor, torch.Tensor]
     return emb.cos()[:, None, :], emb.sin()[:, None, :]
 
 
+def padded(linear: nn.Module, x: torch.Tensor, width: int) -> torch.Tensor:
+    """linear(x) computed at a fixed row count: a row's result then does not depend on how many
+    rows share the call (gemm kernels differ by M; at one fixed M, rows are independent)."""
+    if not width:
+        return linear(x)
+    xp = x.new_zeros(width, x.shape[-1])
+    xp[: x.shape[0]] = x
+    return linear(xp)[: x.shape[0]]
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -75,26 +85,33 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
         self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask):
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask, width: int = 0):
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
+        qkv = padded(self.qkv_proj, x, width)
+        q, k, v = qkv.split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
         q = q.view(t, self.h, self.d)
         k = k.view(t, self.kv, self.d)
         v = v.view(t, self.kv, self.d)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         cache.write(layer, pos, k, v)
-        keys, values = cache.read(layer, pos + t)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
+        if width:  # each query exactly as a one-token decode step computes it: its own key range
+            out = torch.cat([self._attend(q[:, :, i:i + 1], cache, layer, pos + i + 1, None)
+                             for i in range(t)], dim=2)
+        else:
+            out = self._attend(q, cache, layer, pos + t, mask)
+        return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), width)
+
+    def _attend(self, q, cache: KVCache, layer: int, end: int, mask):
+        keys, values = cache.read(layer, end)
         keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
         if _SDPA_GQA:
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        else:
-            rep = self.h // self.kv
-            keys = keys.repeat_interleave(rep, dim=1)
-            values = values.repeat_interleave(rep, dim=1)
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        return self.o_proj(out[0].transpose(0, 1).reshape(t, self.h * self.d))
+            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+        rep = self.h // self.kv
+        keys = keys.repeat_interleave(rep, dim=1)
+        values = values.repeat_interleave(rep, dim=1)
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
 class MLP(nn.Module):
@@ -104,9 +121,9 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * self.inter, bias=False)
         self.down_proj = nn.Linear(self.inter, arch.hidden_size, bias=False)
 
-    def forward(self, x):
-        gate, up = self.gate_up_proj(x).split(self.inter, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x, width: int = 0):
+        gate, up = padded(self.gate_up_proj, x, width).split(self.inter, dim=-1)
+        return padded(self.down_proj, F.silu(gate) * up, width)
 
 
 class Block(nn.Module):
@@ -117,9 +134,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, cos, sin, cache, layer, pos, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, cache, layer, pos, mask, width=0):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask, width)
+        return x + self.mlp(self.post_attention_layernorm(x), width)
 
 
 class Llama(nn.Module):
@@ -130,6 +147,10 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Block(arch) for _ in range(arch.num_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        # Batch invariance for decode steps of up to `decode_width` tokens (0: off). With it, a
+        # speculative verify over k+1 tokens computes each position bit for bit as a one-token
+        # decode step does, which is what makes greedy speculation exactly lossless.
+        self.decode_width = 0
         cos, sin = rope_tables(arch, max_positions)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -143,13 +164,14 @@ class Llama(nn.Module):
         x = self.embed_tokens(ids)
         cos = self.cos[pos:pos + t].to(x.dtype)
         sin = self.sin[pos:pos + t].to(x.dtype)
+        width = self.decode_width if t <= self.decode_width else 0
         mask = None
-        if t > 1:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
+        if t > 1 and not width:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)
         for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, pos, mask)
+            x = block(x, cos, sin, cache, i, pos, mask, width)
         cache.length = pos + t
-        return self.lm_head(self.norm(x[-num_logits:])).float()
+        return padded(self.lm_head, self.norm(x[-num_logits:]), width).float()
 
 
 _FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),

@@ -1,0 +1,216 @@
+"""Speculative decoding: drafters propose, the target verifies k+1 positions in one forward.
+
+Lossless (DESIGN invariant 1): greedy output equals plain greedy output; sampled output follows
+the target's distribution (Leviathan et al. 2022): accept draft token d with min(1, p(d)/q(d)),
+else emit a sample of norm(max(0, p − q)); after a full accept, a bonus token from p.
+
+Cache discipline: a cache holds K/V for a prefix of the true context. After verification both
+caches are cropped to what is still true, and whatever the context has beyond a cache's length is
+fed on the next forward (so the bonus-token step costs the draft nothing extra).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Protocol
+
+import torch
+
+from .kv_cache import KVCache
+from .llama import Llama
+from .sampling import SamplingParams, probs
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, context: list[int]) -> None: ...
+
+    def propose(self, context: list[int], k: int, params: SamplingParams,
+                gen: Optional[torch.Generator]) -> tuple[list[int], Optional[torch.Tensor]]:
+        """Up to k tokens continuing `context`, and the draft's distributions for them
+        ([m, vocab]) or None for a deterministic drafter (q is one-hot)."""
+        ...
+
+    def rollback(self, valid: int) -> None:
+        """Only the first `valid` tokens of the context are known to be right."""
+        ...
+
+    def finish(self, output: list[int]) -> None: ...
+
+
+# ---------------------------------------------------------------- verification
+
+
+def verify(logits: torch.Tensor, draft: list[int], q: Optional[torch.Tensor], params: SamplingParams,
+           gen: Optional[torch.Generator]) -> tuple[int, int]:
+    """logits: the target's [m+1, vocab] over [last, d_1..d_m]. Returns (accepted, next token):
+    the first `accepted` drafts stand, followed by `next` (a correction, or the bonus)."""
+    if params.greedy:
+        target = logits.argmax(-1).tolist()
+        n = 0
+        while n < len(draft) and draft[n] == target[n]:
+            n += 1
+        return n, target[n]
+    p = probs(logits, params)
+    for i, d in enumerate(draft):
+        q_d = 1.0 if q is None else float(q[i, d])
+        if torch.rand((), generator=gen).item() * q_d < float(p[i, d]):  # accept w.p. min(1, p/q)
+            continue
+        residual = p[i].clone()
+        if q is None:
+            residual[d] = 0.0
+        else:
+            residual = torch.clamp(residual - q[i], min=0.0)
+        if residual.sum() <= 0:  # p == q up to rounding: any sample of p is right
+            residual = p[i]
+        return i, int(torch.multinomial(residual / residual.sum(), 1, generator=gen))
+    return len(draft), int(torch.multinomial(p[len(draft)], 1, generator=gen))
+
+
+# ---------------------------------------------------------------- drafters
+
+
+class LookupDrafter:
+    """Model-free: continue the longest recent n-gram match, from this request's prompt (the
+    environment lists every object and action) and output, or from earlier outputs (plans repeat
+    their shape from call to call). Costs microseconds per proposal."""
+
+    name = "lookup"
+
+    def __init__(self, ngrams: tuple[int, ...] = (4, 3, 2), history_tokens: int = 50_000):
+        self.ngrams = ngrams
+        self.history: list[int] = []
+        self.history_index: dict[tuple[int, ...], int] = {}
+        self.history_tokens = history_tokens
+        self._ctx_index: dict[tuple[int, ...], int] = {}
+        self._indexed = 0
+
+    @staticmethod
+    def _index(seq: list[int], index: dict[tuple[int, ...], int], start: int, end: int,
+               ngrams: tuple[int, ...]) -> None:
+        # register n-grams ending at positions [start, end): the latest occurrence wins
+        for i in range(start, end):
+            for n in ngrams:
+                if i + 1 >= n:
+                    index[tuple(seq[i + 1 - n:i + 1])] = i
+
+    def begin(self, context: list[int]) -> None:
+        self._ctx_index = {}
+        self._indexed = 0
+
+    def propose(self, context, k, params, gen):
+        # index everything but the last position, so the current suffix never matches itself
+        self._index(context, self._ctx_index, self._indexed, len(context) - 1, self.ngrams)
+        self._indexed = max(self._indexed, len(context) - 1)
+        for n in self.ngrams:
+            key = tuple(context[-n:])
+            for seq, index in ((context, self._ctx_index), (self.history, self.history_index)):
+                j = index.get(key)
+                if j is not None:
+                    cont = [t for t in seq[j + 1:j + 1 + k] if t >= 0]
+                    if cont:
+                        return cont, None
+        return [], None
+
+    def rollback(self, valid: int) -> None:
+        self._indexed = min(self._indexed, max(0, valid - 1))
+
+    def finish(self, output: list[int]) -> None:
+        if len(self.history) + len(output) + 1 > self.history_tokens:
+            self.history, self.history_index = [], {}  # simple bound: start over
+        start = len(self.history)
+        self.history.extend(output + [-1])  # -1 separates outputs: no match runs across them
+        self._index(self.history, self.history_index, start, len(self.history), self.ngrams)
+
+
+class DraftModelDrafter:
+    """The engine's quantized draft model, with its own KV cache (pinned prefix included)."""
+
+    name = "draft_model"
+
+    def __init__(self, model: Llama, cache: KVCache):
+        self.model, self.cache = model, cache
+
+    def begin(self, context: list[int]) -> None:
+        pass
+
+    def propose(self, context, k, params, gen):
+        device = self.cache.k.device
+        feed = context[self.cache.length:]  # the last token, plus a bonus step's leftovers
+        out: list[int] = []
+        dists = []
+        for _ in range(k):
+            if self.cache.length + len(feed) >= self.cache.capacity:
+                break
+            logits = self.model(torch.tensor(feed, device=device), self.cache)
+            if params.greedy:
+                tok = int(logits[-1].argmax())
+            else:
+                dist = probs(logits[-1], params)
+                dists.append(dist)
+                tok = int(torch.multinomial(dist, 1, generator=gen))
+            out.append(tok)
+            feed = [tok]
+        return out, (torch.stack(dists) if dists else None)
+
+    def rollback(self, valid: int) -> None:
+        self.cache.crop(min(self.cache.length, valid))
+
+    def finish(self, output: list[int]) -> None:
+        pass
+
+
+class CombinedDrafter:
+    """Lookup when it has a match (free), else the draft model."""
+
+    name = "combined"
+
+    def __init__(self, lookup: LookupDrafter, model: DraftModelDrafter):
+        self.lookup, self.model = lookup, model
+
+    def begin(self, context):
+        self.lookup.begin(context)
+        self.model.begin(context)
+
+    def propose(self, context, k, params, gen):
+        draft, q = self.lookup.propose(context, k, params, gen)
+        return (draft, q) if draft else self.model.propose(context, k, params, gen)
+
+    def rollback(self, valid):
+        self.lookup.rollback(valid)
+        self.model.rollback(valid)
+
+    def finish(self, output):
+        self.lookup.finish(output)
+
+
+# ---------------------------------------------------------------- draft length
+
+
+@dataclass
+class AdaptiveK:
+    """+2 after a full accept, −1 otherwise, within [1, k_max]. While acceptance (a moving
+    average) is too low to pay for the drafting, pause for a few steps and then try again."""
+
+    k: int
+    k_max: int
+    min_acceptance: float = 0.25
+    pause_steps: int = 8
+    ema: float = 1.0
+    paused: int = 0
+    history: list[int] = field(default_factory=list)
+
+    def next_k(self) -> int:
+        if self.paused:
+            self.paused -= 1
+            return 0
+        return self.k
+
+    def update(self, drafted: int, accepted: int) -> None:
+        if drafted == 0:
+            return
+        self.k = min(self.k_max, self.k + 2) if accepted == drafted else max(1, self.k - 1)
+        self.ema = 0.7 * self.ema + 0.3 * (accepted / drafted)
+        if self.ema < self.min_acceptance:
+            self.paused, self.ema = self.pause_steps, self.min_acceptance  # probe again afterwards
