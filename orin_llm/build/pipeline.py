@@ -121,7 +121,8 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
 def _needs_scales(profile: Profile) -> bool:
     kv = [profile.target.kv_cache] + ([profile.draft.kv_cache] if profile.draft else [])
     if "int8" in kv and profile.calibration == "none":
-        raise OrinError("an INT8 KV cache needs calibrated scales: set calibration = \"calib\" in the profile")
+        raise OrinError("an INT8 KV cache needs calibrated scales: "
+                        "set calibration = \"calib\" in the profile")
     return "int8" in kv
 
 

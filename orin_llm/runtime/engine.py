@@ -17,11 +17,11 @@ from .kv_cache import Int8KVCache, KVCache
 from .llama import Llama, load_llama
 from .sampling import SamplingParams
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
+from .text import TextStream
 
 # What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
 # lookup drafter gives the decode speedup; a same-size INT8 draft costs about as much as the target.
 AUTO_SPECULATION = "lookup"
-from .text import TextStream
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

@@ -209,7 +209,8 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
     fused = _fuse(state, arch)
     quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]
     for name in quantized:  # weight-only quantized layers (the draft model)
-        model.set_submodule(name, QuantLinear(fused.pop(name + ".qweight"), fused.pop(name + ".scales"), dtype))
+        qweight, scales = fused.pop(name + ".qweight"), fused.pop(name + ".scales")
+        model.set_submodule(name, QuantLinear(qweight, scales, dtype))
     missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in fused.items()},
                                                 strict=False, assign=True)
     missing = [m for m in missing if m not in ("cos", "sin") and m.rpartition(".")[0] not in quantized]

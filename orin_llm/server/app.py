@@ -91,8 +91,9 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         if n > limit:
             raise RequestError(422, f"max_tokens must be at most {limit} for this engine, got {n}")
         try:
-            return SamplingParams(max_tokens=n, temperature=req.temperature or 0.0,
-                                  top_p=1.0 if req.top_p is None else req.top_p, seed=req.seed, stop=list(stop))
+            top_p = 1.0 if req.top_p is None else req.top_p
+            return SamplingParams(max_tokens=n, temperature=req.temperature or 0.0, top_p=top_p,
+                                  seed=req.seed, stop=list(stop))
         except OrinError as e:
             raise RequestError(422, str(e)) from None
 
@@ -121,10 +122,12 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         prefix = planner.prefix
         assert prefix is not None
         return {"status": "ok" if worker.accepting else "stopping", "ready": worker.accepting,
-                "engine": engine.name, "backend": engine.manifest.backend, "device": str(engine.cache.k.device),
+                "engine": engine.name, "backend": engine.manifest.backend,
+                "device": str(engine.cache.k.device),
                 "environment": {"name": prefix.environment.name, "version": prefix.version},
                 "prefix_tokens": len(prefix.ids),
-                "queue": {"depth": worker.depth, "capacity": worker.capacity, "running": worker.running is not None},
+                "queue": {"depth": worker.depth, "capacity": worker.capacity,
+                          "running": worker.running is not None},
                 "kv_cache": {"tokens": engine.cache.length, "capacity_tokens": engine.cache.capacity,
                              "bytes": engine.cache.nbytes},
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
@@ -202,7 +205,8 @@ def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:
         loc = [str(p) for p in e.get("loc", ()) if p != "body"]
         where, kind, msg = ".".join(loc) or "body", e.get("type", ""), str(e.get("msg", ""))
         if kind == "json_invalid":
-            parts.append(f"the body is not valid JSON ({e.get('ctx', {}).get('error', msg)} at character {where})")
+            why = e.get("ctx", {}).get("error", msg)
+            parts.append(f"the body is not valid JSON ({why} at character {where})")
             continue
         if kind == "extra_forbidden":
             msg = "unknown field"

@@ -37,8 +37,9 @@ def plan_job(req: PlanRequest, params: SamplingParams):
 
         def finish() -> dict:
             plan = planner.finish(gen, prefix)
+            steps = [{"action": s.action, "args": list(s.args)} for s in plan.steps]
             return {"engine": planner.engine.name, "environment_version": plan.environment_version,
-                    "plan": plan.text, "steps": [{"action": s.action, "args": list(s.args)} for s in plan.steps],
+                    "plan": plan.text, "steps": steps,
                     "finish_reason": plan.result.finish_reason, **stats(plan.result)}
         return gen, finish
     return begin

@@ -38,8 +38,8 @@ class Metrics:
         self.decode = Histogram("orin_llm_decode_tokens_per_second", "Decode speed per request",
                                 ["endpoint"], buckets=RATES, registry=r)
         self.prompt = Counter("orin_llm_prompt_tokens", "Prompt tokens", ["endpoint"], registry=r)
-        self.cached = Counter("orin_llm_cached_prompt_tokens",
-                              "Prompt tokens served from the pinned environment prefix", ["endpoint"], registry=r)
+        self.cached = Counter("orin_llm_cached_prompt_tokens", "Prompt tokens served from the pinned "
+                              "environment prefix", ["endpoint"], registry=r)
         self.completion = Counter("orin_llm_completion_tokens", "Generated tokens", ["endpoint"], registry=r)
         self.drafted = Counter("orin_llm_speculation_drafted_tokens", "Draft tokens proposed",
                                ["drafter"], registry=r)
@@ -65,8 +65,9 @@ class Metrics:
         g["kv_cache_tokens"].set_function(lambda: cache.length)
         g["kv_cache_capacity_tokens"].set(cache.capacity)
         g["kv_cache_bytes"].set(cache.nbytes)
-        g["prefix_tokens"].set_function(lambda: len(worker.planner.prefix.ids) if worker.planner.prefix else 0)
-        g["environment_version"].set_function(lambda: worker.planner.version)
+        planner = worker.planner
+        g["prefix_tokens"].set_function(lambda: len(planner.prefix.ids) if planner.prefix else 0)
+        g["environment_version"].set_function(lambda: planner.version)
 
     def count(self, endpoint: str, outcome: str) -> None:
         self.requests.labels(endpoint, outcome).inc()
