@@ -164,6 +164,41 @@ def plan(
     typer.echo(_timing_line(result.result.timings))
 
 
+SCENARIOS = ("prefix", "kv", "speculative")
+
+
+@app.command()
+def bench(
+    scenario: str = typer.Option("all", help=f"One of {', '.join(SCENARIOS)}, or all."),
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
+    out: Path = typer.Option(Path("bench-out"), help="Directory for <scenario>.json and .png."),
+    quick: bool = typer.Option(False, help="A short smoke run."),
+) -> None:
+    """Measure: TTFT with the pinned prefix, INT8 KV, speculative decoding. JSON + plots."""
+    from .manifest import load_manifest
+
+    chosen = SCENARIOS if scenario == "all" else (scenario,)
+    unknown = [s for s in chosen if s not in SCENARIOS]
+    if unknown:
+        raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
+    load_manifest(engine)  # a clear error before any work
+    for name in chosen:
+        if name == "prefix":
+            from .bench import prefix
+            from .runtime.engine import Engine
+
+            prefix.run(Engine.load(engine, device="cpu", draft=False), out, quick)
+        elif name == "kv":
+            from .bench import kv
+
+            kv.run(engine, out, quick)
+        elif name == "speculative":
+            from .bench import speculative
+
+            speculative.run(engine, out, quick)
+        typer.echo(str(out / f"{name}.json"))
+
+
 def main() -> None:
     try:
         app()

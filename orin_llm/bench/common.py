@@ -1,0 +1,79 @@
+"""What every scenario shares: the machine description, repeats, JSON and plots."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..environment import Environment, environment_from_dict
+from ..errors import OrinError
+
+
+def machine() -> dict[str, Any]:
+    info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def median_of(n: int, fn: Callable[[], float]) -> float:
+    return statistics.median(fn() for _ in range(n))
+
+
+def progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def write_json(out: Path, name: str, data: dict) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    data = {"scenario": name, "command": " ".join(["orin-llm"] + sys.argv[1:]),
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(), **data}
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise OrinError("plots need matplotlib: pip install 'orin-llm[bench]'") from None
+    return plt
+
+
+def scaled_environment(base_homes: list[Environment], encode: Callable[[str], list[int]],
+                       render: Callable[[Environment], str], target_tokens: int) -> Environment:
+    """A home whose rendered prefix has about `target_tokens` tokens: rooms of several homes,
+    renamed to stay unique (floor1_kitchen, floor2_kitchen, ...), added until the target."""
+    first = base_homes[0]
+    rooms: list[dict] = []
+    env = None
+    floor = 0
+    while True:
+        for home in base_homes:
+            floor += 1
+            for room in home.rooms:
+                rooms.append({"name": f"f{floor}_{room.name}", "places": [f"f{floor}_{p}" for p in room.places],
+                              "objects": [f"f{floor}_{o}" for o in room.objects]})
+                candidate = environment_from_dict({
+                    "name": f"scaled_{target_tokens}", "description": first.description,
+                    "rooms": rooms, "actions": [a.model_dump() for a in first.actions],
+                    "examples": [e.model_dump() for e in first.examples]})
+                if len(encode(render(candidate))) > target_tokens:
+                    return env or candidate
+                env = candidate
+        if floor > 400:
+            raise OrinError(f"cannot grow an environment to {target_tokens} tokens")

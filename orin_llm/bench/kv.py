@@ -1,0 +1,83 @@
+"""INT8 KV cache vs full precision on the held-out split: teacher-forced argmax agreement, mean
+|Δ logprob| of the reference token, per-head vs per-tensor scales, and decode speed."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from ..build.calibrate import interleave_by_home, load_scales, sequences
+from ..calibration_data import load_split
+from ..runtime.engine import Engine
+from ..runtime.kv_cache import Int8KVCache, KVCache
+from ..runtime.sampling import SamplingParams
+from .common import progress, write_json
+
+
+def _teacher_forced(model, cache, seqs) -> list[torch.Tensor]:
+    """Log-probs at every answer position, prefix computed once per home."""
+    out = []
+    device = model.embed_tokens.weight.device
+    for prefix, rests in seqs:
+        cache.crop(0)
+        model(torch.tensor(prefix, device=device), cache)
+        for rest in rests:
+            cache.crop(len(prefix))
+            out.append(torch.log_softmax(model(torch.tensor(rest, device=device), cache, num_logits=len(rest)), -1))
+    cache.crop(0)
+    return out
+
+
+def _compare(ref: list[torch.Tensor], got: list[torch.Tensor], seqs) -> dict:
+    agree = total = 0
+    dlogp = 0.0
+    rests = [r for _, rs in seqs for r in rs]
+    for a, b, rest in zip(ref, got, rests, strict=True):
+        agree += int((a.argmax(-1) == b.argmax(-1)).sum())
+        total += a.shape[0]
+        nxt = torch.tensor(rest[1:])  # teacher forcing: the reference's next token at each position
+        idx = torch.arange(len(nxt))
+        dlogp += float((a[idx, nxt] - b[idx, nxt]).abs().sum())
+    return {"argmax_agreement": agree / total, "mean_abs_dlogprob": dlogp / max(1, total - len(rests)),
+            "positions": total}
+
+
+def _decode_tps(engine: Engine, ids: list[int], n: int) -> float:
+    engine.pinned = []
+    res = engine.generate(ids, SamplingParams(max_tokens=n, stop_token_ids=[]), "none").run()
+    return res.timings.decode_tokens_per_s
+
+
+def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
+    items = interleave_by_home(load_split("heldout"), 12 if quick else None)
+    fp = Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False)
+    int8 = Engine.load(engine_dir, device="cpu", kv_cache="int8", draft=False)
+    seqs = list(sequences(fp, items))
+    arch = fp.model.arch
+    cap = fp.cache.capacity
+    progress(f"teacher forcing {len(items)} held-out answers, fp32 vs int8 KV")
+    ref = _teacher_forced(fp.model, KVCache(arch, cap, torch.float32), seqs)
+    per_head = _compare(ref, _teacher_forced(fp.model, int8.cache, seqs), seqs)
+    k_scale, v_scale = load_scales(engine_dir / fp.manifest.target.kv_cache.scales)
+    per_tensor_cache = Int8KVCache(arch, cap, k_scale.amax(1, keepdim=True).expand_as(k_scale),
+                                   v_scale.amax(1, keepdim=True).expand_as(v_scale), torch.float32)
+    per_tensor = _compare(ref, _teacher_forced(fp.model, per_tensor_cache, seqs), seqs)
+    progress(f"agreement per-head {per_head['argmax_agreement']:.4f}, per-tensor {per_tensor['argmax_agreement']:.4f}")
+    prompt = fp.chat_ids([{"role": "user", "content": "Describe every room of a large house in detail."}])
+    n = 32 if quick else 96
+    speeds = {"fp32": [], "int8": []}
+    for _ in range(2 if quick else 3):  # interleaved, so both see the same machine
+        for name, eng in (("fp32", fp), ("int8", int8)):
+            t0 = time.perf_counter()
+            speeds[name].append(_decode_tps(eng, prompt, n))
+            progress(f"decode {name}: {speeds[name][-1]:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
+    best = {k: max(v) for k, v in speeds.items()}
+    data = {"engine": fp.name, "items": len(items), "per_head_scales": per_head, "per_tensor_scales": per_tensor,
+            "kv_bytes_per_token": {"fp32": KVCache(arch, 1, torch.float32).bytes_per_token,
+                                   "fp16": KVCache(arch, 1, torch.float16).bytes_per_token,
+                                   "int8": int8.cache.bytes_per_token},
+            "decode_tokens_per_s": speeds, "int8_over_fp32_decode": best["int8"] / best["fp32"]}
+    write_json(out, "kv", data)
+    return data
