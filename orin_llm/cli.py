@@ -164,39 +164,26 @@ def plan(
     typer.echo(_timing_line(result.result.timings))
 
 
-SCENARIOS = ("prefix", "kv", "speculative")
+SCENARIOS = ("prefix", "kv", "speculative", "daemon")
 
 
 @app.command()
 def bench(
     scenario: str = typer.Option("all", help=f"One of {', '.join(SCENARIOS)}, or all."),
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
-    out: Path = typer.Option(Path("bench-out"), help="Directory for <scenario>.json and .png."),
+    out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
     quick: bool = typer.Option(False, help="A short smoke run."),
 ) -> None:
-    """Measure: TTFT with the pinned prefix, INT8 KV, speculative decoding. JSON + plots."""
-    from .manifest import load_manifest
+    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding and the daemon, while
+    sampling memory and power by phase (tegrastats on a Jetson); JSON, plots and report.md."""
+    from .bench import run_scenarios
 
     chosen = SCENARIOS if scenario == "all" else (scenario,)
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
-    load_manifest(engine)  # a clear error before any work
-    for name in chosen:
-        if name == "prefix":
-            from .bench import prefix
-            from .runtime.engine import Engine
-
-            prefix.run(Engine.load(engine, device="cpu", draft=False), out, quick)
-        elif name == "kv":
-            from .bench import kv
-
-            kv.run(engine, out, quick)
-        elif name == "speculative":
-            from .bench import speculative
-
-            speculative.run(engine, out, quick)
-        typer.echo(str(out / f"{name}.json"))
+    report = run_scenarios(chosen, engine, out, quick)
+    typer.echo(str(report))
 
 
 def main() -> None:

@@ -1,2 +1,60 @@
 """`orin-llm bench`: measured, side-by-side numbers. Every scenario writes <out>/<scenario>.json
-(with the machine and the command) and, where a picture helps, <out>/<scenario>.png."""
+(with the machine and the command) and, where a picture helps, <out>/<scenario>.png; memory and
+power are sampled by phase throughout, and report.md sums it all up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def run_scenarios(names, engine_dir: Path, out: Path, quick: bool) -> Path:
+    from ..errors import OrinError
+    from ..manifest import load_manifest
+    from .common import progress, pyplot
+    from .report import write_report
+    from .sampler import Sampler
+
+    manifest = load_manifest(engine_dir)  # a clear error before any work
+    if manifest.backend != "torch" and any(n in ("kv", "speculative", "prefix") for n in names):
+        # These scenarios drive the torch runtime directly; on a TRT-LLM engine run `daemon`,
+        # which measures whatever backend the daemon serves.
+        raise OrinError(f"scenarios prefix/kv/speculative run on torch engines; {engine_dir} is "
+                        f"{manifest.backend!r}: use --scenario daemon")
+    out.mkdir(parents=True, exist_ok=True)
+    with Sampler() as sampler:
+        for name in names:
+            sampler.phase = name
+            progress(f"scenario {name}")
+            if name == "prefix":
+                from ..runtime.engine import Engine
+                from .prefix import run
+
+                run(Engine.load(engine_dir, device="cpu", draft=False), out, quick)
+            elif name == "kv":
+                from .kv import run
+
+                run(engine_dir, out, quick)
+            elif name == "speculative":
+                from .speculative import run
+
+                run(engine_dir, out, quick)
+            elif name == "daemon":
+                from .daemon import run
+
+                run(engine_dir, out, quick)
+        sampler.phase = "done"
+    (out / "samples.json").write_text(json.dumps({**sampler.summary(), "samples": sampler.samples}, indent=1))
+    if sampler.samples:
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        for phase in dict.fromkeys(s["phase"] for s in sampler.samples):
+            pts = [s for s in sampler.samples if s["phase"] == phase]
+            ax.plot([s["t_s"] for s in pts], [s["mem_used_bytes"] / 2**30 for s in pts], ".", label=phase)
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel("memory used (GiB)")
+        ax.set_title(f"memory by phase ({sampler.source})")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "samples.png", dpi=120)
+    return write_report(out, manifest)

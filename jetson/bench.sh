@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On-device benchmark: checks the device, then runs every scenario and writes JSON, plots and
+# report.md (memory and power sampled by phase with tegrastats) into one folder.
+#   jetson/bench.sh [--quick] [TORCH_ENGINE_DIR] [TRTLLM_ENGINE_DIR]
+# The torch engine (built with the CUDA torch JetPack ships) runs prefix, kv and speculative;
+# the TensorRT-LLM engine is measured through the daemon.
+set -euo pipefail
+quick=()
+if [[ "${1:-}" == "--quick" ]]; then quick=(--quick); shift; fi
+torch_engine="${1:-engines/smollm2-135m-demo}"
+trt_engine="${2:-engines/agx-orin-64gb}"
+out="bench-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)"
+orin-llm doctor --engine "$trt_engine" || echo "doctor reported problems (see above); continuing"
+orin-llm bench --engine "$torch_engine" --scenario all --out "$out/torch" "${quick[@]}"
+if [[ -f "$trt_engine/manifest.json" ]]; then
+  orin-llm bench --engine "$trt_engine" --scenario daemon --out "$out/trtllm" "${quick[@]}"
+else
+  echo "no TensorRT-LLM engine at $trt_engine: build it with orin-llm build --profile jetson/profiles/agx-orin-64gb.toml"
+fi
+echo "reports: $out/torch/report.md ${trt_engine:+$out/trtllm/report.md}"

@@ -1,0 +1,78 @@
+"""One Markdown report from whatever scenario JSONs a run wrote, set against published anchors
+for the Orin. On other machines the anchors are shown for scale only: different hardware."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# Published Jetson AGX Orin 64 GB numbers (decode tokens/s, batch 1).
+ANCHORS = [
+    ("MLC LLM, Llama 3.2 3B, INT4", 80.4),
+    ("TensorRT-LLM 0.12-jetson, Llama 3 8B, INT4", 35.9),
+]
+ORIN_BANDWIDTH = 204.8e9  # bytes/s, LPDDR5: decode cannot beat bandwidth / weight bytes per token
+
+
+def _load(out: Path, name: str):
+    p = out / f"{name}.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def write_report(out: Path, manifest=None) -> Path:
+    lines = ["# orin-llm benchmark report", ""]
+    anything = next((d for n in ("prefix", "speculative", "kv", "daemon") if (d := _load(out, n))), None)
+    if anything:
+        m = anything["machine"]
+        lines += [f"Machine: {m.get('gpu', 'CPU')} · {m['platform']} · torch {m['torch']} · "
+                  f"{m['cpu_count']} cores · command `{anything['command']}`", ""]
+    on_orin = bool(manifest is not None and manifest.backend == "trtllm")
+    lines += ["## Anchors (Jetson AGX Orin 64 GB, published)", "", "| what | decode tok/s |", "|---|---|"]
+    lines += [f"| {name} | {tps} |" for name, tps in ANCHORS]
+    if manifest is not None and manifest.memory_plan:
+        wb = manifest.memory_plan["target"]["weights_bytes"]
+        lines.append(f"| bandwidth bound for this target ({wb / 1e9:.2f} GB of weights) | "
+                     f"{ORIN_BANDWIDTH / wb:.1f} |")
+    if not on_orin:
+        lines += ["", "_This run is not on an Orin with TensorRT-LLM engines: the anchors are for scale only._"]
+    if (d := _load(out, "prefix")):
+        lines += ["", "## Pinned environment prefix (TTFT)", "",
+                  "| prefix tokens | cold ms | warm ms | task alone ms | cold/warm | warm/alone |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['prefix_tokens']} | {r['ttft_cold_ms']:.0f} | {r['ttft_warm_ms']:.1f} | "
+                  f"{r['ttft_task_alone_ms']:.1f} | {r['cold_over_warm']:.1f}× | {r['warm_over_task_alone']:.2f} |"
+                  for r in d["rows"]]
+    if (d := _load(out, "speculative")):
+        lines += ["", "## Speculative decoding (held-out planning tasks)", "",
+                  "| mode | decode tok/s | vs plain (same mode) | vs fastest plain | acceptance | mean accepted length "
+                  "| same as plain |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {k} | {r['decode_tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}× | "
+                  f"{r['speedup_vs_fast_plain']:.2f}× | {r['acceptance_rate']:.2f} | {r['mean_accepted_length']:.2f} | "
+                  f"{r['identical_to_plain']} |" for k, r in d["results"].items()]
+    if (d := _load(out, "kv")):
+        ph, pt = d["per_head_scales"], d["per_tensor_scales"]
+        lines += ["", "## INT8 KV cache vs full precision (held-out split, teacher forced)", "",
+                  "| scales | argmax agreement | mean abs Δ logprob |", "|---|---|---|",
+                  f"| per layer, per KV head | {ph['argmax_agreement']:.4f} | {ph['mean_abs_dlogprob']:.4f} |",
+                  f"| per layer (per tensor) | {pt['argmax_agreement']:.4f} | {pt['mean_abs_dlogprob']:.4f} |", "",
+                  f"KV bytes/token: {d['kv_bytes_per_token']}; decode speed int8/fp32: "
+                  f"{d['int8_over_fp32_decode']:.2f}×"]
+    if (d := _load(out, "daemon")):
+        s = d["sequential"]
+        lines += ["", "## Daemon (Unix socket + HTTP)", "",
+                  f"Overhead per request: median {s['overhead_ms_median']:.2f} ms, p99 {s['overhead_ms_p99']:.2f} ms "
+                  f"(client latency − the daemon's own total_ms, {s['requests']} requests).", "",
+                  "| clients | median ms | p99 ms | req/s | errors |", "|---|---|---|---|---|"]
+        lines += [f"| {r['clients']} | {r['latency_ms_median']:.0f} | {r['latency_ms_p99']:.0f} | "
+                  f"{r['requests_per_s']:.1f} | {r['errors']} |" for r in d["concurrency"]]
+        lines += ["", f"Daemon RSS over the soak (KiB): {d['rss_kib'][0]} → {d['rss_kib'][-1]} "
+                      f"(growth after warm-up {d['rss_growth_kib']} KiB)"]
+    if (d := _load(out, "samples")):
+        lines += ["", f"## Memory and power by phase (source: {d['source']})", "",
+                  "| phase | samples | peak memory used GiB | mean power W |", "|---|---|---|---|"]
+        for name, p in d["phases"].items():
+            power = f"{p['mean_power_mw'] / 1e3:.1f}" if p["mean_power_mw"] is not None else "n/a (no power sensor)"
+            lines.append(f"| {name} | {p['samples']} | {p['peak_mem_used_bytes'] / 2**30:.2f} | {power} |")
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
