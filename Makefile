@@ -3,7 +3,6 @@ PY     ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
-TASK   ?= Bring the mug from the kitchen to the living room table.
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo test lint engine clean
@@ -28,7 +27,7 @@ $(ENGINE)/manifest.json: | $(STAMP)
 	$(BIN)/orin-llm build --embedded --out $(ENGINE) --force
 
 demo: $(STAMP) $(ENGINE)/manifest.json
-	$(BIN)/orin-llm plan --engine $(ENGINE) "$(TASK)"
+	$(BIN)/orin-llm demo --engine $(ENGINE)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

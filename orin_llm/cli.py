@@ -126,42 +126,109 @@ def _timing_line(t) -> str:
 
 
 @app.command()
-def plan(
-    task: str = typer.Argument(..., help="What the robot should do."),
-    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory (in-process)."),
+def serve(
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
     environment: Optional[Path] = typer.Option(None, help="Home environment (YAML or text); "
                                                "default: the example home."),
-    observation: Optional[list[str]] = typer.Option(None, help="An observation (repeatable)."),
-    max_tokens: int = typer.Option(128),
-    temperature: float = typer.Option(0.0),
-    seed: Optional[int] = typer.Option(None),
-    as_json: bool = typer.Option(False, "--json"),
-    device: str = typer.Option("auto"),
+    socket: Optional[Path] = typer.Option(None, help="Unix socket (default: $ORIN_LLM_SOCKET, else "
+                                          "$XDG_RUNTIME_DIR/orin-llm/planner.sock, else /run/orin-llm/planner.sock)."),
+    socket_group: Optional[str] = typer.Option(None, help="Group owning the socket (mode 0660)."),
+    tcp: Optional[str] = typer.Option(None, help="Also listen on HOST:PORT (no authentication)."),
+    queue_size: int = typer.Option(16, help="Requests that may wait; more get 503 + Retry-After."),
+    grace_s: float = typer.Option(10.0, help="On SIGTERM, time for queued/running requests to finish."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto."),
+    max_tokens_limit: Optional[int] = typer.Option(None, help="Cap max_tokens below the engine's limit."),
+    log_level: str = typer.Option("info", help="debug, info, warning or error."),
 ) -> None:
-    """Ask for a plan: the task, in the home environment, answered with allowed actions."""
+    """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
+    from .server.cli import serve_command
+
+    serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
+                  log_level)
+
+
+@app.command()
+def plan(
+    task: str = typer.Argument(..., help="What the robot should do."),
+    socket: Optional[Path] = typer.Option(None, help="Daemon socket (default: the daemon's default path)."),
+    engine: Optional[Path] = typer.Option(None, help="Run in-process on this engine instead of the daemon."),
+    environment: Optional[Path] = typer.Option(None, help="In-process only: home environment (YAML or text)."),
+    observation: Optional[list[str]] = typer.Option(None, help="An observation (repeatable)."),
+    max_tokens: Optional[int] = typer.Option(None),
+    temperature: Optional[float] = typer.Option(None),
+    seed: Optional[int] = typer.Option(None),
+    as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
+    stream: bool = typer.Option(False, "--stream", help="Print the plan as it is decoded."),
+    timeout_s: float = typer.Option(120.0, help="Give up waiting for the daemon after this long."),
+) -> None:
+    """Ask for a plan: through the daemon's socket, or in-process with --engine."""
+    if engine is None:
+        if environment is not None:
+            raise OrinError("--environment applies in-process (with --engine); the daemon has its own: "
+                            "PUT /v1/environment, or restart it with --environment")
+        from .server.cli import plan_command
+
+        plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s)
+        return
     from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
     from .runtime.planner import Planner
+    from .server.cli import summary
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
-    planner = Planner(Engine.load(engine, device=device), env)
+    planner = Planner(Engine.load(engine), env)
     prefix = planner.prefix
-    gen = planner.start(task, _params(max_tokens, temperature, 1.0, seed, None), observation)
-    if not as_json:
-        typer.echo(f"task: {task}")
-        for delta in gen:
+    params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
+    gen = planner.start(task, params, observation)
+    for delta in gen:
+        if stream and not as_json:
             sys.stdout.write(delta)
             sys.stdout.flush()
-        typer.echo("")
-    result = planner.finish(gen, prefix)
-    steps = [{"action": s.action, "args": list(s.args)} for s in result.steps]
+    res = planner.finish(gen, prefix)
+    out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
+           "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
+           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict()}
     if as_json:
-        typer.echo(json.dumps({"engine": planner.engine.name, "environment": env.name, "plan": result.text,
-                               "steps": steps, "timings": result.result.timings.as_dict()}))
+        typer.echo(json.dumps(out))
         return
-    typer.echo(f"-- parsed {len(steps)} step(s): " + "; ".join(
-        f"{s['action']}({', '.join(s['args'])})" for s in steps))
-    typer.echo(_timing_line(result.result.timings))
+    typer.echo("" if stream else res.text)
+    typer.echo(summary(out), err=True)
+
+
+@app.command()
+def demo(
+    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory (built from the embedded profile if absent)."),
+) -> None:
+    """The main job end to end: build if needed, start the daemon, ask it for plans, stop it."""
+    from .build.pipeline import build_engine
+    from .client import PlannerClient
+    from .profile import embedded_profile
+    from .server.cli import summary
+    from .server.process import DaemonProcess
+
+    if not (engine / "manifest.json").is_file():
+        typer.echo(f"building the embedded engine into {engine} (once) ...", err=True)
+        build_engine(embedded_profile(), engine, force=True)
+    typer.echo("starting the planning daemon ...", err=True)
+    tasks = ["Bring the mug from the kitchen to the coffee table.", "Switch off the bedside lamp.",
+             "Put the towel in the laundry basket."]
+    with DaemonProcess(engine) as daemon, PlannerClient(daemon.socket, timeout_s=300) as client:
+        health = client.health()
+        typer.echo(f"daemon ready on {daemon.socket}: engine {health['engine']}, environment "
+                   f"{health['environment']['name']} v{health['environment']['version']} "
+                   f"({health['prefix_tokens']} prefix tokens pinned)\n")
+        for task in tasks:
+            typer.echo(f"task: {task}")
+            result: dict = {}
+            for event in client.plan_stream(task, max_tokens=96):
+                if "delta" in event:
+                    sys.stdout.write(event["delta"])
+                    sys.stdout.flush()
+                result = event
+            spec = result.get("speculation", {})
+            typer.echo("\n" + summary(result))
+            typer.echo(f"-- speculation {spec.get('drafter')}: {spec.get('accepted')}/{spec.get('drafted')} "
+                       f"drafts accepted, {spec.get('mean_accepted_length')} tokens per target step\n")
 
 
 SCENARIOS = ("prefix", "kv", "speculative", "daemon")

@@ -8,17 +8,13 @@ is also timed for the same requests as a cross-check.
 
 from __future__ import annotations
 
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from ..client import PlannerClient, PlannerUnavailable
-from ..errors import OrinError
+from ..client import PlannerClient
+from ..server.process import DaemonProcess
 from .common import progress, pyplot, write_json
 
 TASKS = ["Open the fridge.", "Close the front door.", "Pick up the book.", "Switch on the floor lamp.",
@@ -36,37 +32,6 @@ def _rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     return 0
-
-
-class DaemonProcess:
-    """`python -m orin_llm.server.daemon` on a private socket, for as long as the `with` lasts."""
-
-    def __init__(self, engine_dir: Path, env: dict | None = None):
-        self.dir = Path(tempfile.mkdtemp(prefix="orin-bench-", dir="/tmp"))
-        self.socket = self.dir / "planner.sock"
-        self.log = open(self.dir / "daemon.log", "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "orin_llm.server.daemon", "--engine", str(engine_dir),
-                                      "--socket", str(self.socket), "--log-level", "warning"],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-
-    def __enter__(self) -> DaemonProcess:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}")
-            try:
-                with PlannerClient(self.socket, timeout_s=5) as c:
-                    if c.health().get("ready"):
-                        return self
-            except PlannerUnavailable:
-                pass
-            time.sleep(0.3)
-        raise OrinError("the daemon did not become ready within 180 s")
-
-    def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
-        self.log.close()
 
 
 def _timed_plan(client: PlannerClient, task: str) -> tuple[float, float]:

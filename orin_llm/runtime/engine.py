@@ -159,6 +159,11 @@ class Engine:
         n = len(self.pinned)
         return n if 0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned else 0
 
+    def kv_usage(self) -> dict:
+        """What the server reports: backend-neutral (TrtllmEngine has the same method)."""
+        return {"device": str(self.cache.k.device), "tokens": self.cache.length,
+                "capacity_tokens": self.cache.capacity, "bytes": sum(lane.cache.nbytes for lane in self.lanes)}
+
     @property
     def speculation_modes(self) -> list[str]:
         return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft else [])

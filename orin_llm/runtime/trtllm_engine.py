@@ -303,6 +303,14 @@ class TrtllmEngine:
         self.check_prompt(len(prompt_ids))
         return TrtllmGeneration(self, prompt_ids, params, mode, cached=self.cached_prefix(prompt_ids))
 
+    def kv_usage(self) -> dict:
+        """The executor owns its KV blocks; report the plan's budget and the pinned prefix."""
+        plan = self.manifest.memory_plan or {}
+        target = plan.get("target") or {}
+        return {"device": "cuda (TensorRT-LLM)", "tokens": len(self.pinned),
+                "capacity_tokens": int(target.get("max_kv_tokens") or plan.get("max_kv_tokens") or 0),
+                "bytes": int(target.get("kv_bytes") or 0)}
+
     def close(self) -> None:
         """Shut the executors down (frees their engines and KV caches); the engine is unusable after."""
         if not self._closed:

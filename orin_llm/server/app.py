@@ -26,12 +26,16 @@ from ..runtime.sampling import SamplingParams
 from .body_limit import BodyLimit
 from .errors import RequestError, error_body
 from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job
-from .schemas import ChatRequest, PlanRequest, Sampling, check_utf8
+from .schemas import ChatRequest, EnvironmentVersion, ErrorResponse, PlanRequest, PlanResponse, Sampling, check_utf8
 from .streams import SSE_HEADERS, events, first_event
 from .worker import Job, Worker
 
 ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
 MODELS = {"/v1/plan": PlanRequest, "/v1/chat/completions": ChatRequest}
+ERRORS: dict = {status: {"model": ErrorResponse, "description": what} for status, what in (
+    (412, "If-Match names another environment version"), (413, "Body or prompt over the limits"),
+    (422, "Invalid request: the message says what to fix"), (503, "Queue full (see Retry-After) or shutting down"),
+    (504, "deadline_ms passed"))}
 
 
 @dataclass
@@ -78,7 +82,10 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         count(request.url.path, "invalid" if exc.status_code < 500 else "error")
-        return JSONResponse(error_body(exc.status_code, str(exc.detail)), exc.status_code,
+        message = str(exc.detail)
+        if exc.__cause__ is not None:  # FastAPI's "error parsing the body": say which error
+            message += f" ({type(exc.__cause__).__name__}: {exc.__cause__})"
+        return JSONResponse(error_body(exc.status_code, message), exc.status_code,
                             headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestError)
@@ -121,15 +128,15 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
     async def health() -> dict:
         prefix = planner.prefix
         assert prefix is not None
+        kv = engine.kv_usage()
         return {"status": "ok" if worker.accepting else "stopping", "ready": worker.accepting,
                 "engine": engine.name, "backend": engine.manifest.backend,
-                "device": str(engine.cache.k.device),
+                "device": kv["device"],
                 "environment": {"name": prefix.environment.name, "version": prefix.version},
                 "prefix_tokens": len(prefix.ids),
                 "queue": {"depth": worker.depth, "capacity": worker.capacity,
                           "running": worker.running is not None},
-                "kv_cache": {"tokens": engine.cache.length, "capacity_tokens": engine.cache.capacity,
-                             "bytes": engine.cache.nbytes},
+                "kv_cache": {k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
                            "max_body_bytes": config.max_body_bytes}}
 
@@ -144,7 +151,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         return JSONResponse(prefix.environment.model_dump(mode="json", exclude_none=True),
                             headers={"ETag": f'"{prefix.version}"'})
 
-    @app.put("/v1/environment")
+    @app.put("/v1/environment", responses={200: {"model": EnvironmentVersion}, **ERRORS})
     async def put_environment(
         request: Request,
         body: dict[str, Any] = Body(..., description="An environment, in the shape GET /v1/environment "
@@ -159,7 +166,8 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop())
         return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
 
-    @app.post("/v1/plan")
+    @app.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
+                                           "text/event-stream ending with this object and [DONE]."}, **ERRORS})
     async def plan(req: PlanRequest, request: Request) -> Response:
         """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
         then the full response, then `[DONE]`."""
@@ -167,7 +175,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                   stream=req.stream, deadline_ms=req.deadline_ms)
         return await respond(job, request, JSONResponse)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=ERRORS)
     async def chat(req: ChatRequest, request: Request) -> Response:
         """OpenAI-compatible chat completion; `model` may name anything, the engine answers."""
         wanted = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
@@ -202,7 +210,8 @@ def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:
     """FastAPI's validation errors as one line that says what to fix."""
     parts = []
     for e in errors:
-        loc = [str(p) for p in e.get("loc", ()) if p != "body"]
+        # drop "body" and pydantic's union tags ("function-after[utf8(), str]", "list[ContentPart]")
+        loc = [str(p) for p in e.get("loc", ()) if p != "body" and "[" not in str(p)]
         where, kind, msg = ".".join(loc) or "body", e.get("type", ""), str(e.get("msg", ""))
         if kind == "json_invalid":
             why = e.get("ctx", {}).get("error", msg)

@@ -58,13 +58,14 @@ class Metrics:
 
     def watch(self, worker: Worker) -> None:
         """Gauges read on scrape: an int read from the worker's objects is atomic enough."""
-        cache = worker.planner.engine.cache
+        engine = worker.planner.engine
+        usage = engine.kv_usage()
         g = self._gauges
         g["queue_depth"].set_function(lambda: worker.depth)
         g["queue_capacity"].set(worker.capacity)
-        g["kv_cache_tokens"].set_function(lambda: cache.length)
-        g["kv_cache_capacity_tokens"].set(cache.capacity)
-        g["kv_cache_bytes"].set(cache.nbytes)
+        g["kv_cache_tokens"].set_function(lambda: engine.kv_usage()["tokens"])
+        g["kv_cache_capacity_tokens"].set(usage["capacity_tokens"])
+        g["kv_cache_bytes"].set(usage["bytes"])
         planner = worker.planner
         g["prefix_tokens"].set_function(lambda: len(planner.prefix.ids) if planner.prefix else 0)
         g["environment_version"].set_function(lambda: planner.version)

@@ -27,16 +27,18 @@ def utf8(value: str) -> str:
 
 
 def check_utf8(obj: Any) -> None:
-    """The same check over a parsed JSON document (the environment body)."""
-    if isinstance(obj, str):
-        utf8(obj)
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            check_utf8(k)
-            check_utf8(v)
-    elif isinstance(obj, list):
-        for v in obj:
-            check_utf8(v)
+    """The same check over a parsed JSON document (the environment body); iterative, so that
+    a deeply nested document cannot exhaust the stack."""
+    todo = [obj]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            utf8(item)
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
 
 
 Text = Annotated[str, AfterValidator(utf8)]
@@ -150,3 +152,38 @@ class ChatRequest(Sampling):
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+
+# Responses: for the OpenAPI document only (handlers build plain dicts).
+
+class StepOut(BaseModel):
+    action: str
+    args: list[str]
+
+
+class PlanResponse(BaseModel):
+    engine: str
+    environment_version: int = Field(description="The environment version this plan was made in.")
+    plan: str = Field(description="The answer's text, one action call per line.")
+    steps: list[StepOut] = Field(description="The lines that call a declared action with the right arguments.")
+    finish_reason: Literal["stop", "length"]
+    timings: dict[str, float] = Field(description="ttft_ms, total_ms, decode_tokens_per_s, prompt_tokens, "
+                                                  "cached_prompt_tokens, completion_tokens")
+    speculation: dict[str, Any] = Field(description="drafter, drafted, accepted, acceptance_rate, "
+                                                    "mean_accepted_length")
+
+
+class EnvironmentVersion(BaseModel):
+    version: int
+    name: str
+    prefix_tokens: int
+
+
+class ErrorDetail(BaseModel):
+    message: str = Field(description="What went wrong and what to fix.")
+    type: str
+    code: int
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail

@@ -1,0 +1,124 @@
+"""`serve()`: the planning daemon on a Unix socket (and TCP only when asked).
+
+Start-up order matters: claim the socket path first (a second daemon fails in a second, not
+after loading an engine), bind and listen at once (clients that connect while the engine loads
+wait in the backlog instead of being refused), load the engine and pin the environment, then
+serve and tell systemd READY=1.
+
+SIGTERM (or SIGINT) is graceful: the listening sockets close, queued and running requests get
+`grace_s` to finish (a stream still running then ends with an error event), the worker stops,
+the socket file is removed, and the process exits 0.
+
+Run it without the CLI: `python -m orin_llm.server.daemon --engine DIR --socket PATH`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Optional
+
+from ..errors import OrinError
+from .sockets import bind_tcp, bind_unix, claim, default_socket_path, notify, same_file
+
+log = logging.getLogger("orin_llm.server")
+
+
+def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
+          socket_path: Optional[str | Path] = None, socket_group: Optional[str] = None,
+          tcp: Optional[str] = None, queue_size: int = 16, grace_s: float = 10.0, device: str = "auto",
+          max_tokens_limit: Optional[int] = None, log_level: str = "info") -> None:
+    """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if queue_size < 1 or grace_s < 0 or (max_tokens_limit is not None and max_tokens_limit < 1):
+        raise OrinError("--queue-size and --max-tokens-limit must be ≥ 1, --grace-s ≥ 0")
+    path = Path(socket_path) if socket_path else default_socket_path()
+    claim(path)
+    sockets = [bind_unix(path, socket_group)]
+    ours = path.lstat()  # remove the socket file at exit only if it is still this one
+    server = None
+
+    def on_signal(signum: int, frame: object) -> None:
+        if server is None:  # still loading: nothing to drain
+            raise SystemExit(0)
+        # else uvicorn handled it already and re-raises it at its exit: nothing more to do
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        if tcp:
+            sockets.append(bind_tcp(tcp))
+            log.warning("also listening on TCP %s: anyone who can reach it can use the planner", tcp)
+        server = _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit,
+                               log_level, path)
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+        if same_file(path, ours):
+            path.unlink()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path):
+    import uvicorn  # the heavy imports wait until the socket is ours
+
+    from ..environment import EXAMPLE_HOME_PATH, load_environment
+    from ..runtime.loader import load_engine
+    from ..runtime.planner import Planner
+    from .app import ServerConfig, create_app
+    from .worker import Worker
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                log.info("ready on %s", path)
+                notify("READY=1")
+
+        def handle_exit(self, sig: int, frame) -> None:
+            if not self.should_exit:
+                log.info("signal %d: finishing requests (up to %.1f s), then exiting", sig, grace_s)
+                notify("STOPPING=1")
+                worker.drain(grace_s)
+            super().handle_exit(sig, frame)
+
+    env = load_environment(environment or EXAMPLE_HOME_PATH)
+    engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
+    planner = Planner(engine, env)
+    log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
+             engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
+    worker = Worker(planner, queue_size=queue_size)
+    app = create_app(worker, ServerConfig(max_tokens_limit=max_tokens_limit))
+    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=grace_s, limit_concurrency=512, server_header=False)
+    return Server(config)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m orin_llm.server.daemon", description=__doc__.split("\n")[0])
+    p.add_argument("--engine", required=True, help="engine directory")
+    p.add_argument("--environment", help="home environment (YAML or text); default: the example home")
+    p.add_argument("--socket", help=f"socket path (default: {default_socket_path()})")
+    p.add_argument("--socket-group", help="group that owns the socket (mode 0660)")
+    p.add_argument("--tcp", help="also listen on HOST:PORT (no authentication)")
+    p.add_argument("--queue-size", type=int, default=16, help="requests that may wait (more: 503)")
+    p.add_argument("--grace-s", type=float, default=10.0, help="on SIGTERM, time to finish requests")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
+    p.add_argument("--max-tokens-limit", type=int, help="cap max_tokens below the engine's limit")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    a = p.parse_args(argv)
+    try:
+        serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
+              a.max_tokens_limit, a.log_level)
+    except OrinError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""A planning daemon in a child process, for as long as a `with` block lasts: what `orin-llm demo`
+and the daemon benchmark use (the tests have their own, with more knobs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..client import PlannerClient, PlannerError
+from ..errors import OrinError
+
+
+class DaemonProcess:
+    """`python -m orin_llm.server.daemon` on a private socket, for as long as the `with` lasts."""
+
+    def __init__(self, engine_dir: Path, env: dict | None = None, extra: tuple[str, ...] = ()):
+        self.dir = Path(tempfile.mkdtemp(prefix="orin-llm-", dir="/tmp"))  # short: sockets have a 108-byte path
+        self.socket = self.dir / "planner.sock"
+        self.log = open(self.dir / "daemon.log", "wb")
+        self.proc = subprocess.Popen([sys.executable, "-m", "orin_llm.server.daemon", "--engine", str(engine_dir),
+                                      "--socket", str(self.socket), "--log-level", "warning", *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+
+    def __enter__(self) -> DaemonProcess:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}")
+            try:
+                with PlannerClient(self.socket, timeout_s=30) as c:
+                    if c.health().get("ready"):
+                        return self
+            except PlannerError:  # refused, or waiting in the backlog while the engine loads
+                pass
+            time.sleep(0.3)
+        raise OrinError("the daemon did not become ready within 180 s")
+
+    def __exit__(self, *exc) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+        self.log.close()
+
+

@@ -1,0 +1,98 @@
+"""Clients that go away and deadlines that pass: the generation stops, the KV cache goes back to
+the pinned prefix, and the other clients are served as if nothing happened."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from orin_llm.client import PlannerError
+
+LONG = "Describe, step by step and in great detail, how to tidy up every room of the home."
+
+
+def counter(client, endpoint: str, outcome: str) -> float:
+    m = re.search(rf'^orin_llm_requests_total{{endpoint="{endpoint}",outcome="{outcome}"}} (\S+)$',
+                  client.metrics(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def wait_for(predicate, timeout_s: float = 20) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def idle(client) -> bool:
+    h = client.health()
+    return not h["queue"]["running"] and h["queue"]["depth"] == 0 and h["kv_cache"]["tokens"] == h["prefix_tokens"]
+
+
+def test_a_client_killed_mid_stream_is_cancelled_and_others_are_served(daemon, client):
+    expected = client.plan("Open the fridge.", max_tokens=4)["plan"]
+    cancelled = counter(client, "plan", "cancelled")
+    code = ("import sys\nfrom orin_llm.client import PlannerClient\n"
+            f"for event in PlannerClient({str(daemon.socket)!r}).plan_stream({LONG!r}, max_tokens=1000):\n"
+            "    print('delta', flush=True)\n")
+    streamer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert streamer.stdout.readline() == b"delta\n"  # it is streaming now
+        other: dict = {}  # a request queued behind the stream
+        t = threading.Thread(target=lambda: other.update(daemon.client().plan("Open the fridge.", max_tokens=4)))
+        t.start()
+        assert wait_for(lambda: client.health()["queue"]["depth"] == 1)
+        streamer.kill()
+    finally:
+        streamer.kill()
+        streamer.wait()
+    t.join(60)
+    assert other.get("plan") == expected  # served right after the cancelled stream, not lost
+    assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)
+    assert wait_for(lambda: idle(client))  # the KV cache is back to the pinned prefix
+
+
+def test_a_client_that_hangs_up_while_waiting_is_cancelled(daemon, client):
+    cancelled = counter(client, "plan", "cancelled")
+    with daemon.client(timeout_s=1.0) as impatient, pytest.raises(PlannerError, match="timed out"):
+        impatient.plan(LONG, max_tokens=1000)
+    assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)
+    assert wait_for(lambda: idle(client))
+
+
+def test_deadline_exceeded(daemon, client):
+    r = httpx.Client(transport=httpx.HTTPTransport(uds=str(daemon.socket))).post(
+        "http://x/v1/chat/completions", timeout=60,
+        json={"messages": [{"role": "user", "content": LONG}], "max_tokens": 1000, "deadline_ms": 500})
+    assert r.status_code == 504 and "deadline of 500 ms exceeded" in r.json()["error"]["message"]
+    deadlines = counter(client, "plan", "deadline")
+    with pytest.raises(PlannerError, match="deadline of 300 ms exceeded") as err:
+        client.plan(LONG, max_tokens=1000, deadline_ms=300)
+    assert err.value.status == 504
+    with pytest.raises(PlannerError, match="deadline of 700 ms exceeded"):  # after some deltas
+        list(client.plan_stream(LONG, max_tokens=1000, deadline_ms=700))
+    assert wait_for(lambda: counter(client, "plan", "deadline") == deadlines + 2)
+    assert wait_for(lambda: idle(client))
+    assert client.plan("Open the fridge.", max_tokens=2, deadline_ms=60_000)["plan"]
+
+
+def test_metrics_and_health(client):
+    client.plan("Open the fridge.", max_tokens=2)
+    text, health = client.metrics(), client.health()
+    for name in ("orin_llm_ttft_seconds_bucket", "orin_llm_request_seconds_count", "orin_llm_queue_wait_seconds_sum",
+                 "orin_llm_decode_tokens_per_second_bucket", "orin_llm_completion_tokens_total",
+                 "orin_llm_queue_depth 0.0", "orin_llm_kv_cache_capacity_tokens 8192.0"):
+        assert name in text
+    assert counter(client, "plan", "ok") >= 1
+    cached = re.search(r'^orin_llm_cached_prompt_tokens_total{endpoint="plan"} (\S+)$', text, re.M)
+    assert float(cached.group(1)) >= health["prefix_tokens"]  # the pinned prefix was reused
+    assert f"orin_llm_prefix_tokens {float(health['prefix_tokens'])}" in text
+    assert f"orin_llm_environment_version {float(health['environment']['version'])}" in text

@@ -1,0 +1,91 @@
+"""GET/PUT /v1/environment: versions, ETag/If-Match, and switches that land between requests."""
+
+from __future__ import annotations
+
+import copy
+import threading
+
+import pytest
+
+from orin_llm.client import PlannerError
+
+TASK = "Bring the mug to the sofa."
+
+
+@pytest.fixture
+def planner(capped_daemon):
+    with capped_daemon.client() as c:
+        yield c
+
+
+def bigger(home: dict) -> dict:
+    """The same home with a garage: a longer prefix, so prompt_tokens tells the versions apart."""
+    other = copy.deepcopy(home)
+    other["name"] = "home_with_garage"
+    other["rooms"].append({"name": "garage", "places": ["workbench", "garage_door"], "objects": ["drill", "bike"]})
+    return other
+
+
+def test_get_and_put_with_versions_and_if_match(planner):
+    got = planner.get_environment()
+    home, v = got["environment"], got["version"]
+    assert planner.health()["environment"] == {"name": home["name"], "version": v}
+    put = planner.put_environment(bigger(home), if_match=v)
+    assert put["version"] == v + 1 and put["name"] == "home_with_garage"
+    health = planner.health()
+    assert health["environment"] == {"name": "home_with_garage", "version": v + 1}
+    assert health["prefix_tokens"] == put["prefix_tokens"] == health["kv_cache"]["tokens"]  # pinned at once
+    assert planner.get_environment() == {"version": v + 1, "environment": bigger(home)}
+    with pytest.raises(PlannerError, match=f"at version {v + 1}, not {v}") as err:  # a stale ETag
+        planner.put_environment(home, if_match=v)
+    assert err.value.status == 412
+    with pytest.raises(PlannerError, match="rooms.0.places") as err:
+        broken = copy.deepcopy(home)
+        broken["rooms"][0]["places"] = ["front door"]
+        planner.put_environment(broken)
+    assert err.value.status == 422
+    assert planner.put_environment(home)["version"] == v + 2  # no If-Match: whatever is there
+    assert planner.plan(TASK, max_tokens=4)["environment_version"] == v + 2
+
+
+def test_switches_land_between_requests_and_answers_match_their_version(capped_daemon, planner):
+    home = planner.get_environment()["environment"]
+    homes = {"small": home, "big": bigger(home)}
+
+    def reference(name: str) -> tuple:
+        planner.put_environment(homes[name])
+        r = planner.plan(TASK, max_tokens=6)
+        return r["plan"], r["timings"]["prompt_tokens"], r["timings"]["cached_prompt_tokens"]
+
+    expected = {name: reference(name) for name in homes}
+    assert expected["small"][1] != expected["big"][1]
+
+    version_home: dict[int, str] = {}
+    answers: list[dict] = []
+    lock = threading.Lock()
+
+    def ask(n: int) -> None:
+        with capped_daemon.client() as c:
+            for _ in range(n):
+                r = c.plan(TASK, max_tokens=6)
+                with lock:
+                    answers.append(r)
+
+    threads = [threading.Thread(target=ask, args=(6,)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for name in ["small", "big", "small", "big"]:  # switch while the plans run
+        version_home[planner.put_environment(homes[name])["version"]] = name
+    for t in threads:
+        t.join(120)
+
+    assert len(answers) == 18
+    seen = set()
+    for r in answers:
+        v = r["environment_version"]
+        # before the first switch of the storm the reference's last home ("big") was current
+        name = version_home.get(v, "big")
+        seen.add(v)
+        t = r["timings"]
+        assert (r["plan"], t["prompt_tokens"], t["cached_prompt_tokens"]) == expected[name], (v, name, r)
+    assert len(seen) >= 2  # the switches really happened between the requests
