@@ -231,6 +231,20 @@ def demo(
                        f"drafts accepted, {spec.get('mean_accepted_length')} tokens per target step\n")
 
 
+@app.command()
+def doctor(
+    engine: Optional[Path] = typer.Option(None, help="Also check this engine directory against this device."),
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
+) -> None:
+    """Check this machine for the planner: JetPack/L4T, TensorRT-LLM, power mode, memory, swap.
+    Exit 0: ok · 1: warnings (e.g. not a Jetson) · 2: errors."""
+    from .doctor import diagnose
+
+    report = diagnose(engine)
+    typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else "\n".join(report.lines()))
+    raise typer.Exit(report.exit_code)
+
+
 SCENARIOS = ("prefix", "kv", "speculative", "daemon")
 
 

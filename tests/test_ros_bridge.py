@@ -173,12 +173,3 @@ def test_set_environment_takes_yaml_or_json_and_refuses_bad_text(bridge, client)
         ok, message, _ = bridge.set_environment(EXAMPLE_HOME_PATH.read_text())
         assert ok, message
 
-
-# DEV-ONLY-REMOVE
-import os  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-if os.environ.get("ORIN_BRIDGE_DEV_ENGINE"):
-    @pytest.fixture(scope="session")
-    def engine_dir():
-        return Path(os.environ["ORIN_BRIDGE_DEV_ENGINE"])
