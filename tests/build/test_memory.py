@@ -218,8 +218,10 @@ def test_package_gguf_shape_from_metadata():
     assert a.tie_word_embeddings  # SmolLM2 has no output.weight
     from orin_llm.profile import embedded_profile
 
-    plan = plan_memory(embedded_profile())
-    assert plan.target.kv_bytes_per_token == 2 * 30 * 3 * 64 * 4  # fp32 KV
+    profile = embedded_profile()
+    plan = plan_memory(profile)
+    per_element = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}[profile.target.kv_cache]
+    assert plan.target.kv_bytes_per_token == 2 * 30 * 3 * 64 * per_element
     assert plan.target.weights_bytes == 4 * a.param_count()
     assert plan.target.config.endswith(".gguf")
 
