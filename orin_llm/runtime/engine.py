@@ -89,7 +89,28 @@ def load_lane(engine_dir: Path, entry: ModelEntry, role: str, capacity: int, dev
     return Lane(model, KVCache(entry.arch, capacity, KV_DTYPES[kv], device))
 
 
-class Engine:
+class EngineText:
+    """The tokenizer side both backends share (this Engine and TrtllmEngine)."""
+
+    manifest: Manifest
+    tokenizer: object
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def chat_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        return self.encode(self.chat_text(messages))
+
+
+class Engine(EngineText):
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, target: Lane,
                  draft: Optional[Lane] = None):
         self.dir, self.manifest, self.tokenizer = engine_dir, manifest, tokenizer
@@ -125,20 +146,6 @@ class Engine:
     @property
     def lanes(self) -> list[Lane]:
         return [self.target] + ([self.draft] if self.draft else [])
-
-    @property
-    def name(self) -> str:
-        return self.manifest.name
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def chat_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.encode(self.chat_text(messages))
 
     def check_prompt(self, n: int) -> None:
         limit = self.manifest.limits["max_input_len"]

@@ -62,7 +62,7 @@ from typing import Any, Literal, Optional
 
 from ..errors import OrinError
 from ..manifest import Manifest, load_manifest
-from .engine import AUTO_SPECULATION, eos_ids, load_tokenizer
+from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer
 from .generate import Result, SpecStats, Timings
 from .sampling import SamplingParams
 from .speculative import AdaptiveK, CombinedDrafter, LookupDrafter
@@ -158,7 +158,7 @@ def _make_executor(module: Any, path: Path, role: str, block_reuse: bool, max_kv
                         "rebuild it on this device (orin-llm build) or lower the memory plan") from None
 
 
-class TrtllmEngine:
+class TrtllmEngine(EngineText):
     """An engine directory built with backend "trtllm": TensorRT-LLM executors + our tokenizer."""
 
     backend = "trtllm"
@@ -222,20 +222,6 @@ class TrtllmEngine:
             raise
 
     # ------------------------------------------------------------------ the Engine surface
-
-    @property
-    def name(self) -> str:
-        return self.manifest.name
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def chat_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.encode(self.chat_text(messages))
 
     def check_prompt(self, n: int) -> None:
         if n > self.max_input_len:
