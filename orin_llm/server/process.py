@@ -26,6 +26,14 @@ class DaemonProcess:
                                      stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
     def __enter__(self) -> DaemonProcess:
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__()  # a failed start must not leave a daemon behind
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -33,15 +41,19 @@ class DaemonProcess:
             try:
                 with PlannerClient(self.socket, timeout_s=30) as c:
                     if c.health().get("ready"):
-                        return self
+                        return
             except PlannerError:  # refused, or waiting in the backlog while the engine loads
                 pass
             time.sleep(0.3)
         raise OrinError("the daemon did not become ready within 180 s")
 
     def __exit__(self, *exc) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=60)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
         self.log.close()
 
 
