@@ -8,6 +8,7 @@ import pytest
 
 from orin_llm.errors import OrinError
 from orin_llm.manifest import load_manifest, verify_files
+from orin_llm.profile import embedded_profile
 
 from .conftest import orin_llm
 
@@ -30,7 +31,9 @@ def test_built_manifest_records_what_and_from_what(engine_dir):
     assert m.target.source_files[0].path.endswith(".gguf") and len(m.target.source_files[0].sha256) == 64
     assert {"torch", "transformers", "orin-llm", "python"} <= set(m.tools)
     assert m.target.arch.num_layers == 30 and m.target.arch.num_kv_heads == 3
-    assert m.target.kv_cache.dtype == "fp32"
+    assert m.target.kv_cache.dtype == embedded_profile().target.kv_cache == "int8"
+    assert m.target.kv_cache.scales == "target/kv_scales.safetensors"
+    assert m.draft is not None and m.draft.weights == "int8_wo" and m.draft.kv_cache.scales
     assert any(f.path == "target/model.safetensors" for f in m.target.files)
     assert any(f.path == "tokenizer/tokenizer.json" for f in m.tokenizer)
     verify_files(engine_dir, m, hashes=True)  # every recorded sha256 is the file's

@@ -175,11 +175,16 @@ class Engine(EngineText):
     def speculation_modes(self) -> list[str]:
         return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft else [])
 
-    def drafter(self, speculation: str):
-        """The drafter a request asked for; unavailable ones are an error, never plain decoding."""
+    def drafter(self, speculation: str, params: SamplingParams):
+        """The drafter a request asked for; unavailable ones are an error, never plain decoding.
+        "auto" decodes sampled requests plainly: with a drafter, the random stream is consumed
+        differently as the lookup history grows, so a seed would not reproduce its output (the
+        distribution is right either way; an explicit drafter is honoured)."""
         if speculation not in self.speculation_modes:
             raise OrinError(f"speculation {speculation!r} is not available in engine {self.name!r} "
                             f"(available: {', '.join(self.speculation_modes)})")
+        if speculation == "auto" and not params.greedy:
+            return None
         mode = AUTO_SPECULATION if speculation == "auto" else speculation
         if mode == "none":
             return None
@@ -190,7 +195,7 @@ class Engine(EngineText):
 
     def generate(self, prompt_ids: list[int], params: SamplingParams,
                  speculation: str = "auto") -> Generation:
-        drafter = self.drafter(speculation)
+        drafter = self.drafter(speculation, params)
         self.check_prompt(len(prompt_ids))
         cached = self.cached_prefix(prompt_ids)
         if not cached:
