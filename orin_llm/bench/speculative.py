@@ -33,7 +33,7 @@ def _run_mode(engine: Engine, items, mode: str, max_tokens: int) -> dict:
 
 
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
-    items = load_split("heldout")[::2][: 8 if quick else 30]
+    items = load_split("heldout")[::2][: 8 if quick else 24]
     max_tokens = 48
     results = {}
     for exact in (True, False):
