@@ -42,15 +42,16 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
         Planner(engine, load_home(warm.home)).plan(warm.task, SamplingParams(max_tokens=8))  # warm-up
         label = "exact" if exact else "fast"
         modes = [m for m in engine.speculation_modes if m not in ("auto",)]
-        plain = None
+        plain_outputs: dict = {}
+        plain_tps = 0.0
         for mode in modes:
             r = _run_mode(engine, items, mode, max_tokens)
+            outputs = r.pop("outputs")
             if mode == "none":
-                plain = r
-            same = sum(r["outputs"][k] == plain["outputs"][k] for k in plain["outputs"])
+                plain_outputs, plain_tps = outputs, r["decode_tokens_per_s"]
+            same = sum(outputs[k] == plain_outputs[k] for k in plain_outputs)
             r["identical_to_plain"] = f"{same}/{len(items)}"
-            r["speedup_vs_plain"] = r["decode_tokens_per_s"] / plain["decode_tokens_per_s"]
-            del r["outputs"]
+            r["speedup_vs_plain"] = r["decode_tokens_per_s"] / plain_tps
             results[f"{label}/{mode}"] = r
             progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
                      f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
