@@ -32,10 +32,38 @@ def _run_mode(engine: Engine, items, mode: str, max_tokens: int) -> dict:
             "mean_accepted_length": (accepted + steps) / steps if steps else 0.0, "outputs": outputs}
 
 
+def draft_cost(engine: Engine, tokens: int = 32) -> dict:
+    """Size on disk and per-token decode time of the quantized draft vs the target (plain forward
+    passes, one token at a time, same context)."""
+    import time
+
+    import torch
+
+    ids = engine.chat_ids([{"role": "user", "content": "List the rooms of a house."}])
+    per_token = {}
+    for name, lane in (("target", engine.target), ("draft", engine.draft)):
+        lane.cache.crop(0)
+        lane.model(torch.tensor(ids), lane.cache)
+        tok = torch.tensor([ids[-1]])
+        t0 = time.perf_counter()
+        for _ in range(tokens):
+            tok = lane.model(tok, lane.cache).argmax(-1)
+        per_token[name] = (time.perf_counter() - t0) / tokens * 1e3
+        lane.cache.crop(0)
+    engine.pinned = []
+    size = {m.dir: sum(f.bytes for f in m.files if f.path.endswith("model.safetensors"))
+            for m in (engine.manifest.target, engine.manifest.draft)}
+    return {"target_ms_per_token": per_token["target"], "draft_ms_per_token": per_token["draft"],
+            "draft_over_target_time": per_token["draft"] / per_token["target"],
+            "target_weights_bytes": size["target"], "draft_weights_bytes": size["draft"],
+            "draft_weights": engine.manifest.draft.weights}
+
+
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     items = load_split("heldout")[::2][: 8 if quick else 24]
     max_tokens = 48
     results = {}
+    results_draft: dict = {}
     for exact in (True, False):
         engine = Engine.load(engine_dir, device="cpu", exact=exact)
         warm = items[0]
@@ -56,11 +84,15 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
             progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
                      f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
                      f"same as plain {r['identical_to_plain']}")
+        if not exact and engine.draft is not None:
+            results_draft = draft_cost(engine)
+            progress(f"draft {results_draft['draft_ms_per_token']:.1f} ms/token vs target "
+                     f"{results_draft['target_ms_per_token']:.1f} ms/token")
         del engine
     fast_plain = results["fast/none"]["decode_tokens_per_s"]
     for r in results.values():
         r["speedup_vs_fast_plain"] = r["decode_tokens_per_s"] / fast_plain
-    data = {"items": len(items), "max_tokens": max_tokens, "results": results,
+    data = {"items": len(items), "max_tokens": max_tokens, "results": results, "draft": results_draft,
             "note": "exact: batch-invariant decode steps (greedy output identical by construction); "
                     "fast: unpadded decode steps (identical up to floating-point near-ties)"}
     write_json(out, "speculative", data)
