@@ -33,8 +33,8 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check orin_llm tests calibration
-	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration
+	$(BIN)/ruff check orin_llm tests calibration bench
+	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
 clean:
 	rm -rf $(VENV) $(ENGINE)
