@@ -18,6 +18,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .kv_cache import KVCache
+from .packed import pack_linears, packing_available, rows_independent
 from .quant import QuantLinear
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
@@ -85,7 +86,7 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
         self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask, width: int = 0):
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask, exact: bool, width: int):
         t = x.shape[0]
         qkv = padded(self.qkv_proj, x, width)
         q, k, v = qkv.split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
@@ -96,15 +97,15 @@ class Attention(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         cache.write(layer, pos, k, v)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
-        if width:  # each query exactly as a one-token decode step computes it: its own key range
-            out = torch.cat([self._attend(q[:, :, i:i + 1], cache, layer, pos + i + 1, None)
+        keys, values = cache.read(layer, pos + t)  # read (for INT8: dequantize) once per layer
+        if exact:  # each query exactly as a one-token decode step computes it: its own key range
+            out = torch.cat([self._attend(q[:, :, i:i + 1], keys[:, :pos + i + 1], values[:, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         else:
-            out = self._attend(q, cache, layer, pos + t, mask)
+            out = self._attend(q, keys, values, mask)
         return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), width)
 
-    def _attend(self, q, cache: KVCache, layer: int, end: int, mask):
-        keys, values = cache.read(layer, end)
+    def _attend(self, q, keys, values, mask):
         keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
         if _SDPA_GQA:
             return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
@@ -121,7 +122,7 @@ class MLP(nn.Module):
         self.gate_up_proj = nn.Linear(arch.hidden_size, 2 * self.inter, bias=False)
         self.down_proj = nn.Linear(self.inter, arch.hidden_size, bias=False)
 
-    def forward(self, x, width: int = 0):
+    def forward(self, x, width: int):
         gate, up = padded(self.gate_up_proj, x, width).split(self.inter, dim=-1)
         return padded(self.down_proj, F.silu(gate) * up, width)
 
@@ -134,8 +135,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, cos, sin, cache, layer, pos, mask, width=0):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask, width)
+    def forward(self, x, cos, sin, cache, layer, pos, mask, exact, width):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask, exact, width)
         return x + self.mlp(self.post_attention_layernorm(x), width)
 
 
@@ -149,8 +150,11 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
         # Batch invariance for decode steps of up to `decode_width` tokens (0: off). With it, a
         # speculative verify over k+1 tokens computes each position bit for bit as a one-token
-        # decode step does, which is what makes greedy speculation exactly lossless.
+        # decode step does, which is what makes greedy speculation exactly lossless: attention runs
+        # per query over its own key range, and the linear layers either have row-independent
+        # kernels (packed.py, checked at load) or are padded to decode_width rows.
         self.decode_width = 0
+        self.rows_independent = False
         cos, sin = rope_tables(arch, max_positions)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -164,15 +168,18 @@ class Llama(nn.Module):
         x = self.embed_tokens(ids)
         cos = self.cos[pos:pos + t].to(x.dtype)
         sin = self.sin[pos:pos + t].to(x.dtype)
-        width = self.decode_width if t <= self.decode_width else 0
+        exact = t <= self.decode_width
+        width = self.decode_width if exact and not self.rows_independent else 0  # rows to pad linears to
         mask = None
-        if t > 1 and not width:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
+        if t > 1 and not exact:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)
         for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, pos, mask, width)
+            x = block(x, cos, sin, cache, i, pos, mask, exact, width)
         cache.length = pos + t
         return padded(self.lm_head, self.norm(x[-num_logits:]), width).float()
 
+
+PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
 
 _FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
           "gate_proj": ("gate_up_proj", ("gate_proj", "up_proj"))}
@@ -218,4 +225,7 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
-    return model.to(device).eval()
+    model = model.to(device).eval()
+    if packing_available(device, dtype) and pack_linears(model):
+        model.rows_independent = rows_independent(model, PROBE_ROWS)
+    return model

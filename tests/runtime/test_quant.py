@@ -3,6 +3,7 @@
 import torch
 import torch.nn.functional as F
 
+from orin_llm.runtime.packed import PackedLinear
 from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8
 
 
@@ -38,8 +39,10 @@ def test_engine_draft_is_quantized_and_smaller(engine):
     quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
     assert len(quant) == 4 * engine.model.arch.num_layers  # qkv, o, gate_up, down per layer
     draft_bytes = sum(m.nbytes for m in quant)
-    fp_bytes = sum(m.weight.numel() * 4 for n, m in engine.model.named_modules()
-                   if isinstance(m, torch.nn.Linear) and "layers" in n)
+    target = [m for n, m in engine.model.named_modules()
+              if isinstance(m, (torch.nn.Linear, PackedLinear)) and "layers" in n]
+    assert len(target) == len(quant)
+    fp_bytes = sum(m.in_features * m.out_features * 4 for m in target)
     assert draft_bytes < fp_bytes / 3.5
 
 
