@@ -289,6 +289,14 @@ class TrtllmEngine(EngineText):
         self.check_prompt(len(prompt_ids))
         return TrtllmGeneration(self, prompt_ids, params, mode, cached=self.cached_prefix(prompt_ids))
 
+    def stream(self, executor: Any, ids: list[int], max_new_tokens: int) -> Iterator[list[int]]:
+        """Plain greedy decoding of `ids` on one executor, the target's or the draft's, streamed: each
+        response's new tokens as they arrive (the benchmark times each engine with it; a Generation runs
+        the target only). Read it to the end: an abandoned request is not cancelled."""
+        request = self.request(ids, max_new_tokens, streaming=True, sampling=self.greedy_config())
+        for tokens, _final in _results(executor, _enqueue(executor, request)):
+            yield tokens
+
     def kv_usage(self) -> dict:
         """The executor owns its KV blocks; report the plan's budget and the pinned prefix."""
         plan = self.manifest.memory_plan or {}

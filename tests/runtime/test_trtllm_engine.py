@@ -243,6 +243,21 @@ def test_streamed_text_is_the_fake_targets_tokens_decoded(make, fake):
     assert all_read(fake)
 
 
+def test_stream_decodes_plainly_on_the_target_or_the_draft_engine(make, fake):
+    eng = make()
+    ids = prompt(eng)
+    for executor, model in ((eng.target_executor, fake.MODELS["target"]), (eng.draft_executor, fake.MODELS["draft"])):
+        chunks = list(eng.stream(executor, ids, 12))
+        assert len(chunks) > 1 and [t for c in chunks for t in c] == model.greedy_run(ids, 12)
+        (req,) = executor.requests
+        assert req.input_token_ids == ids and req.max_new_tokens == 12 and req.streaming is True
+        assert req.sampling_config.passed == {"beam_width": 1, "top_k": 1}
+        assert req.external_draft_tokens_config is None
+        assert req.output_config.passed == {"exclude_input_from_output": True}
+    assert fake.MODELS["draft"].greedy_run(ids, 12) != eng.reference.greedy_run(ids, 12)  # two engines told apart
+    assert all_read(fake)
+
+
 def test_end_id_stops_with_reason_stop(make, fake):
     eng = make(eos_at=None)
     ids = prompt(eng)
