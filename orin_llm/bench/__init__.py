@@ -1,6 +1,11 @@
 """`orin-llm bench`: measured, side-by-side numbers. Every scenario writes <out>/<scenario>.json
 (with the machine and the command) and, where a picture helps, <out>/<scenario>.png; memory and
-power are sampled by phase throughout, and report.md sums it all up."""
+power are sampled by phase throughout, and report.md sums it all up.
+
+Every scenario runs on a torch or a TensorRT-LLM engine (runtime.loader.load_engine picks the
+runtime by the manifest). What has no meaning on one backend is left out of its JSON with the
+reason, never replaced by another number: the torch decode-step variants (exact/fast) and the
+teacher-forced INT8 KV agreement, which needs logits a TensorRT-LLM target does not return (kv.py)."""
 
 from __future__ import annotations
 
@@ -9,28 +14,22 @@ from pathlib import Path
 
 
 def run_scenarios(names, engine_dir: Path, out: Path, quick: bool) -> Path:
-    from ..errors import OrinError
     from ..manifest import load_manifest
-    from .common import progress, pyplot
+    from .common import loaded, progress, pyplot
     from .report import write_report
     from .sampler import Sampler
 
     manifest = load_manifest(engine_dir)  # a clear error before any work
-    if manifest.backend != "torch" and any(n in ("kv", "speculative", "prefix") for n in names):
-        # These scenarios drive the torch runtime directly; on a TRT-LLM engine run `daemon`,
-        # which measures whatever backend the daemon serves.
-        raise OrinError(f"scenarios prefix/kv/speculative run on torch engines; {engine_dir} is "
-                        f"{manifest.backend!r}: use --scenario daemon")
     out.mkdir(parents=True, exist_ok=True)
     with Sampler() as sampler:
         for name in names:
             sampler.phase = name
             progress(f"scenario {name}")
             if name == "prefix":
-                from ..runtime.engine import Engine
                 from .prefix import run
 
-                run(Engine.load(engine_dir, device="cpu", draft=False), out, quick)
+                with loaded(engine_dir, device="cpu", draft=False) as engine:
+                    run(engine, out, quick)
             elif name == "kv":
                 from .kv import run
 

@@ -8,7 +8,8 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,32 @@ def machine() -> dict[str, Any]:
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+@contextmanager
+def loaded(engine_dir: Path, **options: Any) -> Iterator[Any]:
+    """`load_engine(engine_dir, **options)` (torch or TensorRT-LLM, by the manifest) for one scenario; a
+    TensorRT-LLM engine's executors are shut down after it, so the next scenario has the memory."""
+    from ..runtime.loader import load_engine
+
+    engine = load_engine(engine_dir, **options)
+    try:
+        yield engine
+    finally:
+        close = getattr(engine, "close", None)  # TrtllmEngine; a torch Engine is freed with its last reference
+        if close is not None:
+            close()
+
+
+def manifest_kv(manifest) -> dict[str, Any]:
+    """The target's KV cache as the manifest says it was built, with fp16 and int8 bytes per token for scale
+    (2 × layers × kv_heads × head_dim × bytes per element, DESIGN "Memory model")."""
+    from ..build.memory import KV_BYTES
+
+    arch, dtype = manifest.target.arch, manifest.target.kv_cache.dtype
+    return {"kv_bytes_per_token_fp16": arch.kv_bytes_per_token(2),
+            "kv_bytes_per_token_int8": arch.kv_bytes_per_token(1), "kv_cache_dtype": dtype,
+            "kv_cache_bytes_per_token": arch.kv_bytes_per_token(KV_BYTES[dtype])}
 
 
 def median_of(n: int, fn: Callable[[], float]) -> float:

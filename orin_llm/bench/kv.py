@@ -1,5 +1,11 @@
 """INT8 KV cache vs full precision on the held-out split: teacher-forced argmax agreement, mean
-|Δ logprob| of the reference token, per-head vs per-tensor scales, and decode speed."""
+|Δ logprob| of the reference token, per-head vs per-tensor scales, and decode speed.
+
+On a TensorRT-LLM engine the KV cache dtype is compiled in, so one engine has one dtype and what is
+measured is that engine's: its KV bytes per token against fp16 (from the manifest), the memory plan's
+KV budget, the runtime's kv_usage and the decode speed. The teacher-forced agreement is not measured
+there (see NO_AGREEMENT): it is measured by this scenario on the torch engine built from the same
+profile and calibration."""
 
 from __future__ import annotations
 
@@ -10,10 +16,24 @@ import torch
 
 from ..build.calibrate import interleave_by_home, load_scales, sequences
 from ..calibration_data import load_split
+from ..manifest import load_manifest
 from ..runtime.engine import Engine
 from ..runtime.kv_cache import Int8KVCache, KVCache
 from ..runtime.sampling import SamplingParams
-from .common import progress, write_json
+from .common import loaded, manifest_kv, progress, write_json
+
+PROMPT = [{"role": "user", "content": "Describe every room of a large house in detail."}]
+
+# Why a TensorRT-LLM engine gets no agreement numbers (docs/trtllm-0.12-jetson.md §3, §4).
+NO_AGREEMENT = {
+    "measured": False,
+    "reason": "teacher forcing compares the logits at every prompt position (context logits), which a 0.12 "
+              "engine has for OutputConfig(return_context_logits=True) only if built with --gather_context_logits; "
+              "trtllm-build refuses that flag with --max_draft_len > 0 (our speculative target), and orin-llm's "
+              "build does not pass it (orin_llm/build/trtllm.py)",
+    "see": "orin-llm bench --scenario kv on the torch engine built from the same profile and calibration "
+           "split: its per_head_scales / per_tensor_scales are the INT8 KV agreement",
+}
 
 
 def _teacher_forced(model, cache, seqs) -> list[torch.Tensor]:
@@ -44,13 +64,38 @@ def _compare(ref: list[torch.Tensor], got: list[torch.Tensor], seqs) -> dict:
             "positions": total}
 
 
-def _decode_tps(engine: Engine, ids: list[int], n: int) -> float:
+def _decode_tps(engine, ids: list[int], n: int) -> float:  # either backend
     engine.pinned = []
     res = engine.generate(ids, SamplingParams(max_tokens=n, stop_token_ids=[]), "none").run()
     return res.timings.decode_tokens_per_s
 
 
+def _run_trtllm(engine_dir: Path, out: Path, quick: bool) -> dict:
+    with loaded(engine_dir, draft=False) as engine:
+        m = engine.manifest
+        kv = manifest_kv(m)
+        prompt = engine.chat_ids(PROMPT)
+        n = 32 if quick else 96
+        speeds = []
+        for _ in range(2 if quick else 3):
+            speeds.append(_decode_tps(engine, prompt, n))
+            progress(f"decode {kv['kv_cache_dtype']} KV (TensorRT-LLM): {speeds[-1]:.1f} tok/s")
+        plan = (m.memory_plan or {}).get("target") or {}
+        data = {"engine": engine.name, "backend": m.backend, "kv_cache_dtype": kv["kv_cache_dtype"],
+                "kv_bytes_per_token": {"fp16": kv["kv_bytes_per_token_fp16"],
+                                       "int8": kv["kv_bytes_per_token_int8"]},
+                "fp16_over_kv_cache_bytes": kv["kv_bytes_per_token_fp16"] / kv["kv_cache_bytes_per_token"],
+                "memory_plan": {k: plan.get(k) for k in ("kv_bytes_per_token", "max_kv_tokens", "kv_bytes")},
+                "kv_usage": engine.kv_usage(), "block_reuse": engine.block_reuse,
+                "decode_tokens": n, "decode_tokens_per_s": {kv["kv_cache_dtype"]: speeds},
+                "agreement": NO_AGREEMENT}
+    write_json(out, "kv", data)
+    return data
+
+
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
+    if load_manifest(engine_dir).backend == "trtllm":
+        return _run_trtllm(engine_dir, out, quick)
     items = interleave_by_home(load_split("heldout"), 12 if quick else None)
     fp = Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False)
     int8 = Engine.load(engine_dir, device="cpu", kv_cache="int8", draft=False)
@@ -65,7 +110,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                                    v_scale.amax(1, keepdim=True).expand_as(v_scale), torch.float32)
     per_tensor = _compare(ref, _teacher_forced(fp.model, per_tensor_cache, seqs), seqs)
     progress(f"agreement per-head {per_head['argmax_agreement']:.4f}, per-tensor {per_tensor['argmax_agreement']:.4f}")
-    prompt = fp.chat_ids([{"role": "user", "content": "Describe every room of a large house in detail."}])
+    prompt = fp.chat_ids(PROMPT)
     n = 32 if quick else 96
     speeds = {"fp32": [], "int8": []}
     for _ in range(2 if quick else 3):  # interleaved, so both see the same machine
@@ -74,7 +119,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
             speeds[name].append(_decode_tps(eng, prompt, n))
             progress(f"decode {name}: {speeds[name][-1]:.1f} tok/s ({time.perf_counter() - t0:.1f} s)")
     best = {k: max(v) for k, v in speeds.items()}
-    data = {"engine": fp.name, "items": len(items), "per_head_scales": per_head, "per_tensor_scales": per_tensor,
+    data = {"engine": fp.name, "backend": "torch", "items": len(items),
+            "per_head_scales": per_head, "per_tensor_scales": per_tensor,
             "kv_bytes_per_token": {"fp32": KVCache(arch, 1, torch.float32).bytes_per_token,
                                    "fp16": KVCache(arch, 1, torch.float16).bytes_per_token,
                                    "int8": int8.cache.bytes_per_token},

@@ -1,8 +1,23 @@
 """TTFT with the environment prefix pinned (warm) vs computed per request (cold), for prefixes
-of about 1k, 2k and 4k tokens, against the floor: the task alone, with no environment."""
+of about 1k, 2k and 4k tokens, against the floor: the task alone, with no environment. Runs on
+either backend; each row says how many prompt tokens the warm request took from the pinned prefix
+(`cached_prompt_tokens`).
+
+TensorRT-LLM with block reuse keeps the KV blocks of *every* prompt it ran, not only the pinned
+prefix: forgetting the pin does not make a request cold, and a repeated prompt would reuse its own
+earlier blocks. On a trtllm engine, therefore, every measured request is new to the executor (the
+task is numbered, and a cold request gets a home of its own name), and each row also reports, per
+kind of request, `requests`: the longest prompt measured and `reusable_tokens`, the most prompt
+tokens it could find stored, i.e. its longest common prefix with any prompt run before, in whole
+blocks of tokens_per_block (an upper bound: TensorRT-LLM evicts blocks least-recently-used when its
+cache is full). Cold requests still
+share the chat template and system prompt with the others. Without block reuse (0.12 cannot combine
+it with an INT8 KV cache) nothing is reused, and cold and warm are the same computation.
+"""
 
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
 
@@ -10,7 +25,7 @@ from ..calibration_data import home_names, load_home
 from ..environment import prefix_messages, task_message
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
-from .common import median_of, progress, pyplot, scaled_environment, write_json
+from .common import manifest_kv, median_of, progress, pyplot, scaled_environment, write_json
 
 TASK = "Bring the mug from the kitchen to the sofa."
 ONE = SamplingParams(max_tokens=1)
@@ -27,39 +42,109 @@ def _ttft(gen) -> float:
     return ttft
 
 
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+class _StoredBlocks:
+    """The prompts a TensorRT-LLM executor has run, to bound what a new prompt can reuse (module doc).
+    `log(requests, ids)` records a measured request; `summary` sums a kind of request up."""
+
+    def __init__(self, engine):
+        self.block = engine.tokens_per_block if engine.block_reuse else 0
+        self.prompts: list[list[int]] = []
+
+    def run(self, ids: list[int]) -> int:
+        """Record `ids` as run; returns how many of its tokens blocks stored before could hold. The
+        last prompt token is always computed (as in TrtllmEngine.cached_prefix)."""
+        common = max((_common_prefix(ids, p) for p in self.prompts), default=0)
+        self.prompts.append(list(ids))
+        return min(common, len(ids) - 1) // self.block * self.block if self.block else 0
+
+    def log(self, requests: list[tuple[int, int]], ids: list[int]) -> None:
+        requests.append((len(ids), self.run(ids)))
+
+    @staticmethod
+    def summary(requests: list[tuple[int, int]]) -> dict:
+        return {"prompt_tokens": max(n for n, _ in requests), "reusable_tokens": max(r for _, r in requests)}
+
+
 def run(engine, out: Path, quick: bool = False) -> dict:
     sizes = [1024] if quick else [1024, 2048, 4096]
     repeats = 2 if quick else 5
     limit = engine.manifest.limits["max_input_len"]
     homes = [load_home(n) for n in home_names()]
     render = lambda env: engine.chat_text(prefix_messages(env), add_generation_prompt=False)  # noqa: E731
+    stored = _StoredBlocks(engine) if engine.manifest.backend == "trtllm" else None
+    numbers = itertools.count()
+
+    def task() -> str:  # on TensorRT-LLM every request is new to the executor (module doc)
+        return TASK if stored is None else f"Request {next(numbers)}: {TASK}"
+
+    alone_requests: list[tuple[int, int]] = []
+
+    def task_alone() -> float:
+        ids = engine.chat_ids([task_message(task())])
+        if stored is not None:
+            stored.log(alone_requests, ids)
+        return _ttft(engine.generate(ids, ONE, "none"))
+
     alone = engine.chat_ids([task_message(TASK)])
     engine.pinned = []
-    floor = median_of(repeats, lambda: _ttft(engine.generate(alone, ONE, "none")))
+    floor = median_of(repeats, task_alone)
     progress(f"task alone ({len(alone)} tokens): TTFT {floor * 1e3:.1f} ms")
     rows = []
     for size in sizes:
         env = scaled_environment(homes, engine.encode, render, min(size, limit - 64))
         planner = Planner(engine, env)
         ids = planner.prompt_ids(planner.messages(TASK))
-        warm = median_of(repeats, lambda p=planner: _ttft(p.start(TASK, ONE, speculation="none")))
+        if stored is not None:
+            stored.run(list(planner.prefix.ids))  # the Planner pinned it: a request on the executor
+        cached: list[int] = []
+        warm_requests: list[tuple[int, int]] = []
+        cold_requests: list[tuple[int, int]] = []
 
-        def cold(ids=ids) -> float:
-            engine.pinned = []  # forget the prefix: the whole prompt is prefilled
+        def warm(p=planner, cached=cached, log=warm_requests) -> float:
+            t = task()
+            if stored is not None:
+                stored.log(log, p.prompt_ids(p.messages(t)))
+            gen = p.start(t, ONE, speculation="none")
+            ttft = _ttft(gen)
+            cached.append(gen.result.timings.cached_prompt_tokens)
+            return ttft
+
+        warm_s = median_of(repeats, warm)
+
+        def cold(ids=ids, env=env, log=cold_requests) -> float:
+            if stored is None:
+                engine.pinned = []  # forget the prefix: the whole prompt is prefilled
+            else:  # a home of its own name: none of its blocks past the system prompt are stored
+                own = env.model_copy(update={"name": f"cold{next(numbers)}_{env.name}"})
+                ids = engine.chat_ids(prefix_messages(own) + [task_message(TASK)])
+                stored.log(log, ids)
             return _ttft(engine.generate(ids, ONE, "none"))
 
         cold_s = median_of(max(2, repeats // 2), cold)
         row = {"prefix_tokens": len(planner.prefix.ids), "prompt_tokens": len(ids),
-               "ttft_cold_ms": cold_s * 1e3, "ttft_warm_ms": warm * 1e3, "ttft_task_alone_ms": floor * 1e3,
-               "cold_over_warm": cold_s / warm, "warm_over_task_alone": warm / floor}
+               "ttft_cold_ms": cold_s * 1e3, "ttft_warm_ms": warm_s * 1e3, "ttft_task_alone_ms": floor * 1e3,
+               "cold_over_warm": cold_s / warm_s, "warm_over_task_alone": warm_s / floor,
+               "cached_prompt_tokens": max(cached)}
+        if stored is not None:
+            row["requests"] = {"warm": stored.summary(warm_requests), "cold": stored.summary(cold_requests),
+                               "task_alone": stored.summary(alone_requests)}
         rows.append(row)
         progress(f"prefix {row['prefix_tokens']} tokens: cold {row['ttft_cold_ms']:.0f} ms, "
                  f"warm {row['ttft_warm_ms']:.1f} ms ({row['cold_over_warm']:.1f}×), "
-                 f"warm/alone {row['warm_over_task_alone']:.2f}")
-    kv = {"kv_bytes_per_token_fp16": engine.model.arch.kv_bytes_per_token(2),
-          "kv_bytes_per_token_int8": engine.model.arch.kv_bytes_per_token(1),
-          "kv_cache_dtype": str(engine.cache.k.dtype), "kv_cache_bytes_per_token": engine.cache.bytes_per_token}
-    data = {"engine": engine.name, "task_alone_tokens": len(alone), "rows": rows, "kv": kv}
+                 f"warm/alone {row['warm_over_task_alone']:.2f}, cached {row['cached_prompt_tokens']} tokens")
+    if stored is not None:
+        kv = {**manifest_kv(engine.manifest), "block_reuse": engine.block_reuse,
+              "tokens_per_block": engine.tokens_per_block}
+    else:
+        kv = {"kv_bytes_per_token_fp16": engine.model.arch.kv_bytes_per_token(2),
+              "kv_bytes_per_token_int8": engine.model.arch.kv_bytes_per_token(1),
+              "kv_cache_dtype": str(engine.cache.k.dtype), "kv_cache_bytes_per_token": engine.cache.bytes_per_token}
+    data = {"engine": engine.name, "backend": engine.manifest.backend, "task_alone_tokens": len(alone),
+            "rows": rows, "kv": kv}
     write_json(out, "prefix", data)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -70,7 +155,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
     ax.set_xlabel("environment prefix (tokens)")
     ax.set_ylabel("time to first token (ms)")
     ax.set_yscale("log")
-    ax.set_title(f"TTFT, {engine.name}")
+    ax.set_title(f"TTFT, {engine.name} ({engine.manifest.backend})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "prefix.png", dpi=120)

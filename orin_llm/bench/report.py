@@ -25,23 +25,31 @@ def write_report(out: Path, manifest=None) -> Path:
     if anything:
         m = anything["machine"]
         lines += [f"Machine: {m.get('gpu', 'CPU')} · {m['platform']} · torch {m['torch']} · "
-                  f"{m['cpu_count']} cores · command `{anything['command']}`", ""]
+                  f"{m['cpu_count']} cores · backend {anything.get('backend', 'torch')} · "
+                  f"command `{anything['command']}`", ""]
     on_orin = bool(manifest is not None and manifest.backend == "trtllm")
     lines += ["## Anchors (Jetson AGX Orin 64 GB, published)", "", "| what | decode tok/s |", "|---|---|"]
     lines += [f"| {name} | {tps} |" for name, tps in ANCHORS]
-    if manifest is not None and manifest.memory_plan:
-        wb = manifest.memory_plan["target"]["weights_bytes"]
+    if manifest is not None and (wb := ((manifest.memory_plan or {}).get("target") or {}).get("weights_bytes")):
         lines.append(f"| bandwidth bound for this target ({wb / 1e9:.2f} GB of weights) | "
                      f"{ORIN_BANDWIDTH / wb:.1f} |")
     if not on_orin:
         lines += ["", "_This run is not on an Orin with TensorRT-LLM engines: the anchors are for scale only._"]
     if (d := _load(out, "prefix")):
         lines += ["", "## Pinned environment prefix (TTFT)", "",
-                  "| prefix tokens | cold ms | warm ms | task alone ms | cold/warm | warm/alone |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {r['prefix_tokens']} | {r['ttft_cold_ms']:.0f} | {r['ttft_warm_ms']:.1f} | "
-                  f"{r['ttft_task_alone_ms']:.1f} | {r['cold_over_warm']:.1f}× | {r['warm_over_task_alone']:.2f} |"
-                  for r in d["rows"]]
+                  "| prefix tokens | cached tokens | cold ms | warm ms | task alone ms | cold/warm | warm/alone |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['prefix_tokens']} | {r.get('cached_prompt_tokens', 'n/a')} | {r['ttft_cold_ms']:.0f} | "
+                  f"{r['ttft_warm_ms']:.1f} | {r['ttft_task_alone_ms']:.1f} | {r['cold_over_warm']:.1f}× | "
+                  f"{r['warm_over_task_alone']:.2f} |" for r in d["rows"]]
+        if any("requests" in r for r in d["rows"]):
+            kv = d["kv"]
+            lines += ["", f"TensorRT-LLM, block reuse {'on' if kv['block_reuse'] else 'off'}, "
+                          f"{kv['tokens_per_block']} tokens per block. Prompt tokens that blocks stored by earlier "
+                          "requests could hold (upper bound), warm / cold / task alone: "
+                      + "; ".join(f"prefix {r['prefix_tokens']}: " + " / ".join(
+                          f"{r['requests'][k]['reusable_tokens']} of {r['requests'][k]['prompt_tokens']}"
+                          for k in ("warm", "cold", "task_alone")) for r in d["rows"])]
     if (d := _load(out, "speculative")):
         lines += ["", "## Speculative decoding (held-out planning tasks)", "",
                   "| mode | decode tok/s | vs plain (same mode) | vs fastest plain | acceptance | mean accepted length "
@@ -49,7 +57,22 @@ def write_report(out: Path, manifest=None) -> Path:
         lines += [f"| {k} | {r['decode_tokens_per_s']:.1f} | {r['speedup_vs_plain']:.2f}× | "
                   f"{r['speedup_vs_fast_plain']:.2f}× | {r['acceptance_rate']:.2f} | {r['mean_accepted_length']:.2f} | "
                   f"{r['identical_to_plain']} |" for k, r in d["results"].items()]
-    if (d := _load(out, "kv")):
+        if d.get("exact_mode"):
+            lines += ["", f"Exact mode: {d['exact_mode']}."]
+        if (c := d.get("draft")):
+            lines += ["", f"Draft ({c['draft_weights']}): {c['draft_ms_per_token']:.2f} ms/token vs target "
+                          f"{c['target_ms_per_token']:.2f} ms/token ({c['draft_over_target_time']:.2f}×)."]
+    if (d := _load(out, "kv")) and "agreement" in d:  # a TensorRT-LLM engine: its one compiled KV dtype
+        plan, bpt = d["memory_plan"], d["kv_bytes_per_token"]
+        speeds = [v for vs in d["decode_tokens_per_s"].values() for v in vs]
+        lines += ["", f"## KV cache of the TensorRT-LLM engine ({d['kv_cache_dtype']})", "",
+                  f"KV bytes/token: int8 {bpt['int8']:,}, fp16 {bpt['fp16']:,} (fp16 / this engine's: "
+                  f"{d['fp16_over_kv_cache_bytes']:.1f}×); memory plan: {plan['max_kv_tokens']} tokens, "
+                  f"{(plan['kv_bytes'] or 0) / 2**30:.2f} GiB; decode {max(speeds):.1f} tok/s (best of {len(speeds)}, "
+                  f"{d['decode_tokens']} tokens).", "",
+                  f"Greedy agreement with full precision is not measured on this engine: {d['agreement']['reason']}. "
+                  f"See {d['agreement']['see']}."]
+    elif d:
         ph, pt = d["per_head_scales"], d["per_tensor_scales"]
         lines += ["", "## INT8 KV cache vs full precision (held-out split, teacher forced)", "",
                   "| scales | argmax agreement | mean abs Δ logprob |", "|---|---|---|",

@@ -1,19 +1,28 @@
 """Plain decoding vs each drafter on held-out planning tasks, measured side by side in one run:
-decode speed, acceptance, mean accepted length, and whether the output equals plain greedy."""
+decode speed, acceptance, mean accepted length, and whether the output equals plain greedy.
+
+On torch every mode runs twice, with the exact (batch-invariant) and the fast decode steps; a
+TensorRT-LLM engine has its own kernels, so it runs once, labelled "trtllm", and the JSON says that
+the exact mode is torch only. The draft's per-token cost is timed on either backend."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from ..calibration_data import load_home, load_split
-from ..runtime.engine import Engine
+from ..errors import OrinError
+from ..manifest import load_manifest
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
 from ..runtime.speculative import LookupDrafter
-from .common import progress, pyplot, write_json
+from .common import loaded, progress, pyplot, write_json
+
+EXACT_MODE_TRTLLM = ("torch only: the exact/fast choice is between two torch decode-step kernels; TensorRT-LLM "
+                     "runs its own, once (label \"trtllm\")")
 
 
-def _run_mode(engine: Engine, items, mode: str, max_tokens: int) -> dict:
+def _run_mode(engine, items, mode: str, max_tokens: int) -> dict:
     engine.lookup = LookupDrafter()  # each mode starts with no history: none leaks across modes
     decode_s = 0.0
     tokens = drafted = accepted = steps = 0
@@ -32,14 +41,10 @@ def _run_mode(engine: Engine, items, mode: str, max_tokens: int) -> dict:
             "mean_accepted_length": (accepted + steps) / steps if steps else 0.0, "outputs": outputs}
 
 
-def draft_cost(engine: Engine, tokens: int = 32) -> dict:
-    """Size on disk and per-token decode time of the quantized draft vs the target (plain forward
-    passes, one token at a time, same context)."""
-    import time
-
+def _torch_ms_per_token(engine, ids: list[int], tokens: int) -> dict:
+    """Plain forward passes of each lane, one token at a time after the same context."""
     import torch
 
-    ids = engine.chat_ids([{"role": "user", "content": "List the rooms of a house."}])
     per_token = {}
     for name, lane in (("target", engine.target), ("draft", engine.draft)):
         lane.cache.crop(0)
@@ -51,7 +56,36 @@ def draft_cost(engine: Engine, tokens: int = 32) -> dict:
         per_token[name] = (time.perf_counter() - t0) / tokens * 1e3
         lane.cache.crop(0)
     engine.pinned = []
-    size = {m.dir: sum(f.bytes for f in m.files if f.path.endswith("model.safetensors"))
+    return per_token
+
+
+def _trtllm_ms_per_token(engine, role: str, ids: list[int], tokens: int) -> float:
+    """A plain greedy request streamed from the role's executor: the time from the first response to the
+    last over the tokens after the first response (which carries the prefill)."""
+    first_at = last_at = 0.0
+    first = seen = 0
+    for new in engine.stream(getattr(engine, f"{role}_executor"), ids, tokens + 1):
+        if new:
+            last_at = time.perf_counter()
+            if not seen:
+                first_at, first = last_at, len(new)
+            seen += len(new)
+    if seen <= first:
+        raise OrinError(f"timing the {role} engine needs more than one streamed response; it returned {seen} tokens")
+    return (last_at - first_at) / (seen - first) * 1e3
+
+
+def draft_cost(engine, tokens: int = 32) -> dict:
+    """Size on disk and per-token decode time of the quantized draft vs the target (plain greedy
+    decoding, same context), on either backend."""
+    ids = engine.chat_ids([{"role": "user", "content": "List the rooms of a house."}])
+    if engine.manifest.backend == "trtllm":
+        per_token = {role: _trtllm_ms_per_token(engine, role, ids, tokens) for role in ("target", "draft")}
+        weights = ".engine"  # trtllm-build's rank0.engine
+    else:
+        per_token = _torch_ms_per_token(engine, ids, tokens)
+        weights = "model.safetensors"
+    size = {m.dir: sum(f.bytes for f in m.files if f.path.endswith(weights))
             for m in (engine.manifest.target, engine.manifest.draft)}
     return {"target_ms_per_token": per_token["target"], "draft_ms_per_token": per_token["draft"],
             "draft_over_target_time": per_token["draft"] / per_token["target"],
@@ -64,37 +98,45 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     max_tokens = 48
     results = {}
     results_draft: dict = {}
-    for exact in (True, False):
-        engine = Engine.load(engine_dir, device="cpu", exact=exact)
-        warm = items[0]
-        Planner(engine, load_home(warm.home)).plan(warm.task, SamplingParams(max_tokens=8))  # warm-up
-        label = "exact" if exact else "fast"
-        modes = [m for m in engine.speculation_modes if m not in ("auto",)]
-        plain_outputs: dict = {}
-        plain_tps = 0.0
-        for mode in modes:
-            r = _run_mode(engine, items, mode, max_tokens)
-            outputs = r.pop("outputs")
-            if mode == "none":
-                plain_outputs, plain_tps = outputs, r["decode_tokens_per_s"]
-            same = sum(outputs[k] == plain_outputs[k] for k in plain_outputs)
-            r["identical_to_plain"] = f"{same}/{len(items)}"
-            r["speedup_vs_plain"] = r["decode_tokens_per_s"] / plain_tps
-            results[f"{label}/{mode}"] = r
-            progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
-                     f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
-                     f"same as plain {r['identical_to_plain']}")
-        if not exact and engine.draft is not None:
-            results_draft = draft_cost(engine)
-            progress(f"draft {results_draft['draft_ms_per_token']:.1f} ms/token vs target "
-                     f"{results_draft['target_ms_per_token']:.1f} ms/token")
+    trtllm = load_manifest(engine_dir).backend == "trtllm"
+    passes = {"trtllm": {}} if trtllm else {"exact": {"device": "cpu", "exact": True},
+                                            "fast": {"device": "cpu", "exact": False}}
+    for label, options in passes.items():
+        with loaded(engine_dir, **options) as engine:
+            warm = items[0]
+            Planner(engine, load_home(warm.home)).plan(warm.task, SamplingParams(max_tokens=8))  # warm-up
+            modes = [m for m in engine.speculation_modes if m not in ("auto",)]
+            plain_outputs: dict = {}
+            plain_tps = 0.0
+            for mode in modes:
+                r = _run_mode(engine, items, mode, max_tokens)
+                outputs = r.pop("outputs")
+                if mode == "none":
+                    plain_outputs, plain_tps = outputs, r["decode_tokens_per_s"]
+                same = sum(outputs[k] == plain_outputs[k] for k in plain_outputs)
+                r["identical_to_plain"] = f"{same}/{len(items)}"
+                r["speedup_vs_plain"] = r["decode_tokens_per_s"] / plain_tps
+                results[f"{label}/{mode}"] = r
+                progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
+                         f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
+                         f"same as plain {r['identical_to_plain']}")
+            has_draft = (engine.draft_executor if trtllm else engine.draft) is not None
+            if label != "exact" and has_draft:
+                results_draft = draft_cost(engine)
+                progress(f"draft {results_draft['draft_ms_per_token']:.1f} ms/token vs target "
+                         f"{results_draft['target_ms_per_token']:.1f} ms/token")
         del engine
-    fast_plain = results["fast/none"]["decode_tokens_per_s"]
+    fast_plain = results[f"{'trtllm' if trtllm else 'fast'}/none"]["decode_tokens_per_s"]
     for r in results.values():
         r["speedup_vs_fast_plain"] = r["decode_tokens_per_s"] / fast_plain
-    data = {"items": len(items), "max_tokens": max_tokens, "results": results, "draft": results_draft,
+    data = {"backend": "trtllm" if trtllm else "torch", "items": len(items), "max_tokens": max_tokens,
+            "results": results, "draft": results_draft,
             "note": "exact: batch-invariant decode steps (greedy output identical by construction); "
                     "fast: unpadded decode steps (identical up to floating-point near-ties)"}
+    if trtllm:
+        data["exact_mode"] = EXACT_MODE_TRTLLM
+        data["note"] = ("trtllm: TensorRT-LLM's kernels, our draft/target loop (runtime/trtllm_engine.py); "
+                        "speedup_vs_fast_plain is against trtllm/none, its only plain decoding")
     write_json(out, "speculative", data)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -1,0 +1,198 @@
+"""The prefix, kv and speculative scenarios on a TensorRT-LLM engine directory, through the fake
+0.12.0-jetson executor bindings (tests/runtime/fake_trtllm.py): the exact requests each scenario makes,
+and JSON fields whose values follow from what the fake executor did. Timings are only checked to be
+positive (the fake is instantaneous)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orin_llm.bench import kv, run_scenarios, speculative
+from orin_llm.bench.report import write_report
+from orin_llm.manifest import file_entry, load_manifest
+from orin_llm.runtime.trtllm_bindings import set_executor_module
+from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from tests.runtime import fake_trtllm
+from tests.runtime.test_trtllm_engine import install_models, make_engine_dir
+
+BLOCK = 32  # make_engine_dir's tokens_per_block
+
+
+@pytest.fixture
+def fake():
+    fake_trtllm.reset()
+    previous = set_executor_module(fake_trtllm)
+    yield fake_trtllm
+    set_executor_module(previous)
+    fake_trtllm.reset()
+
+
+def trt_engine_dir(src, dst, fake, **options):
+    """make_engine_dir with room for the planning prompts, the memory plan the build writes (from the torch
+    engine's, with the trtllm KV budget) and engine files in the manifest; the scripted models installed."""
+    d = make_engine_dir(src, dst, limits={"max_input_len": 1024, "max_seq_len": 2048}, **options)
+    data = json.loads((d / "manifest.json").read_text())
+    plan = json.loads((src / "manifest.json").read_text())["memory_plan"]
+    roles = [r for r in ("target", "draft") if data.get(r)]
+    data["memory_plan"] = {**plan, "max_kv_tokens": 4096}
+    for role in roles:
+        data["memory_plan"][role] = {**plan[role], "max_kv_tokens": 4096,
+                                     "kv_bytes": 4096 * plan[role]["kv_bytes_per_token"]}
+    for i, role in enumerate(roles):
+        (d / role / "rank0.engine").write_bytes(b"\0" * (1000 + i))
+        data[role]["files"] = [file_entry(d / role / n, d).model_dump() for n in ("config.json", "rank0.engine")]
+    (d / "manifest.json").write_text(json.dumps(data))
+    with TrtllmEngine.load(d) as eng:
+        install_models(fake, eng)
+    fake.CALLS.clear()
+    fake.EXECUTORS.clear()
+    return d
+
+
+def common_prefix(a, b) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def reusable(requests, i) -> int:
+    """Prompt tokens of request i that earlier requests' whole blocks could hold (never its last token)."""
+    ids = requests[i].input_token_ids
+    common = max((common_prefix(ids, r.input_token_ids) for r in requests[:i]), default=0)
+    return min(common, len(ids) - 1) // BLOCK * BLOCK
+
+
+def kv_bytes_per_token(manifest, nbytes) -> int:
+    a = manifest.target.arch
+    return 2 * a.num_layers * a.num_kv_heads * a.head_dim * nbytes
+
+
+@pytest.fixture
+def trt_dir(engine_dir, tmp_path, fake):
+    return trt_engine_dir(engine_dir, tmp_path / "trt", fake)
+
+
+# ---------------------------------------------------------------------------------- prefix
+
+
+def test_prefix_on_trtllm_measures_new_prompts_and_reports_block_reuse(trt_dir, fake, tmp_path):
+    out = tmp_path / "bench"
+    run_scenarios(["prefix"], trt_dir, out, quick=True)
+    (executor,) = fake.EXECUTORS  # the target only (draft=False), shut down after the scenario
+    assert [c["model_path"] for c in fake.calls("Executor")] == [str(trt_dir / "target")] and executor.is_shut_down
+    reqs = executor.requests
+    # quick: 2 task-alone requests, the pin, 2 warm, 2 cold; each one token, greedy
+    assert len(reqs) == 7 and all(r.max_new_tokens == 1 and r.sampling_config.passed == {"beam_width": 1, "top_k": 1}
+                                  for r in reqs)
+    alone, (pin,), warm, cold = reqs[:2], reqs[2:3], reqs[3:5], reqs[5:]
+    assert [r.streaming for r in reqs] == [True, True, False, True, True, True, True]
+    prefix = pin.input_token_ids
+    assert all(r.input_token_ids[:len(prefix)] == prefix for r in warm)
+    assert len({tuple(r.input_token_ids) for r in reqs}) == 7  # every measured prompt is new to the executor
+    assert all(common_prefix(r.input_token_ids, prefix) < len(prefix) // 2 for r in alone + cold)
+
+    data = json.loads((out / "prefix.json").read_text())
+    assert data["backend"] == "trtllm" and data["task_alone_tokens"] > 0
+    (row,) = data["rows"]
+    assert row["prefix_tokens"] == len(prefix) > 500
+    assert row["cached_prompt_tokens"] == len(prefix) // BLOCK * BLOCK  # whole blocks of the pinned prefix
+    summary = {kind: {"prompt_tokens": max(len(reqs[i].input_token_ids) for i in idx),
+                      "reusable_tokens": max(reusable(reqs, i) for i in idx)}
+               for kind, idx in (("warm", (3, 4)), ("cold", (5, 6)), ("task_alone", (0, 1)))}
+    assert row["requests"] == summary
+    assert summary["warm"]["reusable_tokens"] >= row["cached_prompt_tokens"] > summary["cold"]["reusable_tokens"]
+    assert min(row["ttft_cold_ms"], row["ttft_warm_ms"], row["ttft_task_alone_ms"]) > 0
+    m = load_manifest(trt_dir)
+    assert data["kv"] == {"kv_bytes_per_token_fp16": kv_bytes_per_token(m, 2),
+                          "kv_bytes_per_token_int8": kv_bytes_per_token(m, 1),
+                          "kv_cache_dtype": "int8", "kv_cache_bytes_per_token": kv_bytes_per_token(m, 1),
+                          "block_reuse": True, "tokens_per_block": BLOCK}
+    report = (out / "report.md").read_text()
+    assert f"| {len(prefix)} | {row['cached_prompt_tokens']} |" in report
+    assert "block reuse on, 32 tokens per block" in report and "backend trtllm" in report
+
+
+def test_prefix_on_trtllm_without_block_reuse_reuses_nothing(engine_dir, tmp_path, fake):
+    d = trt_engine_dir(engine_dir, tmp_path / "trt", fake, prefix_reuse=False)
+    run_scenarios(["prefix"], d, tmp_path / "bench", quick=True)
+    (executor,) = fake.EXECUTORS
+    assert len(executor.requests) == 6 and all(r.streaming for r in executor.requests)  # pin records only
+    (row,) = json.loads((tmp_path / "bench" / "prefix.json").read_text())["rows"]
+    assert row["cached_prompt_tokens"] == 0
+    assert {k: v["reusable_tokens"] for k, v in row["requests"].items()} == {"warm": 0, "cold": 0, "task_alone": 0}
+
+
+# ---------------------------------------------------------------------------------- kv
+
+
+def test_kv_on_trtllm_reports_the_compiled_dtype_plan_and_decode_speed(trt_dir, fake, tmp_path):
+    data = kv.run(trt_dir, tmp_path, quick=True)
+    assert json.loads((tmp_path / "kv.json").read_text())["decode_tokens_per_s"] == data["decode_tokens_per_s"]
+    (executor,) = fake.EXECUTORS
+    assert executor.is_shut_down
+    m = load_manifest(trt_dir)
+    with TrtllmEngine.load(trt_dir, draft=False) as eng:
+        prompt = eng.chat_ids(kv.PROMPT)
+    assert [(r.input_token_ids, r.max_new_tokens, r.streaming) for r in executor.requests] == [(prompt, 32, True)] * 2
+    dtype = m.target.kv_cache.dtype
+    assert data["backend"] == "trtllm" and data["kv_cache_dtype"] == dtype == "int8"
+    assert data["kv_bytes_per_token"] == {"fp16": kv_bytes_per_token(m, 2), "int8": kv_bytes_per_token(m, 1)}
+    assert data["fp16_over_kv_cache_bytes"] == 2.0
+    plan = m.memory_plan["target"]
+    assert data["memory_plan"] == {"kv_bytes_per_token": plan["kv_bytes_per_token"], "max_kv_tokens": 4096,
+                                   "kv_bytes": 4096 * plan["kv_bytes_per_token"]}
+    assert data["kv_usage"]["capacity_tokens"] == 4096 and data["kv_usage"]["bytes"] == plan["kv_bytes"]
+    speeds = data["decode_tokens_per_s"][dtype]
+    assert len(speeds) == 2 and min(speeds) > 0 and data["decode_tokens"] == 32
+    assert data["agreement"]["measured"] is False and "--gather_context_logits" in data["agreement"]["reason"]
+    assert "per_head_scales" not in data  # no torch number stands in for the engine's
+    report = write_report(tmp_path, m).read_text()
+    assert "KV cache of the TensorRT-LLM engine (int8)" in report and "not measured on this engine" in report
+    assert f"decode {max(speeds):.1f} tok/s" in report
+
+
+# ---------------------------------------------------------------------------------- speculative
+
+
+def test_speculative_on_trtllm_runs_every_drafter_once_and_times_the_draft(trt_dir, fake, tmp_path):
+    data = speculative.run(trt_dir, tmp_path, quick=True)
+    assert json.loads((tmp_path / "speculative.json").read_text())["results"] == data["results"]
+    assert (tmp_path / "speculative.png").is_file()
+    target, draft = fake.EXECUTORS
+    assert target.path.name == "target" and draft.path.name == "draft" and target.is_shut_down and draft.is_shut_down
+    modes = ["none", "lookup", "draft_model", "combined"]
+    assert list(data["results"]) == [f"trtllm/{m}" for m in modes]
+    assert data["backend"] == "trtllm" and data["exact_mode"].startswith("torch only")
+    items, max_tokens = data["items"], data["max_tokens"]
+    for r in data["results"].values():
+        # the fake never ends early: max_tokens per task, the first one is the prefill's
+        assert r["decode_tokens"] == items * (max_tokens - 1) and r["identical_to_plain"] == f"{items}/{items}"
+        assert r["decode_tokens_per_s"] > 0
+    assert data["results"]["trtllm/none"]["drafted"] == 0
+    # The modes' counters are the fake target's: the warm-up (max_tokens 8) comes before the first plain request
+    # for max_tokens, the draft cost's two requests (max_new_tokens 33) after the last mode.
+    runs = list(target.runs.values())
+    start = next(i for i, run in enumerate(runs) if run.request.max_new_tokens == max_tokens)
+    (timed,) = [i for i, run in enumerate(runs) if run.request.max_new_tokens == 33 and not run.draft]
+    spec = [run for run in runs[start:timed] if run.draft]
+    results = list(data["results"].values())
+    assert sum(r["drafted"] for r in results) == sum(len(run.draft) for run in spec) > 0
+    assert sum(r["accepted"] for r in results) == sum(run.accepted for run in spec) > 0
+    for r in results[1:]:
+        assert 0 < r["accepted"] <= r["drafted"] and r["acceptance_rate"] == r["accepted"] / r["drafted"]
+    # draft cost: one plain greedy streamed request per engine, same prompt, timed
+    t_req = runs[timed].request
+    (d_req,) = [r for r in draft.requests if r.max_new_tokens == 33]
+    assert t_req.input_token_ids == d_req.input_token_ids and t_req.streaming and d_req.streaming
+    assert t_req.sampling_config.passed == d_req.sampling_config.passed == {"beam_width": 1, "top_k": 1}
+    c = data["draft"]
+    assert c["target_ms_per_token"] > 0 and c["draft_ms_per_token"] > 0
+    assert c["draft_over_target_time"] == c["draft_ms_per_token"] / c["target_ms_per_token"]
+    m = load_manifest(trt_dir)
+    assert (c["target_weights_bytes"], c["draft_weights_bytes"]) == (1000, 1001)  # the rank0.engine files
+    assert c["draft_weights"] == m.draft.weights
+    report = write_report(tmp_path, m).read_text()
+    assert "| trtllm/lookup |" in report and "Exact mode: torch only" in report and "Draft (" in report
