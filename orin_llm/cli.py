@@ -255,8 +255,9 @@ def bench(
     out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
     quick: bool = typer.Option(False, help="A short smoke run."),
 ) -> None:
-    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding and the daemon, while
-    sampling memory and power by phase (tegrastats on a Jetson); JSON, plots and report.md."""
+    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding and the daemon on a torch or
+    TensorRT-LLM engine, while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots
+    and report.md."""
     from .bench import run_scenarios
 
     chosen = SCENARIOS if scenario == "all" else (scenario,)
