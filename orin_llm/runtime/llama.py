@@ -98,21 +98,22 @@ class Attention(nn.Module):
         cache.write(layer, pos, k, v)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
         keys, values = cache.read(layer, pos + t)  # read (for INT8: dequantize) once per layer
+        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
+        if not _SDPA_GQA:
+            keys = keys.repeat_interleave(self.h // self.kv, dim=1)
+            values = values.repeat_interleave(self.h // self.kv, dim=1)
         if exact:  # each query exactly as a one-token decode step computes it: its own key range
-            out = torch.cat([self._attend(q[:, :, i:i + 1], keys[:, :pos + i + 1], values[:, :pos + i + 1], None)
+            out = torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         else:
-            out = self._attend(q, keys, values, mask)
+            out = _sdpa(q, keys, values, mask)
         return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), width)
 
-    def _attend(self, q, keys, values, mask):
-        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
-        if _SDPA_GQA:
-            return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-        rep = self.h // self.kv
-        keys = keys.repeat_interleave(rep, dim=1)
-        values = values.repeat_interleave(rep, dim=1)
-        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+def _sdpa(q, keys, values, mask):
+    if _SDPA_GQA:
+        return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
 class MLP(nn.Module):
