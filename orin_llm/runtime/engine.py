@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..errors import OrinError
+from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, ModelEntry, load_manifest
 from .generate import Generation
 from .kv_cache import Int8KVCache, KVCache
@@ -150,7 +150,7 @@ class Engine(EngineText):
     def check_prompt(self, n: int) -> None:
         limit = self.manifest.limits["max_input_len"]
         if n > limit:
-            raise OrinError(f"prompt has {n} tokens; this engine's max_input_len is {limit}")
+            raise PromptTooLong(n, limit)
 
     def pin(self, ids: list[int]) -> None:
         """Prefill `ids` once and keep their K/V: later prompts that start with them skip them."""

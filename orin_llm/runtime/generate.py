@@ -23,6 +23,9 @@ from .text import TextStream
 
 @dataclass
 class Timings:
+    """ttft and total count from when the request began: `Generation.started` when the caller sets
+    it (the planner does, before it renders and tokenizes the prompt), else the first iteration."""
+
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -100,10 +103,11 @@ class Generation:
         self.drafter, self.draft_len, self.draft_len_max = drafter, draft_len, draft_len_max
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the cache is back to its prefix (done or abandoned)
+        self.started: Optional[float] = None  # perf_counter() when the request began, if before __iter__
 
     def __iter__(self) -> Iterator[str]:
         params, cache, model, drafter = self.params, self.cache, self.model, self.drafter
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if self.started is None else self.started
         start = cache.length
         if start != self.cached:
             raise RuntimeError(f"cache holds {start} tokens, caller says {self.cached} are cached")

@@ -36,6 +36,7 @@ class Prefix:
     environment: Environment
     text: str
     ids: tuple[int, ...]
+    messages: tuple[dict[str, str], ...]  # rendered once: every request starts with them
 
 
 class Planner:
@@ -55,10 +56,11 @@ class Planner:
     def set_environment(self, environment: Environment) -> int:
         """Render, tokenize and prefill a new environment; returns its version. While a request
         is running the switch waits for it, so that request finishes on the version it began."""
-        text = self.engine.chat_text(prefix_messages(environment), add_generation_prompt=False)
+        messages = tuple(prefix_messages(environment))
+        text = self.engine.chat_text(list(messages), add_generation_prompt=False)
         latest = self._pending or self.prefix
         ids = tuple(self.engine.encode(text))
-        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, ids)
+        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, ids, messages)
         self.engine.check_prompt(len(prefix.ids))
         if self._active is not None:
             self._pending = prefix
@@ -82,7 +84,7 @@ class Planner:
 
     def messages(self, task: str, observations: Optional[list[str]] = None) -> list[dict[str, str]]:
         assert self.prefix is not None
-        return prefix_messages(self.prefix.environment) + [task_message(task, observations)]
+        return [dict(m) for m in self.prefix.messages] + [task_message(task, observations)]
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Ids for a conversation: the pinned prefix's ids + the rest, when it starts with the prefix."""
@@ -99,8 +101,10 @@ class Planner:
               speculation: str = "auto") -> Generation:
         if self._active is not None:
             raise RuntimeError("one request at a time: finish or close the running generation first")
+        started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         self._ensure_pinned()
         gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation)
+        gen.started = started
         gen.on_done = self._done
         self._active = gen
         return gen

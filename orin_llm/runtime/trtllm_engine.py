@@ -60,7 +60,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Optional
 
-from ..errors import OrinError
+from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer
 from .generate import Result, SpecStats, Timings
@@ -225,7 +225,7 @@ class TrtllmEngine(EngineText):
 
     def check_prompt(self, n: int) -> None:
         if n > self.max_input_len:
-            raise OrinError(f"prompt has {n} tokens; this engine's max_input_len is {self.max_input_len}")
+            raise PromptTooLong(n, self.max_input_len)
 
     @property
     def executors(self) -> list[Any]:
@@ -447,6 +447,7 @@ class TrtllmGeneration:
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
+        self.started: Optional[float] = None  # as Generation.started: when the request began
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._seed_calls = 0
         self._rng: Optional[random.Random] = None
@@ -588,7 +589,7 @@ class TrtllmGeneration:
     # ---------------------------------------------------------------- the loop
 
     def __iter__(self) -> Iterator[str]:
-        self._t0 = time.perf_counter()
+        self._t0 = time.perf_counter() if self.started is None else self.started
         self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []

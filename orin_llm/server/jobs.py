@@ -12,7 +12,6 @@ import uuid
 from typing import Optional
 
 from ..environment import Environment
-from ..runtime.engine import Engine
 from ..runtime.generate import Result
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
@@ -20,19 +19,10 @@ from .errors import RequestError
 from .schemas import ChatRequest, PlanRequest
 
 
-def check_prompt(engine: Engine, ids: list[int]) -> None:
-    limit = engine.manifest.limits["max_input_len"]
-    if len(ids) > limit:
-        raise RequestError(413, f"the prompt has {len(ids)} tokens, over this engine's max_input_len of "
-                                f"{limit}; shorten the task, observations or messages")
-
-
 def plan_job(req: PlanRequest, params: SamplingParams):
     def begin(planner: Planner):
         prefix = planner.prefix
         assert prefix is not None
-        # tokenized here once more than in start(), to answer 413 (not the runtime's 422)
-        check_prompt(planner.engine, planner.prompt_ids(planner.messages(req.task, req.observations)))
         gen = planner.start(req.task, params, req.observations, req.speculation)
 
         def finish() -> dict:
@@ -51,9 +41,10 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
                 for m in req.messages]
 
     def begin(planner: Planner):
+        started = time.perf_counter()  # timings include rendering and tokenizing, as for plans
         ids = planner.prompt_ids(messages)  # reuses the pinned prefix when the chat starts with it
-        check_prompt(planner.engine, ids)
         gen = planner.engine.generate(ids, params, req.speculation)
+        gen.started = started
 
         def finish() -> dict:
             assert gen.result is not None

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..errors import OrinError
+from ..errors import OrinError, PromptTooLong
 from ..runtime.generate import Generation
 from ..runtime.planner import Planner
 from .errors import RequestError
@@ -118,6 +118,8 @@ class Worker:
                 self._run(job)
             except RequestError as e:
                 self._end(job, "invalid" if e.status < 500 else "error", e)
+            except PromptTooLong as e:  # over max_input_len: 413, as for an oversized body
+                self._end(job, "invalid", RequestError(413, str(e)))
             except OrinError as e:  # bad input the runtime caught (speculation, empty task, ...)
                 self._end(job, "invalid", RequestError(422, str(e)))
             except Exception as e:  # a bug: keep serving the others, say so, keep the traceback

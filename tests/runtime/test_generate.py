@@ -88,7 +88,7 @@ def test_bad_params_and_oversized_prompt(engine):
     with pytest.raises(OrinError, match="max_tokens"):
         SamplingParams(max_tokens=0)
     limit = engine.manifest.limits["max_input_len"]
-    with pytest.raises(OrinError, match=f"max_input_len is {limit}"):
+    with pytest.raises(OrinError, match=f"max_input_len of {limit}"):
         engine.generate([1] * (limit + 1), SamplingParams())
 
 

@@ -324,7 +324,7 @@ def test_error_response_is_a_one_line_orin_error(make, fake):
 
 def test_prompt_limits_and_empty_prompt(make):
     eng = make()
-    with pytest.raises(OrinError, match="max_input_len is 512"):
+    with pytest.raises(OrinError, match="max_input_len of 512"):
         eng.generate(list(range(513)), SamplingParams())
     with pytest.raises(OrinError, match="empty prompt"):
         eng.generate([], SamplingParams())
