@@ -9,6 +9,7 @@ is also timed for the same requests as a cross-check.
 from __future__ import annotations
 
 import statistics
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -40,9 +41,59 @@ def _timed_plan(client: PlannerClient, task: str) -> tuple[float, float]:
     return (time.perf_counter() - t0) * 1e3, float(r["timings"]["total_ms"])
 
 
+def _latency_ms(call) -> float:
+    t0 = time.perf_counter()
+    call()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
+    """The prefix scenario's ratios as a client sees them: TTFT (a 1-token answer, client-observed)
+    with the environment pinned in the daemon (POST /v1/plan) vs the same conversation computed in
+    full (POST /v1/chat/completions whose system turn differs by one trailing space, so nothing
+    matches the pinned prefix) vs the task alone (a chat with only the task turn)."""
+    import yaml
+
+    from ..calibration_data import home_names, load_home
+    from ..environment import prefix_messages, task_message
+    from .common import scaled_environment
+    from .prefix import TASK
+
+    homes = [load_home(n) for n in home_names()]
+    render = lambda env: engine.chat_text(prefix_messages(env), add_generation_prompt=False)  # noqa: E731
+    one = {"max_tokens": 1, "temperature": 0.0}
+    rows = []
+    for size in [1024] if quick else [1024, 4096]:
+        env = scaled_environment(homes, engine.encode, render, size)
+        messages = prefix_messages(env) + [task_message(TASK)]
+        cold_messages = [{**messages[0], "content": messages[0]["content"] + " "}] + messages[1:]
+        path = Path(tempfile.mkdtemp(prefix="orin-llm-env-")) / "home.yaml"
+        path.write_text(yaml.safe_dump(env.model_dump(mode="json", exclude_none=True), sort_keys=False))
+        repeats = 3 if quick else 5
+        with DaemonProcess(engine_dir, extra=("--environment", str(path))) as daemon, \
+                PlannerClient(daemon.socket, timeout_s=600) as c:
+            plan = lambda: c.plan(TASK, speculation="none", **one)  # noqa: E731
+            alone, cold, warm = [], [], []
+            for _ in range(repeats):
+                alone.append(_latency_ms(lambda: c.chat([task_message(TASK)], **one)))
+                cold.append(_latency_ms(lambda m=cold_messages: c.chat(m, **one)))
+                plan()  # the chats took the cache: the daemon pins the environment again
+                warm.append(_latency_ms(plan))
+            cached = plan()["timings"]["cached_prompt_tokens"]
+        row = {"prefix_tokens": cached, "ttft_cold_ms": statistics.median(cold),
+               "ttft_warm_ms": statistics.median(warm), "ttft_task_alone_ms": statistics.median(alone)}
+        row["cold_over_warm"] = row["ttft_cold_ms"] / row["ttft_warm_ms"]
+        row["warm_over_task_alone"] = row["ttft_warm_ms"] / row["ttft_task_alone_ms"]
+        rows.append(row)
+        progress(f"through the socket, prefix {cached} tokens: cold {row['ttft_cold_ms']:.0f} ms, warm "
+                 f"{row['ttft_warm_ms']:.1f} ms ({row['cold_over_warm']:.1f}×), task alone "
+                 f"{row['ttft_task_alone_ms']:.1f} ms (warm/alone {row['warm_over_task_alone']:.2f})")
+    return rows
+
+
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     from ..environment import EXAMPLE_HOME_PATH, load_environment
-    from ..runtime.engine import Engine
+    from ..runtime.loader import load_engine
     from ..runtime.planner import Planner
     from ..runtime.sampling import SamplingParams
 
@@ -98,7 +149,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
         data["rss_kib"] = rss
         data["rss_growth_kib"] = rss[-1] - rss[1] if len(rss) > 2 else 0
     progress("the same requests in-process (cross-check)")
-    engine = Engine.load(engine_dir, draft=False)
+    engine = load_engine(engine_dir, draft=False)  # either backend
     planner = Planner(engine, load_environment(EXAMPLE_HOME_PATH))
     params = SamplingParams(max_tokens=OPTS["max_tokens"])
     inproc = []
@@ -108,6 +159,9 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
         inproc.append((time.perf_counter() - t0) * 1e3)
     data["in_process_ms_median"] = statistics.median(inproc)
     data["socket_minus_in_process_ms_median"] = data["sequential"]["latency_ms_median"] - statistics.median(inproc)
+    if engine.manifest.backend == "torch":  # the torch engine here only renders and tokenizes
+        progress("the pinned prefix through the socket")
+        data["prefix_via_socket"] = prefix_via_socket(engine_dir, engine, quick)
     write_json(out, "daemon", data)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
