@@ -97,16 +97,21 @@ class Attention(nn.Module):
         k = k * cos + _rotate_half(k) * sin
         cache.write(layer, pos, k, v)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
-        keys, values = cache.read(layer, pos + t)  # read (for INT8: dequantize) once per layer
+        keys, values, k_scale, v_scale = cache.read_unscaled(layer, pos + t)  # once per layer
         keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
+        rep = self.h // self.kv
+        if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
+            q = q * k_scale.repeat_interleave(rep)[None, :, None, None].to(q.dtype)
         if not _SDPA_GQA:
-            keys = keys.repeat_interleave(self.h // self.kv, dim=1)
-            values = values.repeat_interleave(self.h // self.kv, dim=1)
+            keys = keys.repeat_interleave(rep, dim=1)
+            values = values.repeat_interleave(rep, dim=1)
         if exact:  # each query exactly as a one-token decode step computes it: its own key range
             out = torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         else:
             out = _sdpa(q, keys, values, mask)
+        if v_scale is not None:
+            out = out * v_scale.repeat_interleave(rep)[None, :, None, None].to(out.dtype)
         return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), width)
 
 
