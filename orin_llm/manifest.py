@@ -60,10 +60,11 @@ class Manifest(_Strict):
     tools: dict[str, str]
     profile: dict[str, Any]
     memory_plan: Optional[dict[str, Any]] = None
+    lookup_seed: Optional[FileEntry] = None  # plans seeding the lookup drafter's history (build/lookup_seed.py)
 
     def files(self) -> list[FileEntry]:
         models = [self.target] + ([self.draft] if self.draft else [])
-        return [f for m in models for f in m.files] + self.tokenizer
+        return [f for m in models for f in m.files] + self.tokenizer + ([self.lookup_seed] if self.lookup_seed else [])
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

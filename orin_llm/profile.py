@@ -87,6 +87,7 @@ class Profile(_Strict):
     limits: Limits = Limits()
     calibration: Literal["none", "calib"] = "none"  # which calibration split derives KV scales
     calibration_size: Optional[int] = Field(default=None, gt=0)  # items used (None: the whole split)
+    lookup_seed: Literal["none", "calib"] = "none"  # reference plans that seed the lookup drafter's history
     # Keep the environment prefix's K/V across requests. TensorRT-LLM 0.12 does this with paged
     # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache.
     prefix_reuse: bool = True

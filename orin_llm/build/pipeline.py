@@ -50,7 +50,12 @@ def _entry(root: Path, sub: str, spec: ModelSpec, source: Source, source_files: 
 
 def _manifest(profile: Profile, root: Path, target: ModelEntry, draft: Optional[ModelEntry],
               plan: MemoryPlan) -> Manifest:
-    return Manifest(
+    seed = None
+    if profile.lookup_seed != "none":
+        from .lookup_seed import write_lookup_seed
+
+        seed = write_lookup_seed(root, profile.lookup_seed)
+    return Manifest(lookup_seed=seed,
         schema_version=SCHEMA_VERSION, name=profile.name, backend=profile.backend,
         created_utc=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         target=target, draft=draft, tokenizer=_files(root, "tokenizer"),

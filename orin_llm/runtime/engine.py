@@ -54,6 +54,20 @@ def load_tokenizer(path: Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def lookup_seed(engine_dir: Path, manifest: Manifest) -> list[list[int]]:
+    """The token ids of the plans that seed the lookup drafter's history (none if not built)."""
+    if manifest.lookup_seed is None:
+        return []
+    path = engine_dir / manifest.lookup_seed.path
+    try:
+        outputs = json.loads(path.read_text())["outputs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise OrinError(f"{path}: not a lookup seed ({type(e).__name__}: {e}); rebuild the engine") from None
+    if not all(isinstance(o, list) and all(isinstance(t, int) for t in o) for o in outputs):
+        raise OrinError(f"{path}: outputs must be lists of token ids; rebuild the engine")
+    return outputs
+
+
 def eos_ids(tokenizer, model_dir: Path) -> set[int]:
     ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
     gen_cfg = model_dir / "generation_config.json"
@@ -118,7 +132,8 @@ class Engine(EngineText):
         self.model, self.cache = target.model, target.cache
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.pinned: list[int] = []  # token ids whose K/V stay in cache[0:len(pinned)] across requests
-        self.lookup = LookupDrafter()  # one per engine: its history of earlier outputs is the point
+        self.lookup_seed = lookup_seed(engine_dir, manifest)
+        self.lookup = LookupDrafter(seed=self.lookup_seed)  # one per engine: its history is the point
 
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,

@@ -11,6 +11,7 @@ fed on the next forward (so the bonus-token step costs the draft nothing extra).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional, Protocol
 
@@ -78,13 +79,16 @@ class LookupDrafter:
 
     name = "lookup"
 
-    def __init__(self, ngrams: tuple[int, ...] = (4, 3, 2), history_tokens: int = 50_000):
+    def __init__(self, ngrams: tuple[int, ...] = (4, 3, 2), history_tokens: int = 50_000,
+                 seed: Sequence[list[int]] = ()):
         self.ngrams = ngrams
         self.history: list[int] = []
         self.history_index: dict[tuple[int, ...], int] = {}
         self.history_tokens = history_tokens
         self._ctx_index: dict[tuple[int, ...], int] = {}
         self._indexed = 0
+        for output in seed:  # earlier outputs it starts with (the engine's lookup_seed.json)
+            self.finish(list(output))
 
     @staticmethod
     def _index(seq: list[int], index: dict[tuple[int, ...], int], start: int, end: int,

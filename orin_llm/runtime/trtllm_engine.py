@@ -62,7 +62,7 @@ from typing import Any, Literal, Optional
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest
-from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer
+from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .generate import Result, SpecStats, Timings
 from .sampling import SamplingParams
 from .speculative import AdaptiveK, CombinedDrafter, LookupDrafter
@@ -182,7 +182,8 @@ class TrtllmEngine(EngineText):
         self.end_id = eos if eos in self.eos_ids else min(self.eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.pinned: list[int] = []  # the prefix whose KV blocks pin() stored (block reuse) or recorded
-        self.lookup = LookupDrafter()  # one per engine: its history of earlier outputs is the point
+        self.lookup_seed = lookup_seed(engine_dir, manifest)
+        self.lookup = LookupDrafter(seed=self.lookup_seed)  # one per engine: its history is the point
         self._closed = False
 
     @classmethod

@@ -114,3 +114,40 @@ def test_adaptive_draft_length_grows_shrinks_and_pauses():
     for _ in range(6):
         a.update(a.next_k() or 1, 0)
     assert a.next_k() == 0  # acceptance too low to pay: plain decoding for a while
+
+
+def test_the_build_seeds_the_lookup_history_with_calibration_plans(engine, engine_dir):
+    manifest = engine.manifest
+    assert manifest.profile["lookup_seed"] == "calib" and manifest.lookup_seed is not None
+    assert manifest.lookup_seed in manifest.files()  # size and sha256 checked like every engine file
+    calib = load_split("calib")
+    assert len(engine.lookup_seed) == len(calib)
+    assert engine.tokenizer.decode(engine.lookup_seed[0]) == "\n".join(calib[0].reference_plan)
+    seeded = LookupDrafter(seed=engine.lookup_seed)
+    assert len(seeded.history) == sum(len(o) + 1 for o in engine.lookup_seed)
+    # a plan that starts like a calibration plan is drafted from the seed, with nothing in its context
+    start = engine.lookup_seed[0][:4]
+    draft, _ = seeded.propose(start, 3, SamplingParams(), None)
+    assert draft and any(o[i:i + 4] == start and o[i + 4:i + 4 + len(draft)] == draft
+                         for o in engine.lookup_seed for i in range(len(o)))  # what follows it in a seed plan
+    assert LookupDrafter().propose(start, 3, SamplingParams(), None) == ([], None)
+
+
+def test_a_broken_lookup_seed_is_a_clear_error(engine_dir, tmp_path):
+    import os
+    import shutil
+
+    from orin_llm.manifest import load_manifest
+    from orin_llm.runtime.engine import lookup_seed
+
+    dst = tmp_path / "eng"
+    shutil.copytree(engine_dir, dst, copy_function=os.link)
+    seed = dst / "lookup_seed.json"
+    size = seed.stat().st_size
+    seed.unlink()
+    seed.write_text('{"outputs": [[1, "two"]]}')
+    with pytest.raises(OrinError, match="lookup_seed.json has 25 bytes, manifest.json says"):
+        load_manifest(dst)  # the manifest's size check comes first
+    seed.write_text('{"outputs": [[1, "two"]]}'.ljust(size))  # same size, wrong content
+    with pytest.raises(OrinError, match="lookup_seed.json: outputs must be lists of token ids; rebuild"):
+        lookup_seed(dst, load_manifest(dst))

@@ -36,11 +36,16 @@ def fake():
 
 def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: bool = True,
                     max_draft_len: int = 4, limits: dict | None = None, kv_tokens=(4096, 2048),
-                    tokens_per_block: int = 32) -> Path:
-    """A trtllm engine dir from the torch one: tokenizer, adapted manifest, engine config.json files."""
+                    tokens_per_block: int = 32, lookup_seed: bool = False) -> Path:
+    """A trtllm engine dir from the torch one: tokenizer, adapted manifest, engine config.json files
+    (and the lookup seed plans, if asked: without them the lookup history starts empty)."""
     dst.mkdir(parents=True)
     shutil.copytree(src / "tokenizer", dst / "tokenizer")
     data = json.loads((src / "manifest.json").read_text())
+    if lookup_seed:
+        shutil.copy(src / "lookup_seed.json", dst / "lookup_seed.json")
+    else:
+        data["lookup_seed"] = None
     data["backend"] = "trtllm"
     data["profile"] = {**data["profile"], "backend": "trtllm", "prefix_reuse": prefix_reuse}
     data["limits"] = {**data["limits"], "max_input_len": 512, "max_seq_len": 1024, "draft_len": 4,
@@ -465,3 +470,10 @@ def test_a_target_built_without_draft_tokens_cannot_speculate(make, fake):
     assert eng.resolve_speculation("auto", SamplingParams()) == "none"
     with pytest.raises(OrinError, match=r"'lookup' is not available .*\(available: auto, none\)"):
         eng.generate(prompt(eng), SamplingParams(), speculation="lookup")
+
+
+def test_the_lookup_history_starts_from_the_engines_seed_plans(tmp_path, engine_dir, fake):
+    d = make_engine_dir(engine_dir, tmp_path / "trt", lookup_seed=True)
+    with TrtllmEngine.load(d) as eng:
+        assert eng.lookup_seed == json.loads((engine_dir / "lookup_seed.json").read_text())["outputs"]
+        assert len(eng.lookup.history) == sum(len(o) + 1 for o in eng.lookup_seed) > 0
