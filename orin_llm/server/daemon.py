@@ -87,11 +87,15 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
             super().handle_exit(sig, frame)
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
-    engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
-    planner = Planner(engine, env)
-    log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
-             engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
-    worker = Worker(planner, queue_size=queue_size)
+
+    def make_planner() -> Planner:  # on the worker's thread: see Worker
+        engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
+        planner = Planner(engine, env)
+        log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
+                 engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
+        return planner
+
+    worker = Worker(make_planner, queue_size=queue_size)
     app = create_app(worker, ServerConfig(max_tokens_limit=max_tokens_limit))
     config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, lifespan="on",
                             timeout_graceful_shutdown=grace_s, limit_concurrency=512, server_header=False)

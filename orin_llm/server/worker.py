@@ -60,14 +60,29 @@ class Job:
 
 
 class Worker:
-    def __init__(self, planner: Planner, queue_size: int = 16, metrics: Optional[Metrics] = None):
-        self.planner = planner
+    """`make_planner` runs on the engine thread itself (it loads the engine and pins the prefix), so
+    that one thread does all of the engine's work. With torch on a CPU that matters: OpenMP gives each
+    thread that runs parallel work its own team, and decoding on a second thread next to the loader's
+    team ran ~40% slower here (docs/BENCHMARKS.md). The constructor returns once the planner is
+    built, raising what building it raised; jobs run from start() on."""
+
+    planner: Planner  # built by the engine thread
+
+    def __init__(self, make_planner: Callable[[], Planner], queue_size: int = 16, metrics: Optional[Metrics] = None):
         self.capacity = queue_size
         self.metrics = metrics or Metrics()
         self.running: Optional[Job] = None
         self.stop_at: Optional[float] = None  # set by drain(): jobs still running then are ended
         self._queue: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
-        self._thread = threading.Thread(target=self._loop, name="orin-llm-engine", daemon=True)
+        self._go = threading.Event()  # set by start() (or stop()): the thread may take jobs
+        self._built = threading.Event()
+        self._build_error: Optional[BaseException] = None
+        self._thread = threading.Thread(target=self._main, args=(make_planner,), name="orin-llm-engine",
+                                        daemon=True)
+        self._thread.start()
+        self._built.wait()
+        if self._build_error is not None:
+            raise self._build_error
         self.metrics.watch(self)
 
     @property
@@ -76,10 +91,10 @@ class Worker:
 
     @property
     def accepting(self) -> bool:
-        return self.stop_at is None and self._thread.is_alive()
+        return self.stop_at is None and self._go.is_set() and self._thread.is_alive()
 
     def start(self) -> None:
-        self._thread.start()
+        self._go.set()
 
     def submit(self, job: Job) -> None:
         if not self.accepting:
@@ -107,9 +122,21 @@ class Worker:
                 self._end(job, "shutdown", RequestError(503, "the daemon is shutting down"))
         if self._thread.is_alive():
             self._queue.put(None)
+            self._go.set()
             self._thread.join(timeout_s)
 
     # -- the thread ------------------------------------------------------------------------
+
+    def _main(self, make_planner: Callable[[], Planner]) -> None:
+        try:
+            self.planner = make_planner()
+        except BaseException as e:  # handed to the constructor, which raises it
+            self._build_error = e
+            return
+        finally:
+            self._built.set()
+        self._go.wait()
+        self._loop()
 
     def _loop(self) -> None:
         while (job := self._queue.get()) is not None:
