@@ -4,6 +4,7 @@ all through QuantLinear, side by side (best of 2 rounds of 32 tokens).
     python bench/draft_speed.py --engine engines/smollm2-135m-demo
 """
 import argparse
+import os
 import time
 
 import torch
@@ -18,7 +19,9 @@ ap.add_argument("--engine", default="engines/smollm2-135m-demo")
 e = Engine.load(ap.parse_args().engine, device="cpu", exact=False)
 arch = e.model.arch
 def int4_copy():
+    os.environ["ORIN_LLM_PACK"] = "0"  # plain nn.Linear layers to quantize (load_llama packs them otherwise)
     m = load_llama(e.dir / 'target', arch, torch.float32, 'cpu', 2048)
+    del os.environ["ORIN_LLM_PACK"]
     for name, mod in list(m.named_modules()):
         if isinstance(mod, torch.nn.Linear) and '.layers.' in '.' + name + '.':
             q, s = quantize(mod.weight.data, 'int4_wo', 64)
