@@ -51,3 +51,16 @@ def hf_model(engine_dir):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(engine_dir / "target"), dtype=torch.float32).eval()
+
+
+@pytest.fixture
+def fake():
+    """TensorRT-LLM's executor bindings replaced by the fake at the import boundary (tests/runtime/fake_trtllm.py)."""
+    from orin_llm.runtime.trtllm_bindings import set_executor_module
+    from tests.runtime import fake_trtllm
+
+    fake_trtllm.reset()
+    previous = set_executor_module(fake_trtllm)
+    yield fake_trtllm
+    set_executor_module(previous)
+    fake_trtllm.reset()

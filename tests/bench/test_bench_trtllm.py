@@ -12,21 +12,10 @@ import pytest
 from orin_llm.bench import kv, run_scenarios, speculative
 from orin_llm.bench.report import write_report
 from orin_llm.manifest import file_entry, load_manifest
-from orin_llm.runtime.trtllm_bindings import set_executor_module
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
-from tests.runtime import fake_trtllm
 from tests.runtime.test_trtllm_engine import install_models, make_engine_dir
 
 BLOCK = 32  # make_engine_dir's tokens_per_block
-
-
-@pytest.fixture
-def fake():
-    fake_trtllm.reset()
-    previous = set_executor_module(fake_trtllm)
-    yield fake_trtllm
-    set_executor_module(previous)
-    fake_trtllm.reset()
 
 
 def trt_engine_dir(src, dst, fake, **options):

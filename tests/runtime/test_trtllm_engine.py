@@ -20,18 +20,8 @@ from orin_llm.runtime.loader import load_engine
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_bindings import executor_module, set_executor_module
 from orin_llm.runtime.trtllm_engine import TrtllmEngine, TrtllmGeneration
-from tests.runtime import fake_trtllm
 
 WORDS = " kitchen table robot cup moves apple towards sink door opens"
-
-
-@pytest.fixture
-def fake():
-    fake_trtllm.reset()
-    previous = set_executor_module(fake_trtllm)
-    yield fake_trtllm
-    set_executor_module(previous)
-    fake_trtllm.reset()
 
 
 def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: bool = True,
