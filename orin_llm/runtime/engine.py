@@ -15,7 +15,7 @@ from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, ModelEntry, load_manifest
 from .generate import Generation
 from .kv_cache import Int8KVCache, KVCache
-from .llama import Llama, load_llama
+from .llama import PROBE_ROWS, Llama, load_llama
 from .sampling import SamplingParams
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
 from .text import TextStream
@@ -155,7 +155,9 @@ class Engine(EngineText):
         if draft and manifest.draft is not None:
             draft_lane = load_lane(engine_dir, manifest.draft, "draft", capacity, device, kv_cache)
         if exact:
-            target.model.decode_width = 2 * manifest.limits.get("draft_len", 4) + 1  # k_max + 1
+            width = target.model.decode_width = 2 * manifest.limits.get("draft_len", 4) + 1  # k_max + 1
+            # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
+            target.model.rows_independent = target.model.rows_independent and width <= PROBE_ROWS
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), target, draft_lane)
 
     @property
