@@ -151,7 +151,7 @@ def _linears(a: Arch) -> list[tuple[int, int]]:
             (h, i), (h, i), (i, h)]  # gate, up, down
 
 
-def weights_bytes(a: Arch, spec: ModelSpec, backend: str) -> int:
+def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = False) -> int:
     """Weight bytes at the quantized size the engine holds in memory.
 
     - fp32: 4 B/param; fp16, bf16: 2 B/param (every tensor at that width).
@@ -164,12 +164,14 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str) -> int:
       ModelOpt/TensorRT-LLM AWQ leaves lm_head unquantized (embeddings too), at the compute dtype.
     - The lm_head: a TensorRT-LLM checkpoint stores lm_head as its own tensor even when the HF
       model ties it to the embeddings (Llama 3.2), so it is counted for backend "trtllm"; the torch
-      backend shares the embedding matrix, so a tied lm_head is free there.
+      backend shares the embedding matrix, so a tied lm_head is free there, except where it packs
+      its float32 linears for oneDNN on a CPU (`packed_head`; runtime/packed.py): the packed lm_head
+      is a copy.
     """
     per_layer_linear_params = sum(i * o for i, o in _linears(a))
     norm_params = a.num_layers * 2 * a.hidden_size + a.hidden_size  # 2 RMSNorms per layer + final
     embed_params = a.vocab_size * a.hidden_size
-    head_params = embed_params if (not a.tie_word_embeddings or backend == "trtllm") else 0
+    head_params = embed_params if (not a.tie_word_embeddings or backend == "trtllm" or packed_head) else 0
     rest_params = embed_params + head_params + norm_params
 
     if spec.weights in FLOAT_WEIGHT_BYTES:
@@ -318,12 +320,17 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+def packs_on_cpu(profile: Profile, spec: ModelSpec) -> bool:
+    """Whether the torch runtime packs this model's float32 linears (and so copies a tied lm_head)."""
+    return profile.backend == "torch" and profile.device.name == "cpu" and spec.dtype == "float32"
+
+
 def _model_plan(profile: Profile, spec: ModelSpec, profile_dir: Path | None, section: str):
     a = load_arch(spec, profile_dir, section=section)
     config = resolve_config(spec, profile_dir, section=section)
     return a, ModelPlan(
         model=spec.model, config=str(config), weights=spec.weights, kv_cache=spec.kv_cache,
-        weights_bytes=weights_bytes(a, spec, profile.backend),
+        weights_bytes=weights_bytes(a, spec, profile.backend, packed_head=packs_on_cpu(profile, spec)),
         kv_bytes_per_token=a.kv_bytes_per_token(KV_BYTES[spec.kv_cache]),
         max_kv_tokens=0, kv_bytes=0,
         activation_bytes=activation_bytes(a, spec, profile.limits.max_num_tokens),

@@ -7,6 +7,7 @@ small model on a CPU is dominated by per-op overhead).
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from ..errors import OrinError
 from .kv_cache import KVCache
 from .packed import pack_linears, packing_available, rows_independent
 from .quant import QuantLinear
+
+log = logging.getLogger(__name__)
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -232,6 +235,11 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
     model = model.to(device).eval()
-    if packing_available(device, dtype) and pack_linears(model):
-        model.rows_independent = rows_independent(model, PROBE_ROWS)
+    if packing_available(device, dtype):
+        if not pack_linears(model):
+            log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")
+        elif not rows_independent(model, PROBE_ROWS):
+            log.info("oneDNN's kernels are not row-independent here: exact decode steps are padded")
+        else:
+            model.rows_independent = True
     return model
