@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from .build.trtllm import _default_run_cmd, _meminfo_kib, _read, preflight
+from .build.trtllm import _default_run_cmd, _meminfo_kib, _read, preflight, swap_kib
 from .errors import OrinError
 
 OK, INFO, WARN, ERROR = "ok", "info", "warn", "error"
@@ -272,18 +272,6 @@ def _check_power(report: Report, p: Probe) -> None:
                                   "MHz): latency varies while it ramps; sudo jetson_clocks (again after each boot)")
 
 
-def _swaps(text: Optional[str]) -> tuple[int, int]:
-    disk = zram = 0
-    for line in (text or "").splitlines()[1:]:
-        cols = line.split()
-        if len(cols) >= 3 and cols[2].isdigit():
-            if cols[0].startswith("/dev/zram"):
-                zram += int(cols[2])
-            else:
-                disk += int(cols[2])
-    return disk, zram
-
-
 def _check_memory(report: Report, p: Probe, meminfo: Optional[str], mem_total: Optional[int]) -> None:
     available = _meminfo_kib(meminfo, "MemAvailable")
     if mem_total is not None:
@@ -291,7 +279,7 @@ def _check_memory(report: Report, p: Probe, meminfo: Optional[str], mem_total: O
         report.add("memory", INFO, f"{mem_total / GIB_KIB:.1f} GiB total{avail}")
     else:
         report.add("memory", WARN, f"cannot read {p.proc_meminfo}")
-    disk, zram = _swaps(_read(p.proc_swaps))
+    disk, zram = swap_kib(_read(p.proc_swaps))
     report.add("memory", INFO, f"swap: {disk / GIB_KIB:.1f} GiB on disk, {zram / GIB_KIB:.1f} GiB zram")
     if zram and report.jetson:
         report.add("memory", INFO, "zram (JetPack's default swap) is compressed RAM: it does not add memory for "

@@ -86,6 +86,17 @@ def write_manifest(engine_dir: Path, manifest: Manifest) -> Path:
     return path
 
 
+def read_json_object(path: Path) -> dict:
+    """A JSON object from an engine file, or an OrinError that says to rebuild the engine."""
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise OrinError(f"{path}: not valid JSON ({e}); rebuild the engine") from None
+    if not isinstance(data, dict):
+        raise OrinError(f"{path}: expected a JSON object; rebuild the engine")
+    return data
+
+
 def load_manifest(engine_dir: str | Path) -> Manifest:
     engine_dir = Path(engine_dir)
     path = engine_dir / MANIFEST
@@ -93,12 +104,7 @@ def load_manifest(engine_dir: str | Path) -> Manifest:
         raise OrinError(f"engine dir {engine_dir} does not exist (build one: orin-llm build --embedded)")
     if not path.is_file():
         raise OrinError(f"{engine_dir} is not an engine directory: no {MANIFEST} (rebuild it)")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OrinError(f"{path}: not valid JSON ({e}); rebuild the engine") from None
-    if not isinstance(data, dict):
-        raise OrinError(f"{path}: expected a JSON object; rebuild the engine")
+    data = read_json_object(path)
     if data.get("schema_version") != SCHEMA_VERSION:
         raise OrinError(f"{path}: schema_version {data.get('schema_version')!r}, this orin-llm reads "
                         f"{SCHEMA_VERSION}; rebuild the engine")

@@ -312,6 +312,19 @@ def _default_run_cmd(argv: list[str]) -> str | None:
         return None
 
 
+def swap_kib(proc_swaps_text: str | None) -> tuple[int, int]:
+    """(disk, zram) swap sizes in KiB from the text of /proc/swaps."""
+    disk = zram = 0
+    for line in (proc_swaps_text or "").splitlines()[1:]:
+        cols = line.split()
+        if len(cols) >= 3 and cols[2].isdigit():
+            if cols[0].startswith("/dev/zram"):
+                zram += int(cols[2])
+            else:
+                disk += int(cols[2])
+    return disk, zram
+
+
 def preflight(min_swap_gib: float = 8, min_free_gib: float = 12, *, proc_swaps: str | Path = "/proc/swaps",
               proc_meminfo: str | Path = "/proc/meminfo", tegra_release: str | Path = "/etc/nv_tegra_release",
               run_cmd: Callable[[list[str]], str | None] | None = None) -> list[str]:
@@ -326,14 +339,7 @@ def preflight(min_swap_gib: float = 8, min_free_gib: float = 12, *, proc_swaps: 
     # Swap. zram (JetPack's default swap) is compressed RAM, so it does not count as relief here.
     swaps = _read(proc_swaps)
     if swaps is not None:
-        disk_kib = zram_kib = 0
-        for line in swaps.splitlines()[1:]:
-            cols = line.split()
-            if len(cols) >= 3 and cols[2].isdigit():
-                if cols[0].startswith("/dev/zram"):
-                    zram_kib += int(cols[2])
-                else:
-                    disk_kib += int(cols[2])
+        disk_kib, zram_kib = swap_kib(swaps)
     else:
         disk_kib, zram_kib = _meminfo_kib(meminfo, "SwapTotal") or 0, 0
     if disk_kib < min_swap_gib * gib:

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from ..errors import OrinError, PromptTooLong
-from ..manifest import Manifest, ModelEntry, load_manifest
+from ..manifest import Manifest, ModelEntry, load_manifest, read_json_object
 from .generate import Generation
 from .kv_cache import Int8KVCache, KVCache
 from .llama import PROBE_ROWS, Llama, load_llama
@@ -59,11 +59,9 @@ def lookup_seed(engine_dir: Path, manifest: Manifest) -> list[list[int]]:
     if manifest.lookup_seed is None:
         return []
     path = engine_dir / manifest.lookup_seed.path
-    try:
-        outputs = json.loads(path.read_text())["outputs"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise OrinError(f"{path}: not a lookup seed ({type(e).__name__}: {e}); rebuild the engine") from None
-    if not all(isinstance(o, list) and all(isinstance(t, int) for t in o) for o in outputs):
+    outputs = read_json_object(path).get("outputs")
+    is_ids = lambda o: isinstance(o, list) and all(isinstance(t, int) for t in o)  # noqa: E731
+    if not isinstance(outputs, list) or not all(is_ids(o) for o in outputs):
         raise OrinError(f"{path}: outputs must be lists of token ids; rebuild the engine")
     return outputs
 

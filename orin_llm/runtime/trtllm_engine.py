@@ -51,7 +51,6 @@ costs more than speculation saves, so "auto" resolves to "none" when prefix_reus
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
@@ -61,7 +60,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from ..errors import OrinError, PromptTooLong
-from ..manifest import Manifest, load_manifest
+from ..manifest import Manifest, load_manifest, read_json_object
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .generate import Result, SpecStats, Timings
 from .sampling import SamplingParams
@@ -101,13 +100,7 @@ def _engine_config(path: Path, role: str) -> dict:
     if not cfg_path.is_file():
         raise OrinError(f"{path}: no TensorRT-LLM {role} engine here (config.json missing); rebuild the "
                         "engine with orin-llm build")
-    try:
-        cfg = json.loads(cfg_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise OrinError(f"{cfg_path}: not valid JSON ({e}); rebuild the engine") from None
-    if not isinstance(cfg, dict):
-        raise OrinError(f"{cfg_path}: expected a JSON object; rebuild the engine")
-    return cfg
+    return read_json_object(cfg_path)
 
 
 def _build_value(cfg: dict, *keys: str) -> Any:
