@@ -47,8 +47,9 @@ class KVCache:
         return self.k[layer, :, :end], self.v[layer, :, :end]
 
     def read_unscaled(self, layer: int, end: int):
-        """(k, v, k_scale, v_scale): K and V as read() gives them but without their scales, and the
-        per-KV-head scales ([kv_heads]) that attention folds into q and into its output (None: 1)."""
+        """(k, v, k_scale, v_scale): K and V as stored, without their scales ([kv_heads, end,
+        head_dim] views, no copy: int8 for an INT8 cache), and the per-KV-head scales ([kv_heads])
+        that attention folds into q and into its output (None: 1)."""
         k, v = self.read(layer, end)
         return k, v, None, None
 
@@ -102,7 +103,7 @@ class Int8KVCache(KVCache):
     def read_unscaled(self, layer: int, end: int):
         # q·(s·k) = (s·q)·k and P·(s·v) = s·(P·v): scaling the few query and output rows instead of
         # every cached K/V halves the cost of reading a long cache (a 4k prefix: 30 × 2 × 786k values)
-        return (self.k[layer, :, :end].to(self.dtype), self.v[layer, :, :end].to(self.dtype),
+        return (self.k[layer, :, :end], self.v[layer, :, :end],
                 self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0])
 
 

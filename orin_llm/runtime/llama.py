@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +20,7 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
+from .attention import bf16_attention_available, int8_attention_bf16
 from .kv_cache import KVCache
 from .packed import pack_linears, packing_available, rows_independent
 from .quant import QuantLinear
@@ -82,6 +85,16 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+@dataclass(frozen=True)
+class Step:
+    """What one forward call decides once for all its layers."""
+    pos: int  # position of its first token
+    mask: Optional[torch.Tensor]  # SDPA's boolean mask; None where each query sees every key
+    exact: bool  # a decode or verify step, computed batch-invariant (see Llama.decode_width)
+    width: int  # rows to pad the linear layers to (0: none)
+    bf16: bool  # a prefill over an INT8 cache: attention as bf16 GEMMs (attention.py)
+
+
 class Attention(nn.Module):
     def __init__(self, arch: Arch):
         super().__init__()
@@ -89,9 +102,9 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
         self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, pos: int, mask, exact: bool, width: int):
-        t = x.shape[0]
-        qkv = padded(self.qkv_proj, x, width)
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, step: Step):
+        t, pos = x.shape[0], step.pos
+        qkv = padded(self.qkv_proj, x, step.width)
         q, k, v = qkv.split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
         q = q.view(t, self.h, self.d)
         k = k.view(t, self.kv, self.d)
@@ -101,21 +114,28 @@ class Attention(nn.Module):
         cache.write(layer, pos, k, v)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
         keys, values, k_scale, v_scale = cache.read_unscaled(layer, pos + t)  # once per layer
-        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
         rep = self.h // self.kv
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
             q = q * k_scale.repeat_interleave(rep)[None, :, None, None].to(q.dtype)
-        if not _SDPA_GQA:
-            keys = keys.repeat_interleave(rep, dim=1)
-            values = values.repeat_interleave(rep, dim=1)
-        if exact:  # each query exactly as a one-token decode step computes it: its own key range
-            out = torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
-                             for i in range(t)], dim=2)
-        else:
-            out = _sdpa(q, keys, values, mask)
+        out = self._attend(q, keys, values, step)
         if v_scale is not None:
             out = out * v_scale.repeat_interleave(rep)[None, :, None, None].to(out.dtype)
-        return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), width)
+        return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), step.width)
+
+    def _attend(self, q, keys, values, step: Step):
+        """q: [1, H, T, D]; keys, values: [KV, pos+T, D] as stored. Returns [1, H, T, D]."""
+        pos, t = step.pos, q.shape[2]
+        if step.bf16:
+            return int8_attention_bf16(q[0], keys, values, pos).unsqueeze(0)
+        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
+        if not _SDPA_GQA:
+            rep = self.h // self.kv
+            keys = keys.repeat_interleave(rep, dim=1)
+            values = values.repeat_interleave(rep, dim=1)
+        if step.exact:  # each query exactly as a one-token decode step computes it: its own key range
+            return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
+                             for i in range(t)], dim=2)
+        return _sdpa(q, keys, values, step.mask)
 
 
 def _sdpa(q, keys, values, mask):
@@ -144,9 +164,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, cos, sin, cache, layer, pos, mask, exact, width):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, pos, mask, exact, width)
-        return x + self.mlp(self.post_attention_layernorm(x), width)
+    def forward(self, x, cos, sin, cache, layer, step: Step):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, step)
+        return x + self.mlp(self.post_attention_layernorm(x), step.width)
 
 
 class Llama(nn.Module):
@@ -164,6 +184,9 @@ class Llama(nn.Module):
         # kernels (packed.py, checked at load) or are padded to decode_width rows.
         self.decode_width = 0
         self.rows_independent = False
+        # Prefill (more tokens than any decode or verify step) over an INT8 cache runs attention as
+        # bf16 GEMMs; set at load where the CPU has bf16 dot products (attention.py).
+        self.bf16_prefill = False
         cos, sin = rope_tables(arch, max_positions)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -179,11 +202,13 @@ class Llama(nn.Module):
         sin = self.sin[pos:pos + t].to(x.dtype)
         exact = t <= self.decode_width
         width = self.decode_width if exact and not self.rows_independent else 0  # rows to pad linears to
+        bf16 = self.bf16_prefill and cache.k.dtype == torch.int8 and t > PROBE_ROWS and not exact
         mask = None
-        if t > 1 and not exact:  # query i sees keys 0 .. pos+i (the cached prefix and its own past)
+        if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)
+        step = Step(pos, mask, exact, width, bf16)
         for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, pos, mask, exact, width)
+            x = block(x, cos, sin, cache, i, step)
         cache.length = pos + t
         return padded(self.lm_head, self.norm(x[-num_logits:]), width).float()
 
@@ -242,4 +267,5 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
             log.info("oneDNN's kernels are not row-independent here: exact decode steps are padded")
         else:
             model.rows_independent = True
+    model.bf16_prefill = bf16_attention_available(device)
     return model

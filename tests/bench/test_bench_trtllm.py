@@ -73,14 +73,15 @@ def test_prefix_on_trtllm_measures_new_prompts_and_reports_block_reuse(trt_dir, 
     (executor,) = fake.EXECUTORS  # the target only (draft=False), shut down after the scenario
     assert [c["model_path"] for c in fake.calls("Executor")] == [str(trt_dir / "target")] and executor.is_shut_down
     reqs = executor.requests
-    # quick: 2 task-alone requests, the pin, 2 warm, 2 cold; each one token, greedy
-    assert len(reqs) == 7 and all(r.max_new_tokens == 1 and r.sampling_config.passed == {"beam_width": 1, "top_k": 1}
+    # quick: the pin, then 1 + 2 task-alone requests and 1 + 2 warm ones (one untimed call first),
+    # 2 cold; each one token, greedy. The executor keeps the pin's blocks: it is not sent again.
+    assert len(reqs) == 9 and all(r.max_new_tokens == 1 and r.sampling_config.passed == {"beam_width": 1, "top_k": 1}
                                   for r in reqs)
-    alone, (pin,), warm, cold = reqs[:2], reqs[2:3], reqs[3:5], reqs[5:]
-    assert [r.streaming for r in reqs] == [True, True, False, True, True, True, True]
+    (pin,), alone, warm, cold = reqs[:1], reqs[1:4], reqs[4:7], reqs[7:]
+    assert [r.streaming for r in reqs] == [False] + [True] * 8
     prefix = pin.input_token_ids
     assert all(r.input_token_ids[:len(prefix)] == prefix for r in warm)
-    assert len({tuple(r.input_token_ids) for r in reqs}) == 7  # every measured prompt is new to the executor
+    assert len({tuple(r.input_token_ids) for r in reqs}) == 9  # every measured prompt is new to the executor
     assert all(common_prefix(r.input_token_ids, prefix) < len(prefix) // 2 for r in alone + cold)
 
     data = json.loads((out / "prefix.json").read_text())
@@ -90,7 +91,7 @@ def test_prefix_on_trtllm_measures_new_prompts_and_reports_block_reuse(trt_dir, 
     assert row["cached_prompt_tokens"] == len(prefix) // BLOCK * BLOCK  # whole blocks of the pinned prefix
     summary = {kind: {"prompt_tokens": max(len(reqs[i].input_token_ids) for i in idx),
                       "reusable_tokens": max(reusable(reqs, i) for i in idx)}
-               for kind, idx in (("warm", (3, 4)), ("cold", (5, 6)), ("task_alone", (0, 1)))}
+               for kind, idx in (("warm", (4, 5, 6)), ("cold", (7, 8)), ("task_alone", (1, 2, 3)))}
     assert row["requests"] == summary
     assert summary["warm"]["reusable_tokens"] >= row["cached_prompt_tokens"] > summary["cold"]["reusable_tokens"]
     assert min(row["ttft_cold_ms"], row["ttft_warm_ms"], row["ttft_task_alone_ms"]) > 0
@@ -108,7 +109,7 @@ def test_prefix_on_trtllm_without_block_reuse_reuses_nothing(engine_dir, tmp_pat
     d = trt_engine_dir(engine_dir, tmp_path / "trt", fake, prefix_reuse=False)
     run_scenarios(["prefix"], d, tmp_path / "bench", quick=True)
     (executor,) = fake.EXECUTORS
-    assert len(executor.requests) == 6 and all(r.streaming for r in executor.requests)  # pin records only
+    assert len(executor.requests) == 8 and all(r.streaming for r in executor.requests)  # pin records only
     (row,) = json.loads((tmp_path / "bench" / "prefix.json").read_text())["rows"]
     assert row["cached_prompt_tokens"] == 0
     assert {k: v["reusable_tokens"] for k, v in row["requests"].items()} == {"warm": 0, "cold": 0, "task_alone": 0}

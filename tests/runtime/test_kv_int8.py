@@ -52,10 +52,12 @@ def test_quantization_error_is_within_half_a_step():
     err = (got.transpose(0, 1) - k).abs()
     assert torch.all(err <= scale[0][None, :, None] / 2 + 1e-7)
     assert cache.k.dtype == torch.int8
-    # what attention reads: the int8 values as floats, and the scales it folds into q and its output
+    # what attention reads: the stored int8 values (views, no copy), and the scales it folds into q
+    # and its output
     raw_k, raw_v, k_scale, v_scale = cache.read_unscaled(0, 5)
-    assert torch.equal(raw_k, cache.k[0, :, :5].float()) and torch.equal(k_scale, scale[0])
-    assert torch.allclose(raw_v * v_scale[:, None, None], cache.read(0, 5)[1])
+    assert raw_k.dtype == torch.int8 and raw_k.data_ptr() == cache.k.data_ptr()
+    assert torch.equal(raw_k, cache.k[0, :, :5]) and torch.equal(k_scale, scale[0])
+    assert torch.allclose(raw_v.float() * v_scale[:, None, None], cache.read(0, 5)[1])
 
 
 def test_int8_without_scales_is_an_error(engine_dir, tmp_path):

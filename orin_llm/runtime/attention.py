@@ -1,0 +1,61 @@
+"""Prefill attention over an INT8 KV cache as two bfloat16 GEMMs (CPU).
+
+Why: with the home prefix pinned, a request's time to first token is its suffix's queries
+attending over the whole prefix. At 4k tokens that attention is 6.5 GFLOP against 4.9 for all of
+the suffix's linear layers, and torch's SDPA runs it in float32 at about 110 GFLOP/s on the
+2-core reference machine. Two facts make it cheap: int8 values are exact in bfloat16 (8
+significant bits), so the cached K and V convert without loss, and oneDNN's bf16 GEMMs use the
+CPU's bf16 dot-product instructions (AVX512-BF16, AMX) at ~5× the float32 rate. What rounds is q,
+the scores (the GEMM writes bf16) and the probabilities: the kv scenario measures what that does to
+argmax agreement, and docs/BENCHMARKS.md records it.
+
+Only prefill runs here. Decode and verify steps (at most PROBE_ROWS tokens) stay on float32 SDPA,
+so speculative decoding stays exactly lossless and decode speed is what it was.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+# Scores per chunk of queries: a cold 4k-token prefill would otherwise hold 9 × 4k × 4k scores.
+# 2^22 bf16 elements are 8 MiB, twice (scores and probabilities): well inside the activation
+# workspace the memory plan reserves (build/memory.py).
+SCORE_ELEMENTS = 1 << 22
+
+
+def bf16_attention_available(device: torch.device | str) -> bool:
+    """True on CPUs with bf16 dot-product instructions; ORIN_LLM_BF16_ATTN=0 turns it off (for A/B
+    measurements against SDPA)."""
+    if os.environ.get("ORIN_LLM_BF16_ATTN", "1") == "0" or torch.device(device).type != "cpu":
+        return False
+    # torch.cpu's probes are private; a torch without them gets SDPA
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def int8_attention_bf16(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, pos: int) -> torch.Tensor:
+    """Causal attention of T queries at positions pos .. pos+T-1 over an INT8 cache.
+
+    q: [H, T, D] float with the K scale folded in; keys, values: int8 [KV, pos+T, D] (the cache's
+    raw values). Query t sees keys 0 .. pos+t. Softmax scale 1/sqrt(D), as SDPA's. Returns
+    [H, T, D] float32 without V's scale, which the caller applies to the output as for SDPA."""
+    h, t, d = q.shape
+    kv = keys.shape[0]
+    g = h // kv  # query heads per KV head: they share one GEMM against their K/V (GQA)
+    kb, vb = keys.to(torch.bfloat16), values.to(torch.bfloat16)
+    qg = (q * d ** -0.5).view(kv, g, t, d).to(torch.bfloat16)
+    out = torch.empty(kv, g, t, d, dtype=torch.bfloat16, device=q.device)
+    step = max(1, SCORE_ELEMENTS // (h * (pos + t)))
+    for a in range(0, t, step):
+        b = min(t, a + step)
+        n, end = b - a, pos + b  # keys past pos+b-1 are in no query's view: not computed
+        rows = qg[:, :, a:b].reshape(kv, g * n, d)
+        scores = torch.bmm(rows, kb[:, :end].transpose(1, 2))  # [KV, G·n, end]
+        # within the chunk, query a+i sees its own key and the ones before it
+        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1).repeat(g, 1)
+        scores[:, :, pos + a:end].masked_fill_(future, float("-inf"))
+        probs = torch.softmax(scores, dim=-1)  # bf16 in and out, computed in float32
+        out[:, :, a:b] = torch.bmm(probs, vb[:, :end]).view(kv, g, n, d)
+    return out.view(h, t, d).float()
