@@ -15,6 +15,7 @@ so speculative decoding stays exactly lossless and decode speed is what it was.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -23,6 +24,10 @@ import torch
 # 2^22 bf16 elements are 8 MiB, twice (scores and probabilities): well inside the activation
 # workspace the memory plan reserves (build/memory.py).
 SCORE_ELEMENTS = 1 << 22
+
+# Below this many keys attention is a small part of a forward and SDPA's single call beats the
+# dozen small ops here (the 44-token task alone: ~2 ms slower over 30 layers, bench/prefill_attention.py).
+MIN_KEYS = 512
 
 
 def bf16_attention_available(device: torch.device | str) -> bool:
@@ -53,9 +58,14 @@ def int8_attention_bf16(q: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
         n, end = b - a, pos + b  # keys past pos+b-1 are in no query's view: not computed
         rows = qg[:, :, a:b].reshape(kv, g * n, d)
         scores = torch.bmm(rows, kb[:, :end].transpose(1, 2))  # [KV, G·n, end]
-        # within the chunk, query a+i sees its own key and the ones before it
-        future = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1).repeat(g, 1)
-        scores[:, :, pos + a:end].masked_fill_(future, float("-inf"))
+        scores[:, :, pos + a:end].masked_fill_(_future(n, g, q.device), float("-inf"))
         probs = torch.softmax(scores, dim=-1)  # bf16 in and out, computed in float32
         out[:, :, a:b] = torch.bmm(probs, vb[:, :end]).view(kv, g, n, d)
     return out.view(h, t, d).float()
+
+
+@functools.lru_cache(maxsize=8)
+def _future(n: int, g: int, device: torch.device) -> torch.Tensor:
+    """[g·n, n]: True where query i of a chunk (rows g-major, as the GEMM has them) would see a key
+    of the chunk after its own. The same for every layer of a forward: built once."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1).repeat(g, 1)

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from .attention import bf16_attention_available, int8_attention_bf16
+from .attention import MIN_KEYS, bf16_attention_available, int8_attention_bf16
 from .kv_cache import KVCache
 from .packed import pack_linears, packing_available, rows_independent
 from .quant import QuantLinear
@@ -184,8 +184,9 @@ class Llama(nn.Module):
         # kernels (packed.py, checked at load) or are padded to decode_width rows.
         self.decode_width = 0
         self.rows_independent = False
-        # Prefill (more tokens than any decode or verify step) over an INT8 cache runs attention as
-        # bf16 GEMMs; set at load where the CPU has bf16 dot products (attention.py).
+        # Prefill (more tokens than any decode or verify step, over at least MIN_KEYS keys) over an
+        # INT8 cache runs attention as bf16 GEMMs; set at load where the CPU has bf16 dot products
+        # (attention.py).
         self.bf16_prefill = False
         cos, sin = rope_tables(arch, max_positions)
         self.register_buffer("cos", cos, persistent=False)
@@ -202,7 +203,8 @@ class Llama(nn.Module):
         sin = self.sin[pos:pos + t].to(x.dtype)
         exact = t <= self.decode_width
         width = self.decode_width if exact and not self.rows_independent else 0  # rows to pad linears to
-        bf16 = self.bf16_prefill and cache.k.dtype == torch.int8 and t > PROBE_ROWS and not exact
+        bf16 = (self.bf16_prefill and cache.k.dtype == torch.int8 and t > PROBE_ROWS and not exact
+                and pos + t >= MIN_KEYS)
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)

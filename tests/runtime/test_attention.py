@@ -80,8 +80,9 @@ def _prefill_logits(model, cache, ids, bf16: bool):
 
 
 def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
-    """The engine routes prefill over its INT8 cache through it; decode and verify steps (at most
-    PROBE_ROWS tokens) keep SDPA, which is what keeps speculation bit-exact."""
+    """The engine routes a long prefill over its INT8 cache through it; decode and verify steps (at
+    most PROBE_ROWS tokens) keep SDPA, which is what keeps speculation bit-exact, and so does a
+    short prompt, where SDPA is faster."""
     model, cache = engine.model, engine.cache
     calls = []
 
@@ -90,8 +91,9 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         return int8_attention_bf16(q, keys, values, pos)
 
     monkeypatch.setattr(llama, "int8_attention_bf16", spy)
-    ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "Bring the red mug from the kitchen."}]))
-    assert len(ids) > llama.PROBE_ROWS
+    short = torch.tensor(engine.chat_ids([{"role": "user", "content": "Bring the red mug from the kitchen."}]))
+    ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "The hall leads to the kitchen. " * 90}]))
+    assert llama.PROBE_ROWS < len(short) < attention.MIN_KEYS <= len(ids)
     engine.pinned, saved = [], model.bf16_prefill
     try:
         with_bf16 = _prefill_logits(model, cache, ids, True)
@@ -107,6 +109,8 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         calls.clear()
         model(ids[:1], cache)  # a decode step
         model(ids[:llama.PROBE_ROWS], cache)  # the widest verify step
+        cache.crop(0)
+        model(short, cache)
         assert calls == []
     finally:
         model.bf16_prefill = saved
@@ -118,7 +122,8 @@ def test_a_full_precision_cache_never_runs_it(engine_fp):
     full-precision ones, bit for bit as with the switch off."""
     model = engine_fp.model
     assert isinstance(engine_fp.cache, KVCache) and engine_fp.cache.k.dtype == torch.float32
-    ids = torch.tensor(engine_fp.chat_ids([{"role": "user", "content": "Open the fridge."}]))
+    ids = torch.tensor(engine_fp.chat_ids([{"role": "user", "content": "Open the fridge. " * 150}]))
+    assert len(ids) >= attention.MIN_KEYS
     engine_fp.pinned = []
     on = _prefill_logits(model, engine_fp.cache, ids, True)
     off = _prefill_logits(model, engine_fp.cache, ids, False)
