@@ -270,4 +270,7 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         else:
             model.rows_independent = True
     model.bf16_prefill = bf16_attention_available(device)
+    if torch.device(device).type == "cpu" and not model.bf16_prefill:
+        log.info("no bf16 dot products on this CPU (or ORIN_LLM_BF16_ATTN=0): prefill attention over an "
+                 "INT8 KV cache runs float32 SDPA (slower at long prompts, same results to rounding)")
     return model
