@@ -99,6 +99,7 @@ class Attention(nn.Module):
     def __init__(self, arch: Arch):
         super().__init__()
         self.h, self.kv, self.d = arch.num_heads, arch.num_kv_heads, arch.head_dim
+        self.rep = self.h // self.kv  # query heads per KV head (GQA)
         self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
         self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
 
@@ -114,7 +115,7 @@ class Attention(nn.Module):
         cache.write(layer, pos, k, v)
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
         keys, values, k_scale, v_scale = cache.read_unscaled(layer, pos + t)  # once per layer
-        rep = self.h // self.kv
+        rep = self.rep
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
             q = q * k_scale.repeat_interleave(rep)[None, :, None, None].to(q.dtype)
         out = self._attend(q, keys, values, step)
@@ -129,9 +130,8 @@ class Attention(nn.Module):
             return int8_attention_bf16(q[0], keys, values, pos).unsqueeze(0)
         keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
         if not _SDPA_GQA:
-            rep = self.h // self.kv
-            keys = keys.repeat_interleave(rep, dim=1)
-            values = values.repeat_interleave(rep, dim=1)
+            keys = keys.repeat_interleave(self.rep, dim=1)
+            values = values.repeat_interleave(self.rep, dim=1)
         if step.exact:  # each query exactly as a one-token decode step computes it: its own key range
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
