@@ -23,6 +23,9 @@ def orin_llm(*args: str, check: bool = True, timeout: float = 600) -> subprocess
 
 @pytest.fixture(scope="session")
 def engine_dir(tmp_path_factory) -> Path:
+    reuse = os.environ.get("ORIN_LLM_TEST_ENGINE")  # a local shortcut: an engine built by this checkout
+    if reuse:
+        return Path(reuse)
     out = tmp_path_factory.mktemp("engines") / "embedded"
     proc = orin_llm("build", "--embedded", "--out", str(out))
     assert proc.stdout.strip() == str(out)

@@ -85,8 +85,8 @@ def calibrate(engine, split: str = "calib", limit: Optional[int] = None,
     seqs = list(sequences(engine, items, root))
     capacity = max(len(p) + max(len(r) for r in rs) for p, rs in seqs)
     out = {"target": observe(engine.model, seqs, capacity, torch.float32)}
-    if engine.draft is not None:
-        out["draft"] = observe(engine.draft.model, seqs, capacity, torch.float32)
+    if engine.draft_model is not None:
+        out["draft"] = observe(engine.draft_model, seqs, capacity, torch.float32)
     return out
 
 

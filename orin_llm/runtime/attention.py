@@ -43,13 +43,14 @@ def bf16_attention_available(device: torch.device | str) -> bool:
 def int8_attention_bf16(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, pos: int) -> torch.Tensor:
     """Causal attention of T queries at positions pos .. pos+T-1 over an INT8 cache.
 
-    q: [H, T, D] float with the K scale folded in; keys, values: int8 [KV, pos+T, D] (the cache's
-    raw values). Query t sees keys 0 .. pos+t. Softmax scale 1/sqrt(D), as SDPA's. Returns
+    q: [H, T, D] float with the K scale folded in; keys, values: [KV, pos+T, D], the cache's raw
+    int8 values, as int8 or already converted to bfloat16 (exactly). Query t sees keys 0 .. pos+t.
+    Softmax scale 1/sqrt(D), as SDPA's. Returns
     [H, T, D] float32 without V's scale, which the caller applies to the output as for SDPA."""
     h, t, d = q.shape
     kv = keys.shape[0]
     g = h // kv  # query heads per KV head: they share one GEMM against their K/V (GQA)
-    kb, vb = keys.to(torch.bfloat16), values.to(torch.bfloat16)
+    kb, vb = keys.to(torch.bfloat16), values.to(torch.bfloat16)  # no copy when the caller converted
     qg = (q * d ** -0.5).view(kv, g, t, d).to(torch.bfloat16)
     out = torch.empty(kv, g, t, d, dtype=torch.bfloat16, device=q.device)
     step = max(1, SCORE_ELEMENTS // (h * (pos + t)))

@@ -1,11 +1,19 @@
-"""An engine directory, loaded for the torch backend: tokenizer, target model, KV cache."""
+"""An engine directory, loaded for the torch backend: tokenizer, models, the paged KV cache, and
+the step loop that serves every request in flight (continuous batching, nano-vllm's shape):
+
+    scheduler.py  which requests run this step    cache.py   their KV blocks (prefix reuse, pins)
+    generate.py   one request's decode loop       llama.py   one forward over all their rows
+
+A caller that iterates a Generation steps the engine itself; the daemon's worker thread steps it
+for everyone. Either way only one thread touches an engine.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -13,12 +21,20 @@ import torch
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, ModelEntry, load_manifest, read_json_object
+from .block_manager import NoBlocks
+from .cache import PagedCache, Pin
+from .constraint import Constraint, Vocabulary
 from .generate import Generation
 from .kv_cache import Int8KVCache, KVCache
-from .llama import PROBE_ROWS, Llama, load_llama
+from .kv_pool import KVPool
+from .llama import PROBE_ROWS, Item, Llama, load_llama
 from .sampling import SamplingParams
-from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
-from .text import TextStream
+from .scheduler import Scheduler, SchedulerConfig
+from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter, LookupHistory
+
+log = logging.getLogger(__name__)
+
+BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is token-exact anyway (cache.py copies the tail)
 
 # What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
 # lookup drafter gives the decode speedup; a same-size INT8 draft costs about as much as the target.
@@ -75,32 +91,6 @@ def eos_ids(tokenizer, model_dir: Path) -> set[int]:
     return ids
 
 
-@dataclass
-class Lane:
-    """A model and its own KV cache: the target, or the draft that speculates for it."""
-
-    model: Llama
-    cache: KVCache
-
-
-def load_lane(engine_dir: Path, entry: ModelEntry, role: str, capacity: int, device: str,
-              kv_override: Optional[str]) -> Lane:
-    dtype = DTYPES[entry.dtype]
-    kv = kv_override or entry.kv_cache.dtype
-    model = load_llama(engine_dir / entry.dir, entry.arch, dtype, device, capacity)
-    if kv == "int8":  # never a silent fp cache: INT8 without calibrated scales is an error
-        if not entry.kv_cache.scales:
-            raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
-                            f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
-        from ..build.calibrate import load_scales
-
-        k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
-        return Lane(model, Int8KVCache(entry.arch, capacity, k_scale, v_scale, dtype, device))
-    if kv not in KV_DTYPES:
-        raise OrinError(f"KV cache dtype {kv!r} is not supported (fp32, fp16, bf16, int8)")
-    return Lane(model, KVCache(entry.arch, capacity, KV_DTYPES[kv], device))
-
-
 class EngineText:
     """The tokenizer side both backends share (this Engine and TrtllmEngine)."""
 
@@ -122,24 +112,64 @@ class EngineText:
         return self.encode(self.chat_text(messages))
 
 
+def load_pool(engine_dir: Path, entry: ModelEntry, role: str, num_blocks: int, device: str,
+              kv_override: Optional[str]) -> KVPool:
+    dtype = DTYPES[entry.dtype]
+    kv = kv_override or entry.kv_cache.dtype
+    if kv == "int8":  # never a silent fp cache: INT8 without calibrated scales is an error
+        if not entry.kv_cache.scales:
+            raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
+                            f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
+        from ..build.calibrate import load_scales
+
+        k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
+        return KVPool(entry.arch, num_blocks, BLOCK_SIZE, dtype, device, k_scale, v_scale)
+    if kv not in KV_DTYPES:
+        raise OrinError(f"KV cache dtype {kv!r} is not supported (fp32, fp16, bf16, int8)")
+    return KVPool(entry.arch, num_blocks, BLOCK_SIZE, KV_DTYPES[kv], device)
+
+
+def pool_tokens(manifest: Manifest) -> int:
+    """KV tokens the memory plan gave the target (every sequence in flight + cached prefixes); at
+    least one full-length sequence. Engines built before the plan existed get max_seq_len."""
+    limits = manifest.limits
+    plan = manifest.memory_plan or {}
+    target = plan.get("target") if isinstance(plan.get("target"), dict) else {}
+    tokens = target.get("max_kv_tokens") or plan.get("max_kv_tokens") or limits["max_seq_len"]
+    return max(int(tokens), limits["max_seq_len"])
+
+
 class Engine(EngineText):
-    def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, target: Lane,
-                 draft: Optional[Lane] = None):
+    def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: PagedCache,
+                 draft_model: Optional[Llama] = None, prefill_chunk: int = 256):
         self.dir, self.manifest, self.tokenizer = engine_dir, manifest, tokenizer
-        self.target, self.draft = target, draft
-        self.model, self.cache = target.model, target.cache
+        self.model, self.draft_model, self.cache = model, draft_model, cache
+        self.device = cache.target_pool.device
+        limits = manifest.limits
+        self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
+        self.draft_len = limits.get("draft_len", 4)
+        self.prefill_chunk = prefill_chunk
+        self.scheduler = Scheduler(SchedulerConfig(
+            max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),
+            prefill_chunk=prefill_chunk))
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
-        self.pinned: list[int] = []  # token ids whose K/V stay in cache[0:len(pinned)] across requests
         self.lookup_seed = lookup_seed(engine_dir, manifest)
-        self.lookup = LookupDrafter(seed=self.lookup_seed)  # one per engine: its history is the point
+        self.history = LookupHistory(seed=self.lookup_seed)  # one per engine: its history is the point
+        self._vocab: Optional[Vocabulary] = None
+        self.steps = 0  # engine steps run (a forward each)
+        self.preemptions = 0
+        self.last_batch = 0  # requests in the last step
 
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
-             draft: bool = True, exact: bool = True) -> Engine:
+             draft: bool = True, exact: bool = True, prefill_chunk: Optional[int] = None,
+             kv_tokens: Optional[int] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False leaves the draft model unloaded. exact=True runs the
         target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
-        exact=False is faster on CPUs, where a padded matmul costs more than a one-row one."""
+        exact=False is faster on CPUs, where a padded matmul costs more than a one-row one.
+        prefill_chunk: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
+        kv_tokens: the KV pool's size in tokens, instead of the memory plan's."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
         apply_thread_setting()
@@ -147,50 +177,36 @@ class Engine(EngineText):
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "
                             "the torch runtime loads torch engines only")
         device = pick_device(device)
-        capacity = manifest.limits["max_seq_len"]
-        target = load_lane(engine_dir, manifest.target, "target", capacity, device, kv_cache)
-        draft_lane = None
+        limits = manifest.limits
+        positions = limits["max_seq_len"] + 2 * limits.get("draft_len", 4) + 1  # a verify may run past
+        model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, DTYPES[manifest.target.dtype],
+                           device, positions)
+        num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
+        target_pool = load_pool(engine_dir, manifest.target, "target", num_blocks, device, kv_cache)
+        draft_model = draft_pool = None
         if draft and manifest.draft is not None:
-            draft_lane = load_lane(engine_dir, manifest.draft, "draft", capacity, device, kv_cache)
+            draft_model = load_llama(engine_dir / manifest.draft.dir, manifest.draft.arch,
+                                     DTYPES[manifest.draft.dtype], device, positions)
+            draft_pool = load_pool(engine_dir, manifest.draft, "draft", num_blocks, device, kv_cache)
         if exact:
-            width = target.model.decode_width = 2 * manifest.limits.get("draft_len", 4) + 1  # k_max + 1
+            width = model.decode_width = 2 * limits.get("draft_len", 4) + 1  # k_max + 1
             # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
-            target.model.rows_independent = target.model.rows_independent and width <= PROBE_ROWS
-        return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), target, draft_lane)
+            model.rows_independent = model.rows_independent and width <= PROBE_ROWS
+        chunk = prefill_chunk or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
+        return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
+                   PagedCache(target_pool, draft_pool), draft_model, prefill_chunk=chunk)
 
-    @property
-    def lanes(self) -> list[Lane]:
-        return [self.target] + ([self.draft] if self.draft else [])
+    # ------------------------------------------------------------------ requests
 
     def check_prompt(self, n: int) -> None:
-        limit = self.manifest.limits["max_input_len"]
-        if n > limit:
-            raise PromptTooLong(n, limit)
-
-    def pin(self, ids: list[int]) -> None:
-        """Prefill `ids` once and keep their K/V: later prompts that start with them skip them."""
-        self.check_prompt(len(ids))
-        self.pinned = []
-        for lane in self.lanes:  # the draft keeps its own copy of the prefix's K/V
-            lane.cache.crop(0)
-            if ids:
-                lane.model(torch.tensor(ids, device=lane.cache.k.device), lane.cache)
-        self.pinned = list(ids)
-
-    def cached_prefix(self, prompt_ids: list[int]) -> int:
-        n = len(self.pinned)
-        return n if 0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned else 0
-
-    def kv_usage(self) -> dict:
-        """What the server reports: backend-neutral (TrtllmEngine has the same method)."""
-        return {"device": str(self.cache.k.device), "tokens": self.cache.length,
-                "capacity_tokens": self.cache.capacity, "bytes": sum(lane.cache.nbytes for lane in self.lanes)}
+        if n > self.max_input_len:
+            raise PromptTooLong(n, self.max_input_len)
 
     @property
     def speculation_modes(self) -> list[str]:
-        return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft else [])
+        return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft_model else [])
 
-    def drafter(self, speculation: str, params: SamplingParams):
+    def drafter(self, speculation: str, params: SamplingParams, constraint: Optional[Constraint] = None):
         """The drafter a request asked for; unavailable ones are an error, never plain decoding.
         "auto" decodes sampled requests plainly: with a drafter, the random stream is consumed
         differently as the lookup history grows, so a seed would not reproduce its output (the
@@ -204,20 +220,212 @@ class Engine(EngineText):
         if mode == "none":
             return None
         if mode == "lookup":
-            return self.lookup
-        model = DraftModelDrafter(self.draft.model, self.draft.cache)
-        return model if mode == "draft_model" else CombinedDrafter(self.lookup, model)
+            return LookupDrafter(self.history)
+        model = DraftModelDrafter(self.draft_model, constraint=constraint)
+        return model if mode == "draft_model" else CombinedDrafter(LookupDrafter(self.history), model)
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams,
-                 speculation: str = "auto") -> Generation:
-        drafter = self.drafter(speculation, params)
+    def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
+                 constraint: Optional[Constraint] = None) -> Generation:
+        """A request, not yet started: iterate it (or `submit` it and step the engine)."""
+        drafter = self.drafter(speculation, params, constraint)
         self.check_prompt(len(prompt_ids))
-        cached = self.cached_prefix(prompt_ids)
-        if not cached:
-            self.pinned = []  # this prompt overwrites the pinned prefix's K/V
-        for lane in self.lanes:
-            lane.cache.crop(cached)
-        k = self.manifest.limits.get("draft_len", 4)
-        return Generation(self.model, self.cache, TextStream(self.tokenizer, params.stop), prompt_ids,
-                          params, self.eos_ids, cached=cached, drafter=drafter, draft_len=k,
-                          draft_len_max=2 * k)
+        return Generation(self, prompt_ids, params, drafter, constraint, draft_len=self.draft_len,
+                          draft_len_max=2 * self.draft_len)
+
+    def vocabulary(self) -> Vocabulary:
+        """The tokenizer as the grammar library sees it (built on first use)."""
+        if self._vocab is None:
+            self._vocab = Vocabulary(self.tokenizer, self.model.arch.vocab_size, self.eos_ids)
+        return self._vocab
+
+    def submit(self, gen: Generation) -> None:
+        if gen.started is None:
+            import time
+
+            gen.started = time.perf_counter()
+        self.scheduler.add(gen)
+
+    def abort(self, gen: Generation) -> None:
+        """End a request early (cancelled, closed, failed): what it computed stays cached."""
+        if gen.status == "done" and gen.kv is None:
+            return
+        self.scheduler.remove(gen)
+        if gen.kv is not None:
+            self._release(gen)
+        gen.status = "done"
+        gen.close_out()
+
+    @property
+    def busy(self) -> bool:
+        return len(self.scheduler) > 0
+
+    # ------------------------------------------------------------------ the step
+
+    def step(self) -> list[Generation]:
+        """Admit what fits, run one forward over every scheduled request's rows, advance each;
+        returns the requests that ran."""
+        self.scheduler.admit(self._admit)
+        batch = self.scheduler.batch()
+        batch = self._make_room(batch)
+        if not batch:
+            return []
+        items, ran = [], []
+        for gen in batch:
+            try:
+                items.append(gen.prepare())
+                ran.append(gen)
+            except NoBlocks as e:
+                self._fail(gen, OrinError(f"the KV pool is full ({e}); retry, or build the engine with a "
+                                          "larger cache"))
+        logits = self.model.forward_batch(items)
+        self.steps += 1
+        self.last_batch = len(ran)
+        for gen, rows in zip(ran, logits, strict=False):
+            try:
+                gen.advance(rows)
+            except Exception as e:  # a bug in one request must not take the others down
+                log.exception("request failed in its decode step")
+                self._fail(gen, e)
+                continue
+            if gen.kv is not None:
+                self.cache.commit(gen.kv, gen.context)
+            if gen.done:
+                if gen.prefill_only and gen.error is None:
+                    self._pin_finished(gen)
+                self._release(gen)
+                self.scheduler.remove(gen)
+                gen.close_out()
+        return ran
+
+    def _admit(self, gen: Generation) -> bool:
+        try:
+            kv = self.cache.admit(gen.context, len(gen.context) + 1)
+        except NoBlocks:
+            if self.scheduler.running:
+                return False  # wait for running requests to give blocks back
+            self.scheduler.remove(gen)
+            self._fail(gen, OrinError(
+                f"the KV pool ({self.cache.capacity_tokens} tokens, {self.cache.stats()['pinned']} blocks "
+                f"pinned) cannot hold this request's {len(gen.context)} tokens; unpin an environment or "
+                "shorten the prompt"))
+            return False
+        if self.draft_model is not None:
+            _attach(gen.drafter, kv.draft)
+        gen.admitted_with(kv)
+        return True
+
+    def _blocks_needed(self, gen: Generation) -> int:
+        kv = gen.kv
+        rows = gen.prefill_rows() if gen.prefilling else len(gen.context) - kv.target.length + 2 * self.draft_len + 1
+        return max(0, self.cache.blocks_for(kv.target.length + rows) - len(kv.blocks))
+
+    def _make_room(self, batch: list[Generation]) -> list[Generation]:
+        """Preempt the newest requests until this step's rows fit the pool (vLLM's recompute)."""
+        while batch and sum(self._blocks_needed(g) for g in batch) > self.cache.blocks.available:
+            victim = self.scheduler.newest_other(batch[0])
+            if victim is None:
+                break  # one request alone: it drafts less (generate.py) or fails in prepare
+            self._preempt(victim)
+            batch = [g for g in batch if g is not victim]
+        return batch
+
+    def _preempt(self, gen: Generation) -> None:
+        self.preemptions += 1
+        self._release(gen)
+        self.scheduler.remove(gen)
+        gen.preempted()
+        self.scheduler.add(gen, front=True)
+
+    def _release(self, gen: Generation) -> None:
+        self.cache.commit(gen.kv, gen.context, final=True)  # what it computed stays cached
+        self.cache.release(gen.kv)
+        gen.kv = None
+
+    def _fail(self, gen: Generation, error: BaseException) -> None:
+        gen.error = error
+        self.scheduler.remove(gen)
+        if gen.kv is not None:
+            self._release(gen)
+        gen.status = "done"
+        gen.close_out()
+
+    # ------------------------------------------------------------------ the cache
+
+    def cached_prefix(self, prompt_ids: list[int]) -> int:
+        """Tokens of this prompt the cache holds now (a request would not compute them)."""
+        return self.cache.lookup(list(prompt_ids)).tokens(self.cache.block_size) if prompt_ids else 0
+
+    def pin(self, ids: list[int]) -> Pin:
+        """Compute `ids` (the target's and the draft's K/V) and keep them cached until `unpin`:
+        later prompts that start with them skip them. Steps the engine: requests in flight advance
+        too. A pin that would leave no room for one full-length request is refused."""
+        gen = self.pin_request(ids)
+        self.submit(gen)
+        while not gen.done:
+            self.step()
+        if gen.error is not None:
+            raise gen.error
+        assert gen.pin is not None
+        return gen.pin
+
+    def pin_request(self, ids: list[int]) -> Generation:
+        """A request that computes `ids` and pins them when done (`gen.pin`); for a caller that
+        steps the engine itself (the daemon's worker)."""
+        self.check_prompt(len(ids))
+        self.cache.check_pin(len(ids), self.max_seq_len)
+        return Generation(self, list(ids), SamplingParams(max_tokens=1), prefill_only=True)
+
+    def _pin_finished(self, gen: Generation) -> None:
+        """A pin request's prefill is done: add the draft's K/V, commit, and pin its blocks."""
+        kv, ids = gen.kv, gen.prompt_ids
+        if self.draft_model is not None and kv.draft is not None:
+            self.cache.grow(kv, len(ids))
+            for a in range(kv.draft.length, len(ids), self.prefill_chunk):
+                b = min(len(ids), a + self.prefill_chunk)
+                self.draft_model.forward_batch([Item(torch.tensor(ids[a:b], device=self.device), kv.draft, 0)])
+        self.cache.commit(kv, ids, final=True)
+        gen.pin = self.cache.pin(kv, ids)
+
+    def unpin(self, pin: Pin) -> None:
+        self.cache.unpin(pin)
+
+    def clear_cache(self) -> int:
+        """Evict every cached block nobody holds (pins and running requests keep theirs); returns
+        how many. For cold measurements and tests."""
+        return self.cache.blocks.evict_all()
+
+    def contiguous_cache(self, capacity: int, draft: bool = False):
+        """A one-sequence KVCache like the pool (same dtype, same INT8 scales): for reference runs
+        of the model outside the engine (benchmarks, calibration checks, tests)."""
+        pool = self.cache.draft_pool if draft else self.cache.target_pool
+        model = self.draft_model if draft else self.model
+        if pool.int8:
+            return Int8KVCache(model.arch, capacity, pool.k_scale[:, :, 0, 0], pool.v_scale[:, :, 0, 0],
+                               pool.dtype, self.device)
+        return KVCache(model.arch, capacity, pool.dtype, self.device)
+
+    def kv_usage(self) -> dict:
+        """What the server reports: backend-neutral (TrtllmEngine has the same method)."""
+        stats = self.cache.stats()
+        pool = self.cache.target_pool
+        used_tokens = (stats["blocks"] - stats["free"] - stats["cached"]) * stats["block_size"]
+        return {"device": str(self.device), "tokens": used_tokens,
+                "capacity_tokens": self.cache.capacity_tokens,
+                "bytes": pool.nbytes + (self.cache.draft_pool.nbytes if self.cache.draft_pool else 0),
+                "pool": stats, "batch": self.last_batch, "preemptions": self.preemptions}
+
+
+def _attach(drafter, view) -> None:
+    """Give a draft-model drafter (alone or inside a combined one) the request's draft K/V."""
+    for d in (drafter, getattr(drafter, "model", None)):
+        if isinstance(d, DraftModelDrafter):
+            d.cache = view
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if not value.isdigit() or int(value) < 1:
+        raise OrinError(f"{name}={value!r}: give a positive whole number")
+    return int(value)

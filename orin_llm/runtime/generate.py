@@ -1,36 +1,51 @@
-"""The decode loop: prefill the uncached suffix, then one token per step, streamed as text.
+"""One request's decode loop, stepped by the engine together with the other requests.
 
-The cache may already hold a prefix (the pinned environment); only what follows it is
-computed. At the end the cache is cropped back to where it started, so the prefix stays.
+Each engine step asks every running Generation for its rows (`prepare`): a chunk of its prompt
+while it prefills, else its last token plus this step's draft. The engine runs all rows in one
+forward pass and hands each Generation its logits (`advance`), which picks the tokens (greedy or
+sampled, masked by a grammar if it has one), verifies the draft, and streams text through the stop
+checks. The uncached part of the prompt is all that is computed: the cache (cache.py) gave the
+sequence every token it already held.
+
+Iterating a Generation yields its text deltas, stepping the engine while it waits; a server
+worker drives the engine itself and takes the deltas with `take()`.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
 
 from ..errors import OrinError
-from .kv_cache import KVCache
-from .llama import Llama
-from .sampling import SamplingParams, make_generator, sample
+from .constraint import Constraint, apply_mask
+from .llama import Item
+from .sampling import SamplingParams, make_generator
 from .speculative import AdaptiveK, Drafter, verify
 from .text import TextStream
+
+if TYPE_CHECKING:
+    from .cache import SeqKV
+    from .engine import Engine
 
 
 @dataclass
 class Timings:
     """ttft and total count from when the request began: `Generation.started` when the caller sets
-    it (the planner does, before it renders and tokenizes the prompt), else the first iteration."""
+    it (the planner does, before it renders and tokenizes the prompt), else when it was submitted.
+    `queue_s` is the part of it spent waiting for room in the running batch (admission)."""
 
     prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens whose K/V came from the cache: not computed here
     completion_tokens: int = 0
+    forced_tokens: int = 0  # completion tokens the grammar forced: emitted without a model step
     ttft_s: float = 0.0
     total_s: float = 0.0
+    queue_s: float = 0.0
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -45,6 +60,7 @@ class Timings:
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            "forced_tokens": self.forced_tokens,
         }
 
 
@@ -82,100 +98,242 @@ class Result:
 
 
 class Generation:
-    """Iterate for text deltas as they are decided; `.result` once exhausted.
+    """One request: a prompt in, text deltas out, as the engine steps it with the others.
 
     With a drafter, each decode step drafts up to k tokens and the target checks them in one
     forward over k+1 positions (runtime/speculative.py); without one, k is 0 and this is plain
-    decoding. Either way tokens are emitted one at a time through the same stop checks.
+    decoding. Either way tokens are emitted one at a time through the same stop checks. With a
+    constraint (constraint.py) every token, drafted or sampled, is one the grammar allows.
     """
 
-    def __init__(self, model: Llama, cache: KVCache, stream: TextStream, prompt_ids: list[int],
-                 params: SamplingParams, eos_ids: set[int], cached: int = 0,
-                 on_done: Optional[Callable[[], None]] = None, drafter: Optional[Drafter] = None,
-                 draft_len: int = 4, draft_len_max: int = 8):
+    def __init__(self, engine: Engine, prompt_ids: list[int], params: SamplingParams,
+                 drafter: Optional[Drafter] = None, constraint: Optional[Constraint] = None,
+                 draft_len: int = 4, draft_len_max: int = 8, prefill_only: bool = False):
         if not prompt_ids:
             raise OrinError("empty prompt")
-        if cached >= len(prompt_ids):
-            raise OrinError("the prompt must extend past the cached prefix by at least one token")
-        self.model, self.cache, self.stream, self.params = model, cache, stream, params
-        self.prompt_ids, self.cached = prompt_ids, cached
-        self.stop_ids = eos_ids | set(params.stop_token_ids)
-        self.drafter, self.draft_len, self.draft_len_max = drafter, draft_len, draft_len_max
+        self.engine, self.params = engine, params
+        self.prompt_ids = list(prompt_ids)
+        self.stream = TextStream(engine.tokenizer, params.stop)
+        self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
+        self.drafter, self.constraint = drafter, constraint
+        self.adapt = AdaptiveK(draft_len, draft_len_max) if drafter else None
+        self.prefill_only = prefill_only  # compute the prompt's K/V and stop (pinning a prefix)
+        self.pin = None  # the engine's Pin, once a prefill_only request is done
+        self.context = list(prompt_ids)  # prompt + output: what the model has seen or will see next
+        self.out: list[int] = []
+        self.kv: Optional[SeqKV] = None  # set by the engine at admission
+        self.status: Literal["new", "waiting", "running", "done"] = "new"
+        self.finish_reason: Literal["stop", "length"] = "length"
+        self.error: Optional[BaseException] = None
+        self.pending: deque[str] = deque()
         self.result: Optional[Result] = None
-        self.on_done = on_done  # called once the cache is back to its prefix (done or abandoned)
-        self.started: Optional[float] = None  # perf_counter() when the request began, if before __iter__
+        self.on_done: Optional[Callable[[], None]] = None  # called once the request is over
+        self.started: Optional[float] = None  # perf_counter() when the request began
+        self.admitted: Optional[float] = None
+        self.timings = Timings(prompt_tokens=len(self.prompt_ids))
+        self.stats = SpecStats(drafter=drafter.name if drafter else "none")
+        self.sampler = make_generator(params, engine.device)
+        self._prefill_end = len(self.context)  # prefill covers context[:_prefill_end]
+        self._draft: list[int] = []
+        self._q: Optional[torch.Tensor] = None
+        self._masks: Optional[torch.Tensor] = None
+        self._kind: Literal["prefill", "decode"] = "prefill"
+
+    @property
+    def cached(self) -> int:
+        return self.timings.cached_prompt_tokens
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    @property
+    def prefilling(self) -> bool:
+        return self.kv is not None and self.kv.target.length < self._prefill_end
+
+    # ------------------------------------------------------------------ the engine's side
+
+    def admitted_with(self, kv: SeqKV) -> None:
+        """The engine gave it blocks: `kv.cached` tokens of its context are already computed."""
+        self.kv = kv
+        self._prefill_end = len(self.context)
+        if self.admitted is None:  # first admission (a preempted request comes back here too)
+            self.admitted = time.perf_counter()
+            self.timings.queue_s = self.admitted - (self.started or self.admitted)
+            self.timings.cached_prompt_tokens = kv.cached
+            if self.drafter:
+                self.drafter.begin(self.context)
+        self.status = "running"
+
+    def preempted(self) -> None:
+        """The engine took its blocks back (pool full): it re-prefills what it had when readmitted."""
+        self.kv = None
+        self.status = "waiting"
+
+    def prefill_rows(self) -> int:
+        """The next prompt chunk: up to prefill_chunk tokens, ending on a block boundary (or the
+        prompt's end), so that each block's attention runs whole in one step (llama.Item)."""
+        start, bs = self.kv.target.length, self.engine.cache.block_size
+        end = max(start + bs, (start + self.engine.prefill_chunk) // bs * bs)
+        return min(end, self._prefill_end) - start
+
+    def prepare(self) -> Item:
+        """This step's rows: the next prompt chunk, or the last token(s) plus a draft."""
+        kv = self.kv
+        start = kv.target.length
+        if start < self._prefill_end:
+            end = start + self.prefill_rows()
+            self.engine.cache.grow(kv, end)
+            last = end == self._prefill_end and not self.prefill_only
+            self._kind = "prefill"
+            return Item(self._tensor(self.context[start:end]), kv.target, 1 if last else 0,
+                        block=self.engine.cache.block_size)
+        draft, q, masks = self._propose()
+        feed = self.context[start:] + draft
+        self.engine.cache.grow(kv, start + len(feed))
+        self._draft, self._q, self._masks = draft, q, masks
+        self._kind = "decode"
+        return Item(self._tensor(feed), kv.target, len(draft) + 1)
+
+    def _propose(self) -> tuple[list[int], Optional[torch.Tensor], Optional[torch.Tensor]]:
+        c, params = self.constraint, self.params
+        if not self.drafter or not self.adapt:
+            return [], None, (c.masks([]) if c else None)
+        # room: max_tokens (the last emitted token is the target's own), the sequence's max length
+        room = min(params.max_tokens - len(self.out) - 1, self.engine.max_seq_len - len(self.context) - 1)
+        k = min(self.adapt.next_k(), room)
+        draft, q = [], None
+        if k > 0:
+            try:  # the draft model writes K/V up to the draft's end: room in the blocks first
+                self.engine.cache.grow(self.kv, len(self.context) + k)
+                draft, q = self.drafter.propose(self.context, k, params, self.sampler)
+            except OrinError:  # no blocks left for drafting: decode plainly this step
+                draft, q = [], None
+            draft = draft[:max(0, k)]
+        if c is not None and draft:
+            draft = draft[:c.valid_prefix(draft)]  # a forbidden token is never verified
+        if q is not None:  # the draft model's distributions (masked by the grammar, if any)
+            q = q[:len(draft)]
+        return draft, q, (c.masks(draft) if c else None)
+
+    def advance(self, logits: torch.Tensor) -> None:
+        """Take this step's logits ([num_logits, vocab]) and emit the tokens they decide."""
+        if self.status != "running":
+            return
+        kv = self.kv
+        if self._kind == "prefill":
+            if kv.target.length < self._prefill_end:
+                return  # more chunks to come
+            if self.prefill_only:
+                self._finish("stop")
+                return
+            row = logits[-1:]  # the last prompt token's logits: the first new token
+            if self.constraint is not None:
+                row = apply_mask(row, self.constraint.allowed())
+            self._emit([verify(row, [], None, self.params, self.sampler)[1]])
+            return
+        draft = self._draft
+        base = kv.target.length - len(draft)  # = len(context): the model appended feed's K/V
+        rows = logits if self._masks is None else apply_mask(logits, self._masks)
+        n, nxt = verify(rows, draft, self._q, self.params, self.sampler)
+        kv.target.length = base + n  # the rejected drafts' K/V are overwritten later
+        if self.drafter:
+            self.drafter.rollback(base + n)
+            self.adapt.update(len(draft), n)
+        self.stats.drafted += len(draft)
+        self.stats.accepted += n
+        self.stats.steps += 1
+        self._draft, self._q, self._masks = [], None, None
+        self._emit(draft[:n] + [nxt])
+
+    def _emit(self, tokens: list[int]) -> None:
+        for tok in tokens:
+            if self._take(tok):
+                return
+        c = self.constraint
+        while c is not None and self.status == "running":  # jump-forward: tokens the grammar forces
+            tok = c.forced()
+            if tok is None:
+                break
+            self.timings.forced_tokens += 1
+            if self._take(tok):
+                return
+
+    def _take(self, tok: int) -> bool:
+        """One decided token through the stop checks; True when the request is over."""
+        if not self.out:
+            self.timings.ttft_s = time.perf_counter() - self._t0
+        if tok in self.stop_ids:
+            self._finish("stop")
+            return True
+        self.out.append(tok)
+        self.context.append(tok)
+        if self.constraint is not None:
+            self.constraint.accept(tok)
+        delta, stopped = self.stream.push(tok)
+        if delta:
+            self.pending.append(delta)
+        if stopped:
+            self._finish("stop")
+            return True
+        if len(self.out) >= self.params.max_tokens or len(self.context) >= self.engine.max_seq_len:
+            self._finish("length")
+            return True
+        return False
+
+    def _finish(self, reason: Literal["stop", "length"]) -> None:
+        self.finish_reason = reason
+        tail = self.stream.flush()
+        if tail:
+            self.pending.append(tail)
+        self.status = "done"
+
+    def _tensor(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor(ids, dtype=torch.long, device=self.engine.device)
+
+    @property
+    def _t0(self) -> float:
+        return self.started if self.started is not None else self.admitted
+
+    def close_out(self) -> None:
+        """Build the result (a finished request) and tell whoever waits; the engine calls it once
+        the request's blocks are back in the cache."""
+        if self.drafter:
+            self.drafter.finish(self.out)
+        t = self.timings
+        t.completion_tokens = len(self.out)
+        t.total_s = time.perf_counter() - self._t0
+        if self.error is None and self.status == "done":
+            self.result = Result(self.stream.text, self.out, self.finish_reason, t, self.stats)
+        if self.on_done is not None:
+            self.on_done()
+
+    # ------------------------------------------------------------------ the caller's side
+
+    def take(self) -> list[str]:
+        """The text deltas decided since the last call."""
+        out = list(self.pending)
+        self.pending.clear()
+        return out
 
     def __iter__(self) -> Iterator[str]:
-        params, cache, model, drafter = self.params, self.cache, self.model, self.drafter
-        t0 = time.perf_counter() if self.started is None else self.started
-        start = cache.length
-        if start != self.cached:
-            raise RuntimeError(f"cache holds {start} tokens, caller says {self.cached} are cached")
-        timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
-        stats = SpecStats(drafter=drafter.name if drafter else "none")
-        adapt = AdaptiveK(self.draft_len, self.draft_len_max) if drafter else None
-        device = model.embed_tokens.weight.device
-        gen = make_generator(params, device)
-        context = list(self.prompt_ids)
-        out: list[int] = []
-        finish: Literal["stop", "length"] = "length"
+        engine = self.engine
+        if self.status == "new":
+            engine.submit(self)
         try:
-            if drafter:
-                drafter.begin(context)
-            logits = model(torch.tensor(context[start:], device=device), cache)  # prefill the suffix
-            new = [sample(logits, params, gen)]
             while True:
-                done = False
-                for tok in new:
-                    if not out:
-                        timings.ttft_s = time.perf_counter() - t0
-                    if tok in self.stop_ids:
-                        finish, done = "stop", True
-                        break
-                    out.append(tok)
-                    context.append(tok)
-                    delta, stopped = self.stream.push(tok)
-                    if delta:
-                        yield delta
-                    if stopped:
-                        finish, done = "stop", True
-                        break
-                    if len(out) >= params.max_tokens:
-                        done = True
-                        break
-                if done:
+                while self.pending:
+                    yield self.pending.popleft()
+                if self.status == "done":
                     break
-                # cache holds context[:-1]; feed the last token plus this step's drafts
-                room = min(params.max_tokens - len(out) - 1, cache.capacity - len(context) - 1)
-                k = min(adapt.next_k(), room) if adapt else 0
-                draft, q = drafter.propose(context, k, params, gen) if drafter and k > 0 else ([], None)
-                draft = draft[:max(0, k)]
-                if q is not None:
-                    q = q[:len(draft)]
-                feed = context[cache.length:] + draft
-                logits = model(torch.tensor(feed, device=device), cache, num_logits=len(draft) + 1)
-                n, nxt = verify(logits, draft, q, params, gen)
-                cache.crop(len(context) + n)  # drop rejected positions: no copy, later writes overwrite
-                if drafter:
-                    drafter.rollback(len(context) + n)
-                    adapt.update(len(draft), n)
-                stats.drafted += len(draft)
-                stats.accepted += n
-                stats.steps += 1
-                new = draft[:n] + [nxt]
-            tail = self.stream.flush()
-            if tail:
-                yield tail
+                if self.error is not None:
+                    raise self.error
+                engine.step()
+            if self.error is not None:
+                raise self.error
         finally:
-            cache.crop(start)  # keep the prefix, drop this request's tokens (even on cancel)
-            if drafter:
-                drafter.rollback(start)
-                drafter.finish(out)
-            if self.on_done is not None:
-                self.on_done()
-        timings.completion_tokens = len(out)
-        timings.total_s = time.perf_counter() - t0
-        self.result = Result(self.stream.text, out, finish, timings, stats)
+            if self.status != "done" or self.kv is not None:
+                engine.abort(self)  # closed early (a client that went away): its blocks go back
 
     def run(self) -> Result:
         for _ in self:

@@ -1,7 +1,9 @@
-"""Preallocated KV cache for one sequence.
+"""Preallocated, contiguous KV cache for one sequence: calibration, reference runs and tests.
 
-Positions [0, length) are valid. Rolling back (a rejected draft, the end of a request on top
-of a pinned prefix) is `crop(n)`: nothing is copied or freed, later writes overwrite.
+The engine serves requests from the paged pool (kv_pool.py); this cache has the same surface
+(reserve, write, read_unscaled, length, dtype, device), so the model runs on either.
+Positions [0, length) are valid. Rolling back is `crop(n)`: nothing is copied or freed, later
+writes overwrite.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ class KVCache:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
         self.length = 0
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The storage dtype (int8 for an INT8 cache)."""
+        return self.k.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
 
     @property
     def bytes_per_token(self) -> int:
@@ -46,11 +57,13 @@ class KVCache:
         """K and V for positions [0, end): [kv_heads, end, head_dim] views, no copy."""
         return self.k[layer, :, :end], self.v[layer, :, :end]
 
-    def read_unscaled(self, layer: int, end: int):
-        """(k, v, k_scale, v_scale): K and V as stored, without their scales ([kv_heads, end,
-        head_dim] views, no copy: int8 for an INT8 cache), and the per-KV-head scales ([kv_heads])
-        that attention folds into q and into its output (None: 1)."""
-        k, v = self.read(layer, end)
+    def read_unscaled(self, layer: int, end: int, dtype: torch.dtype | None = None):
+        """(k, v, k_scale, v_scale): K and V without their scales ([kv_heads, end, head_dim];
+        converted to `dtype` if given, else as stored: a view), and the per-KV-head scales
+        ([kv_heads]) that attention folds into q and into its output (None: 1)."""
+        k, v = self.k[layer, :, :end], self.v[layer, :, :end]
+        if dtype is not None:
+            k, v = k.to(dtype), v.to(dtype)
         return k, v, None, None
 
     def crop(self, length: int) -> None:
@@ -78,7 +91,7 @@ class Int8KVCache(KVCache):
         self.v = torch.zeros(shape, dtype=torch.int8, device=device)
         self.k_scale = k_scale.to(device=device, dtype=dtype)[:, :, None, None]  # [L, KV, 1, 1]
         self.v_scale = v_scale.to(device=device, dtype=dtype)[:, :, None, None]
-        self.dtype = dtype
+        self.compute_dtype = dtype
         self.capacity = capacity
         self.length = 0
 
@@ -96,15 +109,15 @@ class Int8KVCache(KVCache):
         self.v[layer, :, pos:pos + t] = self._quantize(v.transpose(0, 1), self.v_scale[layer])
 
     def read(self, layer: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        k = self.k[layer, :, :end].to(self.dtype) * self.k_scale[layer]
-        v = self.v[layer, :, :end].to(self.dtype) * self.v_scale[layer]
+        k = self.k[layer, :, :end].to(self.compute_dtype) * self.k_scale[layer]
+        v = self.v[layer, :, :end].to(self.compute_dtype) * self.v_scale[layer]
         return k, v
 
-    def read_unscaled(self, layer: int, end: int):
+    def read_unscaled(self, layer: int, end: int, dtype: torch.dtype | None = None):
         # q·(s·k) = (s·q)·k and P·(s·v) = s·(P·v): scaling the few query and output rows instead of
         # every cached K/V halves the cost of reading a long cache (a 4k prefix: 30 × 2 × 786k values)
-        return (self.k[layer, :, :end], self.v[layer, :, :end],
-                self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0])
+        k, v, _, _ = super().read_unscaled(layer, end, dtype)
+        return k, v, self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0]
 
 
 class AbsmaxObserver(KVCache):

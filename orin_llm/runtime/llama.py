@@ -1,12 +1,19 @@
-"""Llama forward pass over our own KV cache (batch 1), gpt-fast style.
+"""Llama forward pass over our own KV caches, gpt-fast style, for one or several sequences.
 
 Module names follow the HF checkpoint so `load_state_dict` takes an exported model dir
 as is; q/k/v and gate/up are fused at load time (fewer, larger matmuls: the decode step of a
 small model on a CPU is dominated by per-op overhead).
+
+Several sequences share one forward (`forward_batch`): their rows go through the linear layers
+together, and attention runs per sequence over that sequence's own cache (a contiguous KVCache or
+a PagedView of the KV pool). Where the linear kernels are row-independent (packed.py, checked at
+load) a sequence's numbers are then bit for bit those of the same sequence run alone: what else is
+in the batch cannot change a greedy answer.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -87,12 +94,31 @@ class RMSNorm(nn.Module):
 
 @dataclass(frozen=True)
 class Step:
-    """What one forward call decides once for all its layers."""
+    """What one forward call decides once for all its layers, per sequence."""
     pos: int  # position of its first token
+    rows: slice  # its rows in the batch
     mask: Optional[torch.Tensor]  # SDPA's boolean mask; None where each query sees every key
     exact: bool  # a decode or verify step, computed batch-invariant (see Llama.decode_width)
-    width: int  # rows to pad the linear layers to (0: none)
     bf16: bool  # a prefill over an INT8 cache: attention as bf16 GEMMs (attention.py)
+    blocks: int = 0  # > 0: a prompt chunk whose attention runs per aligned block of this many tokens
+
+
+@dataclass
+class Item:
+    """One sequence's part of a forward: its new token ids ([T]), the cache they extend (anything
+    with reserve / write / read_unscaled / length / dtype / device), and how many of the last
+    positions need logits (0: none, e.g. a prefill chunk that does not end the prompt).
+
+    `block` > 0 marks a prompt chunk computed block by block: its attention runs once per aligned
+    block of `block` positions (queries of block b see keys 0 .. the block's end), so each block's
+    K/V are the same whatever was cached before it and however the prompt was split into steps.
+    That is what lets the engine serve a prompt's blocks from the cache without changing a single
+    bit of the answer (cache.py). Chunks must then start and end on block boundaries (or at the
+    prompt's end)."""
+    ids: torch.Tensor
+    cache: object
+    num_logits: int = 1
+    block: int = 0
 
 
 class Attention(nn.Module):
@@ -103,32 +129,67 @@ class Attention(nn.Module):
         self.qkv_proj = nn.Linear(arch.hidden_size, (self.h + 2 * self.kv) * self.d, bias=False)
         self.o_proj = nn.Linear(self.h * self.d, arch.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, step: Step):
-        t, pos = x.shape[0], step.pos
-        qkv = padded(self.qkv_proj, x, step.width)
+    def forward(self, x, cos, sin, caches, layer: int, steps: list[Step], width: int):
+        t = x.shape[0]
+        qkv = padded(self.qkv_proj, x, width)
         q, k, v = qkv.split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
         q = q.view(t, self.h, self.d)
         k = k.view(t, self.kv, self.d)
         v = v.view(t, self.kv, self.d)
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
-        cache.write(layer, pos, k, v)
+        outs = []
+        for cache, step in zip(caches, steps, strict=False):
+            r = step.rows
+            cache.write(layer, step.pos, k[r], v[r])
+            outs.append(self._attend_cached(q[r], cache, layer, step))
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return padded(self.o_proj, out, width)
+
+    def _attend_cached(self, q, cache, layer: int, step: Step):
+        """q: [T, H, D] of one sequence → [T, H·D], over its cache's keys 0 .. pos+T-1."""
+        t = q.shape[0]
         q = q.transpose(0, 1).unsqueeze(0)  # [1, H, T, D]
-        keys, values, k_scale, v_scale = cache.read_unscaled(layer, pos + t)  # once per layer
+        # once per layer; converted to what attention computes in, in the same copy
+        read_dtype = torch.bfloat16 if step.bf16 else q.dtype  # (bf16: int8 values convert exactly)
+        keys, values, k_scale, v_scale = cache.read_unscaled(layer, step.pos + t, read_dtype)
         rep = self.rep
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
             q = q * k_scale.repeat_interleave(rep)[None, :, None, None].to(q.dtype)
-        out = self._attend(q, keys, values, step)
+        if step.blocks:
+            out = self._attend_blocks(q, keys, values, step)
+        else:
+            out = self._attend(q, keys, values, step)
         if v_scale is not None:
             out = out * v_scale.repeat_interleave(rep)[None, :, None, None].to(out.dtype)
-        return padded(self.o_proj, out[0].transpose(0, 1).reshape(t, self.h * self.d), step.width)
+        return out[0].transpose(0, 1).reshape(t, self.h * self.d)
+
+    def _attend_blocks(self, q, keys, values, step: Step):
+        """Prompt attention, one aligned block of queries at a time, each over exactly the keys up to
+        its block's end: the same call for that block whatever chunk it came in."""
+        pos, t, bs = step.pos, q.shape[2], step.blocks
+        outs, a = [], pos
+        while a < pos + t:
+            b = min(pos + t, (a // bs + 1) * bs)
+            n = b - a
+            bf16 = step.bf16 and b >= MIN_KEYS  # by the block's end alone, never by the chunk
+            sub = Step(a, slice(0, n), None if n == 1 else _causal(n, b, q.device), False, bf16)
+            qb = q[:, :, a - pos:b - pos]
+            if bf16:
+                kb, vb = keys[:, :b], values[:, :b]  # already bf16 (read for the bf16 path)
+            else:
+                kb, vb = keys[:, :b].to(q.dtype), values[:, :b].to(q.dtype)
+            outs.append(self._attend(qb, kb, vb, sub))
+            a = b
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
     def _attend(self, q, keys, values, step: Step):
-        """q: [1, H, T, D]; keys, values: [KV, pos+T, D] as stored. Returns [1, H, T, D]."""
+        """q: [1, H, T, D]; keys, values: [KV, pos+T, D] in the compute dtype (bf16 for the bf16
+        path). Returns [1, H, T, D]."""
         pos, t = step.pos, q.shape[2]
         if step.bf16:
             return int8_attention_bf16(q[0], keys, values, pos).unsqueeze(0)
-        keys, values = keys.unsqueeze(0).to(q.dtype), values.unsqueeze(0).to(q.dtype)
+        keys, values = keys.unsqueeze(0), values.unsqueeze(0)
         if not _SDPA_GQA:
             keys = keys.repeat_interleave(self.rep, dim=1)
             values = values.repeat_interleave(self.rep, dim=1)
@@ -136,6 +197,13 @@ class Attention(nn.Module):
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         return _sdpa(q, keys, values, step.mask)
+
+
+@functools.lru_cache(maxsize=64)
+def _causal(n: int, keys: int, device: torch.device) -> torch.Tensor:
+    """[n, keys] SDPA mask for n queries at the last n positions: query i sees keys 0 .. keys-n+i.
+    The same for every layer of a forward, and for the same block shape in every step."""
+    return torch.ones(n, keys, dtype=torch.bool, device=device).tril(diagonal=keys - n)
 
 
 def _sdpa(q, keys, values, mask):
@@ -164,9 +232,9 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x, cos, sin, cache, layer, step: Step):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, layer, step)
-        return x + self.mlp(self.post_attention_layernorm(x), step.width)
+    def forward(self, x, cos, sin, caches, layer, steps: list[Step], width: int):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, caches, layer, steps, width)
+        return x + self.mlp(self.post_attention_layernorm(x), width)
 
 
 class Llama(nn.Module):
@@ -196,23 +264,64 @@ class Llama(nn.Module):
     def forward(self, ids: torch.Tensor, cache: KVCache, num_logits: int = 1) -> torch.Tensor:
         """Run ids ([T]) at positions cache.length.., append their K/V, and return float32
         logits for the last `num_logits` positions ([num_logits, vocab])."""
-        t = ids.shape[0]
-        pos = cache.reserve(t)
+        return self.forward_batch([Item(ids, cache, num_logits)])[0]
+
+    @torch.inference_mode()
+    def forward_batch(self, items: list[Item]) -> list[torch.Tensor]:
+        """One forward over several sequences: each item's ids run at positions cache.length..,
+        its K/V are appended to its cache, and its last `num_logits` positions' float32 logits
+        are returned ([num_logits, vocab]; [0, vocab] for 0)."""
+        if not items:
+            return []
+        if len(items) > 1 and self.decode_width and not self.rows_independent:
+            # padding to a fixed width keeps one sequence exact, not a batch of them
+            return [self.forward_batch([it])[0] for it in items]
+        steps, starts, at = [], [], 0
+        for it in items:
+            t = it.ids.shape[0]
+            pos = it.cache.reserve(t)
+            steps.append(self._step(pos, t, at, it.cache, it.block))
+            starts.append(torch.arange(pos, pos + t))
+            at += t
+        ids = items[0].ids if len(items) == 1 else torch.cat([it.ids for it in items])
         x = self.embed_tokens(ids)
-        cos = self.cos[pos:pos + t].to(x.dtype)
-        sin = self.sin[pos:pos + t].to(x.dtype)
+        positions = starts[0] if len(starts) == 1 else torch.cat(starts)
+        if len(items) == 1:
+            p = steps[0].pos
+            cos, sin = self.cos[p:p + at].to(x.dtype), self.sin[p:p + at].to(x.dtype)
+        else:
+            cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
+        # rows to pad the linear layers to (0: none): one exact decode step on kernels whose rows
+        # are not independent of the row count
+        width = self.decode_width if (len(items) == 1 and steps[0].exact and not self.rows_independent) else 0
+        caches = [it.cache for it in items]
+        for i, block in enumerate(self.layers):
+            x = block(x, cos, sin, caches, i, steps, width)
+        for it, step in zip(items, steps, strict=False):
+            it.cache.length = step.pos + (step.rows.stop - step.rows.start)
+        want = [(s.rows.stop - it.num_logits, s.rows.stop)
+                for it, s in zip(items, steps, strict=True) if it.num_logits]
+        if not want:
+            return [x.new_zeros(0, self.arch.vocab_size, dtype=torch.float32) for _ in items]
+        sel = x[want[0][0]:want[0][1]] if len(want) == 1 else torch.cat([x[a:b] for a, b in want])
+        logits = padded(self.lm_head, self.norm(sel), width).float()
+        out, at = [], 0
+        for it in items:
+            out.append(logits[at:at + it.num_logits])
+            at += it.num_logits
+        return out
+
+    def _step(self, pos: int, t: int, row: int, cache, block: int = 0) -> Step:
+        int8 = cache.dtype == torch.int8
+        if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
+            bf16 = self.bf16_prefill and int8 and pos + t >= MIN_KEYS
+            return Step(pos, slice(row, row + t), None, False, bf16, block)
         exact = t <= self.decode_width
-        width = self.decode_width if exact and not self.rows_independent else 0  # rows to pad linears to
-        bf16 = (self.bf16_prefill and cache.k.dtype == torch.int8 and t > PROBE_ROWS and not exact
-                and pos + t >= MIN_KEYS)
+        bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
-            mask = torch.ones(t, pos + t, dtype=torch.bool, device=ids.device).tril(diagonal=pos)
-        step = Step(pos, mask, exact, width, bf16)
-        for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, step)
-        cache.length = pos + t
-        return padded(self.lm_head, self.norm(x[-num_logits:]), width).float()
+            mask = torch.ones(t, pos + t, dtype=torch.bool, device=cache.device).tril(diagonal=pos)
+        return Step(pos, slice(row, row + t), mask, exact, bf16)
 
 
 PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run

@@ -1,12 +1,14 @@
 """Planning calls on a pinned home environment.
 
 The environment's chat prefix (system prompt + home + few-shot turns) is tokenized once and its
-K/V kept in the engine's cache; a planning request computes only its own turn. Token identity
-(DESIGN invariant 2): the request's ids are the prefix's ids followed by the ids of the text that
-follows the prefix, never the joined text re-tokenized.
+K/V pinned in the engine's cache (cache.py): other traffic cannot evict it, and a planning request
+computes only its own turn. Token identity (invariant 2, docs/ARCHITECTURE.md): the request's ids
+are the prefix's ids followed by the ids of the text that follows the prefix, never the joined
+text re-tokenized.
 
-Not thread-safe by design: one worker owns the engine (the daemon serializes calls), so an
-environment switch happens between requests and a request never mixes versions.
+A new environment gets a new version: its prefix is pinned, then the previous one unpinned.
+Requests already running keep their own references to the old prefix's blocks, so they finish on
+the version they began with, and a request never mixes versions.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Optional
 
 from ..environment import Environment, Step, parse_steps, prefix_messages, task_message
 from ..errors import OrinError
+from .cache import Pin
 from .engine import Engine
 from .generate import Generation, Result
 from .sampling import SamplingParams
@@ -43,9 +46,8 @@ class Planner:
     def __init__(self, engine: Engine, environment: Environment):
         self.engine = engine
         self.prefix: Optional[Prefix] = None
-        self.prefill_s = 0.0
-        self._active: Optional[Generation] = None  # the request using the cache right now
-        self._pending: Optional[Prefix] = None  # an environment waiting for it to finish
+        self.pin: Optional[Pin] = None
+        self.prefill_s = 0.0  # how long the last environment's prefix took to compute
         self.set_environment(environment)
 
     @property
@@ -53,34 +55,31 @@ class Planner:
         assert self.prefix is not None
         return self.prefix.version
 
-    def set_environment(self, environment: Environment) -> int:
-        """Render, tokenize and prefill a new environment; returns its version. While a request
-        is running the switch waits for it, so that request finishes on the version it began."""
+    def render(self, environment: Environment) -> Prefix:
+        """The environment as the next version's prefix (rendered and tokenized, not yet pinned);
+        PromptTooLong if it leaves no room for a task."""
         messages = tuple(prefix_messages(environment))
         text = self.engine.chat_text(list(messages), add_generation_prompt=False)
-        latest = self._pending or self.prefix
         ids = tuple(self.engine.encode(text))
-        prefix = Prefix(latest.version + 1 if latest else 1, environment, text, ids, messages)
-        self.engine.check_prompt(len(prefix.ids))
-        if self._active is not None:
-            self._pending = prefix
-        else:
-            self.prefix = prefix
-            self._ensure_pinned()
+        self.engine.check_prompt(len(ids))
+        return Prefix(self.prefix.version + 1 if self.prefix else 1, environment, text, ids, messages)
+
+    def set_environment(self, environment: Environment) -> int:
+        """Render, tokenize and pin a new environment; returns its version."""
+        prefix = self.render(environment)
+        t0 = time.perf_counter()
+        pin = self.engine.pin(list(prefix.ids))
+        return self.use(prefix, pin, time.perf_counter() - t0)
+
+    def use(self, prefix: Prefix, pin: Pin, prefill_s: Optional[float] = None) -> int:
+        """Make a computed, pinned prefix the current one (and unpin the previous)."""
+        old = self.pin
+        self.prefix, self.pin = prefix, pin
+        if old is not None:
+            self.engine.unpin(old)
+        if prefill_s is not None:
+            self.prefill_s = prefill_s
         return prefix.version
-
-    def _done(self) -> None:
-        self._active = None
-        if self._pending is not None:
-            self.prefix, self._pending = self._pending, None
-            self._ensure_pinned()
-
-    def _ensure_pinned(self) -> None:
-        assert self.prefix is not None
-        if self.engine.pinned != list(self.prefix.ids):  # e.g. a chat request used the cache
-            t0 = time.perf_counter()
-            self.engine.pin(list(self.prefix.ids))
-            self.prefill_s = time.perf_counter() - t0
 
     def messages(self, task: str, observations: Optional[list[str]] = None) -> list[dict[str, str]]:
         assert self.prefix is not None
@@ -98,15 +97,11 @@ class Planner:
         return list(self.prefix.ids) + self.engine.encode(rest)
 
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-              speculation: str = "auto") -> Generation:
-        if self._active is not None:
-            raise RuntimeError("one request at a time: finish or close the running generation first")
+              speculation: str = "auto", constraint=None) -> Generation:
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
-        self._ensure_pinned()
-        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation)
+        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation,
+                                   constraint)
         gen.started = started
-        gen.on_done = self._done
-        self._active = gen
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:

@@ -17,7 +17,7 @@ from typing import Optional, Protocol
 
 import torch
 
-from .kv_cache import KVCache
+from .constraint import apply_mask
 from .llama import Llama
 from .sampling import SamplingParams, probs
 
@@ -72,32 +72,60 @@ def verify(logits: torch.Tensor, draft: list[int], q: Optional[torch.Tensor], pa
 # ---------------------------------------------------------------- drafters
 
 
+class LookupHistory:
+    """Earlier outputs the lookup drafter continues from (plans repeat their shape from call to
+    call), shared by every request of an engine: an n-gram index over a bounded token list."""
+
+    def __init__(self, ngrams: tuple[int, ...] = (4, 3, 2), max_tokens: int = 50_000,
+                 seed: Sequence[list[int]] = ()):
+        self.ngrams, self.max_tokens = ngrams, max_tokens
+        self.tokens: list[int] = []
+        self.index: dict[tuple[int, ...], int] = {}
+        for output in seed:  # earlier outputs it starts with (the engine's lookup_seed.json)
+            self.add(list(output))
+
+    def add(self, output: list[int]) -> None:
+        if not output:
+            return
+        if len(self.tokens) + len(output) + 1 > self.max_tokens:
+            self.tokens, self.index = [], {}  # simple bound: start over
+        start = len(self.tokens)
+        self.tokens.extend(output + [-1])  # -1 separates outputs: no match runs across them
+        index_ngrams(self.tokens, self.index, start, len(self.tokens), self.ngrams)
+
+    def outputs(self) -> list[list[int]]:
+        """The outputs it holds, oldest first (what persisting it stores)."""
+        out, cur = [], []
+        for t in self.tokens:
+            if t < 0:
+                out.append(cur)
+                cur = []
+            else:
+                cur.append(t)
+        return out
+
+
+def index_ngrams(seq: list[int], index: dict[tuple[int, ...], int], start: int, end: int,
+                 ngrams: tuple[int, ...]) -> None:
+    """Register the n-grams ending at positions [start, end): the latest occurrence wins."""
+    for i in range(start, end):
+        for n in ngrams:
+            if i + 1 >= n:
+                index[tuple(seq[i + 1 - n:i + 1])] = i
+
+
 class LookupDrafter:
     """Model-free: continue the longest recent n-gram match, from this request's prompt (the
-    environment lists every object and action) and output, or from earlier outputs (plans repeat
-    their shape from call to call). Costs microseconds per proposal."""
+    environment lists every object and action) and output, or from the engine's history of earlier
+    outputs. Costs microseconds per proposal. One per request; the history is shared."""
 
     name = "lookup"
 
-    def __init__(self, ngrams: tuple[int, ...] = (4, 3, 2), history_tokens: int = 50_000,
-                 seed: Sequence[list[int]] = ()):
-        self.ngrams = ngrams
-        self.history: list[int] = []
-        self.history_index: dict[tuple[int, ...], int] = {}
-        self.history_tokens = history_tokens
+    def __init__(self, history: Optional[LookupHistory] = None, seed: Sequence[list[int]] = ()):
+        self.history = history if history is not None else LookupHistory(seed=seed)
+        self.ngrams = self.history.ngrams
         self._ctx_index: dict[tuple[int, ...], int] = {}
         self._indexed = 0
-        for output in seed:  # earlier outputs it starts with (the engine's lookup_seed.json)
-            self.finish(list(output))
-
-    @staticmethod
-    def _index(seq: list[int], index: dict[tuple[int, ...], int], start: int, end: int,
-               ngrams: tuple[int, ...]) -> None:
-        # register n-grams ending at positions [start, end): the latest occurrence wins
-        for i in range(start, end):
-            for n in ngrams:
-                if i + 1 >= n:
-                    index[tuple(seq[i + 1 - n:i + 1])] = i
 
     def begin(self, context: list[int]) -> None:
         self._ctx_index = {}
@@ -105,11 +133,11 @@ class LookupDrafter:
 
     def propose(self, context, k, params, gen):
         # index everything but the last position, so the current suffix never matches itself
-        self._index(context, self._ctx_index, self._indexed, len(context) - 1, self.ngrams)
+        index_ngrams(context, self._ctx_index, self._indexed, len(context) - 1, self.ngrams)
         self._indexed = max(self._indexed, len(context) - 1)
         for n in self.ngrams:
             key = tuple(context[-n:])
-            for seq, index in ((context, self._ctx_index), (self.history, self.history_index)):
+            for seq, index in ((context, self._ctx_index), (self.history.tokens, self.history.index)):
                 j = index.get(key)
                 if j is not None:
                     cont = [t for t in seq[j + 1:j + 1 + k] if t >= 0]
@@ -121,45 +149,52 @@ class LookupDrafter:
         self._indexed = min(self._indexed, max(0, valid - 1))
 
     def finish(self, output: list[int]) -> None:
-        if len(self.history) + len(output) + 1 > self.history_tokens:
-            self.history, self.history_index = [], {}  # simple bound: start over
-        start = len(self.history)
-        self.history.extend(output + [-1])  # -1 separates outputs: no match runs across them
-        self._index(self.history, self.history_index, start, len(self.history), self.ngrams)
+        self.history.add(output)
 
 
 class DraftModelDrafter:
-    """The engine's quantized draft model, with its own KV cache (pinned prefix included)."""
+    """The engine's quantized draft model, on its own K/V for this request (`cache`: a PagedView of
+    the draft's pool, or a contiguous KVCache). With a grammar constraint it drafts from the masked
+    distribution, so every draft token is one the grammar allows (and q is what it sampled from)."""
 
     name = "draft_model"
 
-    def __init__(self, model: Llama, cache: KVCache):
-        self.model, self.cache = model, cache
+    def __init__(self, model: Llama, cache=None, constraint=None):
+        self.model, self.cache, self.constraint = model, cache, constraint  # cache: set at admission
 
     def begin(self, context: list[int]) -> None:
         pass
 
     def propose(self, context, k, params, gen):
-        device = self.cache.k.device
-        feed = context[self.cache.length:]  # the last token, plus a bonus step's leftovers
+        device = self.cache.device
+        feed = context[self.cache.length:]  # what it has not seen: its catch-up, then the last token
         out: list[int] = []
         dists = []
+        c = self.constraint
         for _ in range(k):
-            if self.cache.length + len(feed) >= self.cache.capacity:
+            if self.cache.length + len(feed) > self.cache.capacity:
                 break
-            logits = self.model(torch.tensor(feed, device=device), self.cache)
+            if c is not None and c.finished:
+                break
+            logits = self.model(torch.tensor(feed, device=device), self.cache)[-1]
+            if c is not None:
+                logits = apply_mask(logits, c.allowed())
             if params.greedy:
-                tok = int(logits[-1].argmax())
+                tok = int(logits.argmax())
             else:
-                dist = probs(logits[-1], params)
+                dist = probs(logits, params)
                 dists.append(dist)
                 tok = int(torch.multinomial(dist, 1, generator=gen))
             out.append(tok)
+            if c is not None:
+                c.accept(tok)
             feed = [tok]
+        if c is not None and out:
+            c.m.rollback(len(out))
         return out, (torch.stack(dists) if dists else None)
 
     def rollback(self, valid: int) -> None:
-        self.cache.crop(min(self.cache.length, valid))
+        self.cache.length = min(self.cache.length, valid)  # later writes overwrite the rest
 
     def finish(self, output: list[int]) -> None:
         pass

@@ -83,7 +83,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     """The engine routes a long prefill over its INT8 cache through it; decode and verify steps (at
     most PROBE_ROWS tokens) keep SDPA, which is what keeps speculation bit-exact, and so does a
     short prompt, where SDPA is faster."""
-    model, cache = engine.model, engine.cache
+    model, cache = engine.model, engine.contiguous_cache(2048)
     calls = []
 
     def spy(q, keys, values, pos):
@@ -94,7 +94,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     short = torch.tensor(engine.chat_ids([{"role": "user", "content": "Bring the red mug from the kitchen."}]))
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "The hall leads to the kitchen. " * 90}]))
     assert llama.PROBE_ROWS < len(short) < attention.MIN_KEYS <= len(ids)
-    engine.pinned, saved = [], model.bf16_prefill
+    saved = model.bf16_prefill
     try:
         with_bf16 = _prefill_logits(model, cache, ids, True)
         assert calls == [(len(ids), 0)] * model.arch.num_layers
@@ -120,11 +120,11 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
 def test_a_full_precision_cache_never_runs_it(engine_fp):
     """bf16 rounding is for INT8 caches only: invariant 4 (logits match transformers) holds for
     full-precision ones, bit for bit as with the switch off."""
-    model = engine_fp.model
-    assert isinstance(engine_fp.cache, KVCache) and engine_fp.cache.k.dtype == torch.float32
+    model, cache = engine_fp.model, engine_fp.contiguous_cache(2048)
+    assert isinstance(cache, KVCache) and cache.k.dtype == torch.float32
+    assert engine_fp.cache.target_pool.k.dtype == torch.float32
     ids = torch.tensor(engine_fp.chat_ids([{"role": "user", "content": "Open the fridge. " * 150}]))
     assert len(ids) >= attention.MIN_KEYS
-    engine_fp.pinned = []
-    on = _prefill_logits(model, engine_fp.cache, ids, True)
-    off = _prefill_logits(model, engine_fp.cache, ids, False)
+    on = _prefill_logits(model, cache, ids, True)
+    off = _prefill_logits(model, cache, ids, False)
     assert torch.equal(on, off)

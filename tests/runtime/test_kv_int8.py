@@ -17,10 +17,12 @@ from orin_llm.runtime.kv_cache import AbsmaxObserver, Int8KVCache, KVCache
 def test_int8_is_exactly_half_of_fp16_per_token(engine):
     arch = engine.model.arch
     fp16 = KVCache(arch, 8, torch.float16)
-    int8 = engine.cache
+    int8 = engine.contiguous_cache(8)
     assert isinstance(int8, Int8KVCache)
     assert int8.bytes_per_token * 2 == fp16.bytes_per_token == arch.kv_bytes_per_token(2)
     assert int8.scales_nbytes == 2 * arch.num_layers * arch.num_kv_heads * 4  # fixed, not per token
+    pool = engine.cache.target_pool  # the engine's paged pool stores the same bytes per token
+    assert pool.int8 and pool.bytes_per_token == int8.bytes_per_token
 
 
 def test_calibrated_scales_cover_the_observed_range(engine_dir, engine):
@@ -71,7 +73,7 @@ def test_int8_without_scales_is_an_error(engine_dir, tmp_path):
     with pytest.raises(OrinError, match="INT8 KV cache asked for, but the target has no calibrated"):
         Engine.load(dst, device="cpu")
     eng = Engine.load(dst, device="cpu", kv_cache="fp32", draft=False)  # asked for fp explicitly: fine
-    assert eng.cache.k.dtype == torch.float32
+    assert eng.cache.target_pool.k.dtype == torch.float32
 
 
 def test_int8_kv_agrees_with_full_precision_on_held_out_plans(engine, engine_fp):
@@ -83,10 +85,7 @@ def test_int8_kv_agrees_with_full_precision_on_held_out_plans(engine, engine_fp)
         ids = torch.tensor(engine.encode(f"Task: {it.task}\n" + "\n".join(it.reference_plan)))
         lanes = []
         for e in (engine, engine_fp):
-            e.pinned = []
-            e.cache.crop(0)
-            lanes.append(e.model(ids, e.cache, num_logits=len(ids)).argmax(-1))
-            e.cache.crop(0)
+            lanes.append(e.model(ids, e.contiguous_cache(len(ids)), num_logits=len(ids)).argmax(-1))
         agree += int((lanes[0] == lanes[1]).sum())
         total += len(ids)
     assert agree / total >= 0.9

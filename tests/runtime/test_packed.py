@@ -57,10 +57,10 @@ def test_engine_packs_its_target_and_records_what_it_found(engine):
 def test_padding_fallback_keeps_verify_equal_to_one_token_steps(engine):
     """Where the kernels are not row-independent the decode steps are padded to decode_width rows:
     a k+1-token verify then still yields, at every position, the logits of one-token steps."""
-    model, cache = engine.model, engine.cache
+    model, cache = engine.model, engine.contiguous_cache(256)
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "Put the cup in the sink."}]))
     cont = torch.tensor([100, 2000, 300, 4000, 50])
-    saved, engine.pinned = model.rows_independent, []
+    saved = model.rows_independent
     try:
         for independent in (saved, False):
             model.rows_independent = independent

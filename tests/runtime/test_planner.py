@@ -1,4 +1,4 @@
-"""The pinned environment prefix: token identity, suffix-only compute, versions (DESIGN invariant 2)."""
+"""The pinned environment prefix: token identity, suffix-only compute, versions (invariant 2)."""
 
 import pytest
 
@@ -12,7 +12,9 @@ GREEDY = SamplingParams(max_tokens=24)
 
 @pytest.fixture
 def planner(engine):
-    return Planner(engine, load_environment(EXAMPLE_HOME_PATH))
+    p = Planner(engine, load_environment(EXAMPLE_HOME_PATH))
+    yield p
+    engine.unpin(p.pin)
 
 
 def other_home():
@@ -32,26 +34,60 @@ def test_request_ids_start_with_the_prefix_ids(planner, engine):
     assert ids[len(prefix):] == engine.encode(full[len(planner.prefix.text):])
 
 
-def test_only_the_suffix_is_computed_and_the_output_is_unchanged(planner, engine):
-    task = "Put the socks in the laundry basket."
+def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
+    """A prompt served from the cache gives bit for bit the answer of the same prompt computed cold:
+    every cached block holds exactly what the request would have computed (llama.Item)."""
+    task = "Put the socks in the laundry basket and close the wardrobe."
     pinned = planner.plan(task, GREEDY)
-    assert pinned.result.timings.cached_prompt_tokens == len(planner.prefix.ids)
-    assert engine.cache.length == len(planner.prefix.ids)  # the prefix stays, the request is gone
-    # the same prompt computed from scratch gives the same tokens
-    engine.pinned = []
-    cold = engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY).run()
+    bs = engine.cache.block_size
+    cached = pinned.result.timings.cached_prompt_tokens
+    assert cached == len(planner.prefix.ids) // bs * bs and cached > 0  # whole blocks of the pinned prefix
+    assert engine.cache.stats()["used"] == engine.cache.stats()["pinned"]  # the request's own blocks went back
+    again = planner.plan(task, GREEDY)  # its prompt is cached now, all but the last partial block
+    prompt = again.result.timings.prompt_tokens
+    assert again.result.timings.cached_prompt_tokens == (prompt - 1) // bs * bs
+    engine.unpin(planner.pin)
+    engine.clear_cache()
+    try:
+        cold = engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY).run()
+    finally:
+        planner.pin = engine.pin(list(planner.prefix.ids))
     assert cold.timings.cached_prompt_tokens == 0
-    assert cold.token_ids == pinned.result.token_ids
+    assert cold.token_ids == pinned.result.token_ids == again.result.token_ids
 
 
-def test_a_foreign_prompt_evicts_the_prefix_and_the_planner_restores_it(planner, engine):
-    engine.generate(engine.chat_ids([{"role": "user", "content": "hi"}]), GREEDY).run()
-    assert engine.pinned == []
+def test_foreign_traffic_never_evicts_the_pinned_prefix(engine_dir):
+    """A small pool, filled by prompts that share nothing with the home: the cache evicts their
+    blocks, never the pinned ones, and the next plan still starts from the prefix."""
+    from orin_llm.runtime.engine import Engine
+
+    eng = Engine.load(engine_dir, device="cpu", draft=False,
+                      kv_tokens=Engine.load(engine_dir, device="cpu", draft=False).max_seq_len + 1024)
+    planner = Planner(eng, load_environment(EXAMPLE_HOME_PATH))
+    pinned = eng.cache.stats()["pinned"]
+    blocks = eng.cache.stats()["blocks"]
+    text = " ".join(f"item{i}" for i in range(900))  # ~2k tokens of words the home never uses
+    for i in range(6):
+        eng.generate(eng.chat_ids([{"role": "user", "content": f"{i} {text}"}]), SamplingParams(max_tokens=2)).run()
+    stats = eng.cache.stats()
+    assert stats["evictions"] > 0 and stats["pinned"] == pinned and stats["blocks"] == blocks
     again = planner.plan("Open the fridge.", GREEDY)
-    assert again.result.timings.cached_prompt_tokens == len(planner.prefix.ids)
+    assert again.result.timings.cached_prompt_tokens >= len(planner.prefix.ids) // 16 * 16
 
 
-def test_environment_switch_waits_for_the_running_request(planner, engine):
+def test_a_pin_that_does_not_fit_is_refused_with_the_numbers(engine_dir):
+    from orin_llm.runtime.engine import Engine
+
+    probe = Engine.load(engine_dir, device="cpu", draft=False)
+    eng = Engine.load(engine_dir, device="cpu", draft=False, kv_tokens=probe.max_seq_len + 256)
+    with pytest.raises(OrinError, match=r"pinning 528 tokens needs 33 KV blocks of 16 tokens, but the pool has"):
+        Planner(eng, load_environment(EXAMPLE_HOME_PATH))
+    assert eng.cache.stats()["pinned"] == 0
+
+
+def test_environment_switch_while_a_request_runs(planner, engine):
+    """The running request finishes on the version it began with (its own block references keep the
+    old prefix); new requests use the new one, which is pinned before the old is unpinned."""
     task = "Bring the apple to the coffee table."
     expected = planner.plan(task, GREEDY)
     v1 = planner.prefix
@@ -59,31 +95,40 @@ def test_environment_switch_waits_for_the_running_request(planner, engine):
     it = iter(gen)
     first = next(it)
     v2 = planner.set_environment(other_home())
-    assert v2 == v1.version + 1 and planner.prefix is v1  # not yet switched
+    assert v2 == v1.version + 1 and planner.prefix is not v1 and "teapot" in planner.prefix.text
     text = first + "".join(it)
     result = planner.finish(gen, v1)
     assert result.environment_version == v1.version and text == gen.result.text
     assert result.result.token_ids == expected.result.token_ids  # ran entirely on version 1
-    assert planner.version == v2 and "teapot" in planner.prefix.text
-    assert engine.pinned == list(planner.prefix.ids)
+    pins = engine.cache.pins
+    assert [p.ids for p in pins if p is planner.pin] == [planner.prefix.ids]
+    assert all(p.ids != v1.ids for p in pins)  # the old version is unpinned
     nxt = planner.plan(task, GREEDY)
     assert nxt.environment_version == v2
-    assert nxt.result.timings.cached_prompt_tokens == len(planner.prefix.ids)
+    assert nxt.result.timings.cached_prompt_tokens >= len(planner.prefix.ids) // 16 * 16
 
 
-def test_one_request_at_a_time(planner):
-    gen = iter(planner.start("Open the fridge.", GREEDY))
-    next(gen)
-    with pytest.raises(RuntimeError, match="one request at a time"):
-        planner.start("Close the fridge.", GREEDY)
-    gen.close()
-    assert planner.plan("Close the fridge.", GREEDY).text
+def test_concurrent_requests_each_get_their_solo_answer(planner, engine):
+    """Requests decode together in one forward per step; what else is in the batch changes
+    nothing (row-independent kernels, attention per sequence)."""
+    tasks = ["Open the fridge.", "Switch off the bedside lamp.", "Bring the book to the sofa."]
+    solo = [planner.plan(t, GREEDY).result.token_ids for t in tasks]
+    gens = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, ("none", "lookup", "none"))]
+    iters = [iter(g) for g in gens]
+    for i in iters:  # all three are admitted and running before any finishes
+        next(i)
+    assert engine.scheduler.running and len(engine.scheduler.running) == 3
+    for i in iters:
+        for _ in i:
+            pass
+    assert [g.result.token_ids for g in gens] == solo
+    assert engine.last_batch >= 1 and max(engine.steps, 0) > 0
 
 
 def test_oversized_environment_is_refused_and_the_old_one_kept(planner, engine):
     huge = load_environment(EXAMPLE_HOME_PATH).model_dump()
     huge["description"] = "a very large home " * 3000
-    before = planner.prefix
+    before, pin = planner.prefix, planner.pin
     with pytest.raises(OrinError, match="max_input_len"):
         planner.set_environment(environment_from_dict(huge))
-    assert planner.prefix is before and engine.pinned == list(before.ids)
+    assert planner.prefix is before and planner.pin is pin and pin in engine.cache.pins

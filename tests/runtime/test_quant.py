@@ -35,7 +35,7 @@ def test_quant_linear_forward_is_linear_of_the_dequantized_weight():
 
 
 def test_engine_draft_is_quantized_and_smaller(engine):
-    draft = engine.draft.model
+    draft = engine.draft_model
     quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
     assert len(quant) == 4 * engine.model.arch.num_layers  # qkv, o, gate_up, down per layer
     draft_bytes = sum(m.nbytes for m in quant)
@@ -48,10 +48,6 @@ def test_engine_draft_is_quantized_and_smaller(engine):
 
 def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "List four rooms of a house."}]))
-    engine.pinned = []
-    outs = []
-    for lane in engine.lanes:
-        lane.cache.crop(0)
-        outs.append(lane.model(ids, lane.cache, num_logits=len(ids)).argmax(-1))
-        lane.cache.crop(0)
+    outs = [model(ids, engine.contiguous_cache(len(ids), draft=model is engine.draft_model),
+                  num_logits=len(ids)).argmax(-1) for model in (engine.model, engine.draft_model)]
     assert (outs[0] == outs[1]).float().mean() >= 0.8

@@ -1,0 +1,157 @@
+"""Paged K/V storage: one preallocated pool of token slots per model, and a sequence's view of it.
+
+The pool is [layers, kv_heads, slots, head_dim] for K and for V, slots = blocks × block_size, in
+float or in INT8 with the calibrated static scales (per layer and KV head, as Int8KVCache). A
+sequence owns a list of blocks (block_manager.py); its `PagedView` maps its positions to slots
+and offers the model the same surface as the contiguous KVCache: reserve, write, read_unscaled.
+
+Reading gathers a sequence's K/V into one contiguous tensor, converting to the compute dtype in
+the same copy. Blocks that follow each other in the pool are copied as one run: a home prefix
+pinned into a fresh pool is a handful of runs, so a warm request reads its K/V at the cost of the
+conversion the contiguous cache paid anyway.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..arch import Arch
+from ..errors import OrinError
+
+MAX_RUNS = 16  # past this many runs, one index_select (and a second pass to convert) is cheaper
+
+
+class KVPool:
+    def __init__(self, arch: Arch, num_blocks: int, block_size: int, dtype: torch.dtype,
+                 device: str | torch.device = "cpu", k_scale: Optional[torch.Tensor] = None,
+                 v_scale: Optional[torch.Tensor] = None):
+        """dtype: the compute dtype; with k_scale/v_scale ([layers, kv_heads]) the pool is INT8."""
+        self.arch, self.num_blocks, self.block_size = arch, num_blocks, block_size
+        self.slots = num_blocks * block_size
+        shape = (arch.num_layers, arch.num_kv_heads, self.slots, arch.head_dim)
+        self.int8 = k_scale is not None
+        store = torch.int8 if self.int8 else dtype
+        # torch.empty: pages the OS has not handed out yet cost no resident memory until written
+        self.k = torch.empty(shape, dtype=store, device=device)
+        self.v = torch.empty(shape, dtype=store, device=device)
+        self.dtype = dtype
+        if self.int8:
+            expected = (arch.num_layers, arch.num_kv_heads)
+            if tuple(k_scale.shape) != expected or tuple(v_scale.shape) != expected:
+                raise OrinError(f"KV scales have shape {tuple(k_scale.shape)}, the model needs {expected}")
+            if not (torch.all(k_scale > 0) and torch.all(v_scale > 0)):
+                raise OrinError("KV scales must be positive")
+            self.k_scale = k_scale.to(device=device, dtype=dtype)[:, :, None, None]  # [L, KV, 1, 1]
+            self.v_scale = v_scale.to(device=device, dtype=dtype)[:, :, None, None]
+
+    @property
+    def device(self) -> torch.device:
+        return self.k.device
+
+    @property
+    def bytes_per_token(self) -> int:
+        return 2 * self.arch.num_layers * self.arch.num_kv_heads * self.arch.head_dim * self.k.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """k, v: [T, kv_heads, head_dim] for the T slots given."""
+        k, v = k.transpose(0, 1), v.transpose(0, 1)  # [KV, T, D]
+        if self.int8:
+            k = _quantize(k, self.k_scale[layer])
+            v = _quantize(v, self.v_scale[layer])
+        self.k[layer].index_copy_(1, slots, k)
+        self.v[layer].index_copy_(1, slots, v)
+
+    def gather(self, layer: int, runs: list[tuple[int, int]], length: int, dtype: torch.dtype):
+        """K and V of `length` tokens stored in `runs` ((first slot, count), in order), as [KV, length, D]."""
+        kv, d = self.arch.num_kv_heads, self.arch.head_dim
+        if len(runs) == 1:  # one contiguous run: a view, converted only if the dtype differs
+            s, _ = runs[0]
+            return self.k[layer, :, s:s + length].to(dtype), self.v[layer, :, s:s + length].to(dtype)
+        if len(runs) > MAX_RUNS:
+            idx = torch.cat([torch.arange(s, s + n, device=self.device) for s, n in runs])
+            return (self.k[layer].index_select(1, idx).to(dtype), self.v[layer].index_select(1, idx).to(dtype))
+        k = torch.empty(kv, length, d, dtype=dtype, device=self.device)
+        v = torch.empty(kv, length, d, dtype=dtype, device=self.device)
+        at = 0
+        for s, n in runs:  # copy_ converts as it copies: one pass over the cached bytes
+            k[:, at:at + n].copy_(self.k[layer, :, s:s + n])
+            v[:, at:at + n].copy_(self.v[layer, :, s:s + n])
+            at += n
+        return k, v
+
+    def scales(self, layer: int):
+        if not self.int8:
+            return None, None
+        return self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0]
+
+    def copy_block(self, src: int, dst: int, tokens: int) -> None:
+        """The first `tokens` slots of block src into block dst, every layer (copy on write)."""
+        a, b = src * self.block_size, dst * self.block_size
+        self.k[:, :, b:b + tokens] = self.k[:, :, a:a + tokens]
+        self.v[:, :, b:b + tokens] = self.v[:, :, a:a + tokens]
+
+
+def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(torch.round(x / scale), -127, 127).to(torch.int8)
+
+
+class PagedView:
+    """A sequence's K/V in the pool, with the surface Llama.forward uses (as KVCache): `length`
+    tokens are computed; `reserve(t)` checks that t more fit its blocks and returns their start."""
+
+    def __init__(self, pool: KVPool, blocks: list[int], length: int = 0):
+        self.pool = pool
+        self.blocks = blocks  # the block table: shared with the sequence, which appends to it
+        self.length = length
+        self._slot_cache: Optional[torch.Tensor] = None
+        self._slot_blocks = 0
+
+    @property
+    def capacity(self) -> int:
+        return len(self.blocks) * self.pool.block_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pool.k.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.pool.device
+
+    def reserve(self, n: int) -> int:
+        if self.length + n > self.capacity:
+            raise OrinError(f"sequence of {self.length + n} tokens exceeds its {self.capacity} KV slots")
+        return self.length
+
+    def slots(self, start: int, end: int) -> torch.Tensor:
+        if self._slot_cache is None or self._slot_blocks != len(self.blocks):
+            bs = self.pool.block_size
+            ids = torch.tensor(self.blocks, dtype=torch.long, device=self.device)
+            self._slot_cache = (ids[:, None] * bs + torch.arange(bs, device=self.device)).flatten()
+            self._slot_blocks = len(self.blocks)
+        return self._slot_cache[start:end]
+
+    def runs(self, end: int) -> list[tuple[int, int]]:
+        """(first slot, count) of the stretches of contiguous slots holding positions [0, end)."""
+        bs, out = self.pool.block_size, []
+        for i in range((end + bs - 1) // bs):
+            n = min(bs, end - i * bs)
+            s = self.blocks[i] * bs
+            if out and out[-1][0] + out[-1][1] == s and out[-1][1] % bs == 0:
+                out[-1] = (out[-1][0], out[-1][1] + n)
+            else:
+                out.append((s, n))
+        return out
+
+    def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.pool.write(layer, self.slots(pos, pos + k.shape[0]), k, v)
+
+    def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
+        k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)
+        return (k, v, *self.pool.scales(layer))
