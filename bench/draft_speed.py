@@ -27,7 +27,7 @@ def int4_copy():
             q, s = quantize(mod.weight.data, 'int4_wo', 64)
             m.set_submodule(name, QuantLinear(q, s, torch.float32))
     return m
-models = {'fp32 target': e.model, 'int8_wo draft': e.draft.model, 'int4_wo (group 64)': int4_copy()}
+models = {'fp32 target': e.model, 'int8_wo draft': e.draft_model, 'int4_wo (group 64)': int4_copy()}
 ids = torch.tensor(e.chat_ids([{"role": "user", "content": "List the rooms of a house."}]))
 res = {}
 for _round in range(2):

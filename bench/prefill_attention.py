@@ -8,6 +8,7 @@ either way: its ratio shows the noise.
     python bench/prefill_attention.py --engine engines/smollm2-135m-demo [--out docs/bench/prefill_attention.json]
 """
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -27,7 +28,7 @@ ap.add_argument("--out")
 a = ap.parse_args()
 
 eng = Engine.load(a.engine, device="cpu", draft=False)
-if eng.cache.k.dtype.is_floating_point:
+if not eng.cache.target_pool.int8:
     sys.exit(f"{a.engine}: the KV cache is not INT8; nothing to compare")
 model = eng.model
 homes = [load_home(n) for n in home_names()]
@@ -52,22 +53,30 @@ alone_ids = eng.chat_ids([task_message(TASK)])
 
 
 def alone() -> float:
-    return _ttft(eng.generate(alone_ids, ONE, "none"))
+    return _ttft(eng.generate(eng.chat_ids([task_message(task())]), ONE, "none"))
+
+
+numbers = itertools.count()
+
+
+def task() -> str:  # a new task each time: the engine caches every prompt it ran (bench/prefix.py)
+    return f"Request {next(numbers)}: {TASK}"
 
 
 rows = []
 for size in (1024, 2048, 4096):
     planner = Planner(eng, scaled_environment(homes, eng.encode, render, size))
     row = {"prefix_tokens": len(planner.prefix.ids),
-           "warm": side_by_side(lambda p=planner: _ttft(p.start(TASK, ONE, speculation="none")), a.rounds)}
+           "warm": side_by_side(lambda p=planner: _ttft(p.start(task(), ONE, speculation="none")), a.rounds)}
     print(f"prefix {row['prefix_tokens']}: warm {row['warm']}", file=sys.stderr)
     rows.append(row)
 full = planner.prompt_ids(planner.messages(TASK))
+env = planner.prefix.environment
 
 
-def cold() -> float:
-    eng.pinned = []
-    return _ttft(eng.generate(full, ONE, "none"))
+def cold() -> float:  # a home of its own name: nothing past the system prompt is cached
+    own = env.model_copy(update={"name": f"cold{next(numbers)}_{env.name}"})
+    return _ttft(eng.generate(eng.chat_ids(prefix_messages(own) + [task_message(TASK)]), ONE, "none"))
 
 
 task_alone = side_by_side(alone, a.rounds)  # under MIN_KEYS keys: SDPA either way (a check of the noise)

@@ -65,7 +65,6 @@ def _compare(ref: list[torch.Tensor], got: list[torch.Tensor], seqs) -> dict:
 
 
 def _decode_tps(engine, ids: list[int], n: int) -> float:  # either backend
-    engine.pinned = []
     res = engine.generate(ids, SamplingParams(max_tokens=n, stop_token_ids=[]), "none").run()
     return res.timings.decode_tokens_per_s
 
@@ -101,10 +100,10 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     int8 = Engine.load(engine_dir, device="cpu", kv_cache="int8", draft=False)
     seqs = list(sequences(fp, items))
     arch = fp.model.arch
-    cap = fp.cache.capacity
+    cap = fp.max_seq_len
     progress(f"teacher forcing {len(items)} held-out answers, fp32 vs int8 KV")
     ref = _teacher_forced(fp.model, KVCache(arch, cap, torch.float32), seqs)
-    per_head = _compare(ref, _teacher_forced(fp.model, int8.cache, seqs), seqs)
+    per_head = _compare(ref, _teacher_forced(fp.model, int8.contiguous_cache(cap), seqs), seqs)
     k_scale, v_scale = load_scales(engine_dir / fp.manifest.target.kv_cache.scales)
     per_tensor_cache = Int8KVCache(arch, cap, k_scale.amax(1, keepdim=True).expand_as(k_scale),
                                    v_scale.amax(1, keepdim=True).expand_as(v_scale), torch.float32)
@@ -123,7 +122,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
             "per_head_scales": per_head, "per_tensor_scales": per_tensor,
             "kv_bytes_per_token": {"fp32": KVCache(arch, 1, torch.float32).bytes_per_token,
                                    "fp16": KVCache(arch, 1, torch.float16).bytes_per_token,
-                                   "int8": int8.cache.bytes_per_token},
+                                   "int8": int8.cache.target_pool.bytes_per_token},
             "decode_tokens_per_s": speeds, "int8_over_fp32_decode": best["int8"] / best["fp32"]}
     write_json(out, "kv", data)
     return data

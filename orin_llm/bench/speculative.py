@@ -15,7 +15,7 @@ from ..errors import OrinError
 from ..manifest import load_manifest
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
-from ..runtime.speculative import LookupDrafter
+from ..runtime.speculative import LookupDrafter, LookupHistory
 from .common import loaded, progress, pyplot, write_json
 
 EXACT_MODE_TRTLLM = ("torch only: the exact/fast choice is between two torch decode-step kernels; TensorRT-LLM "
@@ -27,7 +27,11 @@ EMPTY_HISTORY = "lookup_empty_history"  # lookup without the engine's seed plans
 
 def _run_mode(engine, items, mode: str, max_tokens: int) -> dict:
     # each mode starts from the engine's seed history only: nothing leaks across modes
-    engine.lookup = LookupDrafter(seed=[] if mode == EMPTY_HISTORY else engine.lookup_seed)
+    seed = [] if mode == EMPTY_HISTORY else engine.lookup_seed
+    if engine.manifest.backend == "trtllm":
+        engine.lookup = LookupDrafter(seed=seed)
+    else:
+        engine.history = LookupHistory(seed=seed)
     mode = "lookup" if mode == EMPTY_HISTORY else mode
     decode_s = 0.0
     tokens = drafted = accepted = steps = 0
@@ -51,16 +55,14 @@ def _torch_ms_per_token(engine, ids: list[int], tokens: int) -> dict:
     import torch
 
     per_token = {}
-    for name, lane in (("target", engine.target), ("draft", engine.draft)):
-        lane.cache.crop(0)
-        lane.model(torch.tensor(ids), lane.cache)
+    for name, model in (("target", engine.model), ("draft", engine.draft_model)):
+        cache = engine.contiguous_cache(len(ids) + tokens + 1, draft=name == "draft")
+        model(torch.tensor(ids), cache)
         tok = torch.tensor([ids[-1]])
         t0 = time.perf_counter()
         for _ in range(tokens):
-            tok = lane.model(tok, lane.cache).argmax(-1)
+            tok = model(tok, cache).argmax(-1)
         per_token[name] = (time.perf_counter() - t0) / tokens * 1e3
-        lane.cache.crop(0)
-    engine.pinned = []
     return per_token
 
 
@@ -127,7 +129,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                 progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
                          f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
                          f"same as plain {r['identical_to_plain']}")
-            has_draft = (engine.draft_executor if trtllm else engine.draft) is not None
+            has_draft = (engine.draft_executor if trtllm else engine.draft_model) is not None
             if label != "exact" and has_draft:
                 results_draft = draft_cost(engine)
                 progress(f"draft {results_draft['draft_ms_per_token']:.1f} ms/token vs target "

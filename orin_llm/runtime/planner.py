@@ -99,8 +99,9 @@ class Planner:
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constraint=None) -> Generation:
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
+        extra = {"constraint": constraint} if constraint is not None else {}
         gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation,
-                                   constraint)
+                                   **extra)
         gen.started = started
         return gen
 

@@ -84,6 +84,9 @@ class LookupHistory:
         for output in seed:  # earlier outputs it starts with (the engine's lookup_seed.json)
             self.add(list(output))
 
+    def __len__(self) -> int:
+        return len(self.tokens)
+
     def add(self, output: list[int]) -> None:
         if not output:
             return

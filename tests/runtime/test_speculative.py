@@ -124,7 +124,7 @@ def test_the_build_seeds_the_lookup_history_with_calibration_plans(engine, engin
     assert len(engine.lookup_seed) == len(calib)
     assert engine.tokenizer.decode(engine.lookup_seed[0]) == "\n".join(calib[0].reference_plan)
     seeded = LookupDrafter(seed=engine.lookup_seed)
-    assert len(seeded.history.tokens) == sum(len(o) + 1 for o in engine.lookup_seed)
+    assert len(seeded.history) == sum(len(o) + 1 for o in engine.lookup_seed)
     # a plan that starts like a calibration plan is drafted from the seed, with nothing in its context
     start = engine.lookup_seed[0][:4]
     draft, _ = seeded.propose(start, 3, SamplingParams(), None)
