@@ -113,7 +113,8 @@ def test_concurrent_requests_each_get_their_solo_answer(planner, engine):
     nothing (row-independent kernels, attention per sequence)."""
     tasks = ["Open the fridge.", "Switch off the bedside lamp.", "Bring the book to the sofa."]
     solo = [planner.plan(t, GREEDY).result.token_ids for t in tasks]
-    gens = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, ("none", "lookup", "none"), strict=True)]
+    modes = ("none", "lookup", "none")
+    gens = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, modes, strict=True)]
     iters = [iter(g) for g in gens]
     for i in iters:  # all three are admitted and running before any finishes
         next(i)
