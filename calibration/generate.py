@@ -178,6 +178,10 @@ def call(action: str, *args: str) -> str:
     return f"{action}({', '.join(args)})"
 
 
+def say(text: str) -> str:
+    return call("say", f'"{text}"')  # a text argument is a quoted string (orin_llm's plan grammar)
+
+
 class Home:
     def __init__(self, name: str, rng: random.Random):
         self.name = name
@@ -267,7 +271,10 @@ class Home:
         return {
             "name": self.name,
             "description": self.description,
-            "rooms": [{"name": r, "places": _Flow(ps), "objects": _Flow(os)} for r, ps, os in self.rooms],
+            "rooms": [{"name": r, "places": _Flow(ps), "objects": _Flow(os),
+                       **({"devices": _Flow([p for p in ps if "D" in self.kind[p]])}
+                          if any("D" in self.kind[p] for p in ps) else {})}
+                      for r, ps, os in self.rooms],
             "actions": [
                 {"name": a, "args": _Flow(ACTION_TEXT[a][0]), "description": self.action_desc[a]}
                 for a in self.actions
@@ -403,7 +410,7 @@ def t_say(h: Home, rng: random.Random):
         f"Go to the {words(room)} and tell everyone that {msg}.",
         f"Tell the people in the {words(room)} that {msg}.",
     ])  # fmt: skip
-    return task, [call("go_to", room), call("say", msg[0].upper() + msg[1:])]
+    return task, [call("go_to", room), say(msg[0].upper() + msg[1:])]
 
 
 def t_wipe(h: Home, rng: random.Random):
@@ -440,7 +447,7 @@ def t_multi(h: Home, rng: random.Random):
     if h.has("say") and rng.random() < 0.5:
         done = rng.choice(DONE_MESSAGES)
         task = f"{task[:-1]}, and tell me when you are done."
-        plan = plan + [call("say", done)]
+        plan = plan + [say(done)]
     return task, plan
 
 

@@ -35,6 +35,9 @@ SYSTEM_PROMPT = (
 )
 
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What an action's argument can name: a room or place, an object, a switchable device, or free text
+# (a bounded quoted string). The plan grammar (home/grammar.py) has one rule per type.
+ARG_TYPES = ("place", "object", "device", "text")
 # Optional list marker in front of a step: "1.", "2)", "Step 3:", "-", "*", "•".
 _MARKER_RE = re.compile(r"^(?:(?:step\s*)?\d+\s*[.):]|[-*•+])\s*", re.IGNORECASE)
 _CALL_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*[.;,]?$")
@@ -78,6 +81,9 @@ class Action(_Model):
     def _args(cls, v: list[str]) -> list[str]:
         for a in v:
             _check_ident(a, "argument name")
+            if a not in ARG_TYPES:
+                raise ValueError(f"argument {a!r} is not an argument type; name each argument by what it "
+                                 f"takes: {', '.join(ARG_TYPES)}")
         dupes = [a for i, a in enumerate(v) if a in v[:i]]
         if dupes:
             raise ValueError(f"argument {dupes[0]!r} is listed twice")
@@ -88,11 +94,14 @@ class Action(_Model):
 
 
 class Room(_Model):
-    """A room, the places in it (where the robot can go) and the objects in it."""
+    """A room, the places in it (where the robot can go), the objects in it, and the devices it
+    can switch on and off (places or objects of the room, or things of their own, like a ceiling
+    light). A home that names no devices at all lets a device argument be any place or object."""
 
     name: str
     places: list[str] = Field(default_factory=list)
     objects: list[str] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod
@@ -111,6 +120,13 @@ class Room(_Model):
     def _objects(cls, v: list[str]) -> list[str]:
         for o in v:
             _check_ident(o, "object name")
+        return v
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[str]) -> list[str]:
+        for d in v:
+            _check_ident(d, "device name")
         return v
 
 
@@ -174,6 +190,13 @@ class Environment(_Model):
                         "each room, place and object name must be unique"
                     )
                 seen[n] = where
+        for i, room in enumerate(self.rooms):
+            own = set(room.places) | set(room.objects)
+            for d in room.devices:
+                if d not in own and d in seen:
+                    raise ValueError(f"rooms.{i}.devices: {d!r} is used at {seen[d]}, not in this room; a "
+                                     "device is a place or object of its room, or a name of its own")
+                seen.setdefault(d, f"rooms.{i}.devices")
         actions: dict[str, Action] = {}
         for i, a in enumerate(self.actions):
             if a.name in actions:
@@ -208,6 +231,19 @@ class Environment(_Model):
             if a.name == name:
                 return a
         return None
+
+    def names(self, kind: str) -> list[str]:
+        """The names an argument of type `kind` may take (ARG_TYPES; not "text"), in home order."""
+        if kind == "place":
+            return [n for r in self.rooms for n in [r.name, *r.places]]
+        if kind == "object":
+            return [o for r in self.rooms for o in r.objects]
+        if kind == "device":
+            devices = [d for r in self.rooms for d in r.devices]
+            if devices:
+                return devices
+            return [n for r in self.rooms for n in [*r.places, *r.objects]]  # a home that names none
+        raise ValueError(f"{kind!r} names no things of the home")
 
 
 # ---------------------------------------------------------------------------
@@ -324,9 +360,16 @@ def _quote(arg: str) -> str:
     return f"'{arg}'" if '"' in arg else f'"{arg}"'
 
 
-def format_call(action: str, args: list[str]) -> str:
-    """Render an action call canonically: ``place(mug, sink)``."""
-    return f"{action}({', '.join(_quote(a) for a in args)})"
+def format_call(action: str, args: list[str], types: list[str] | None = None) -> str:
+    """Render an action call canonically: ``place(mug, sink)``; with the action's argument types,
+    a text argument is always quoted (``say("The tv is off")``), as the plan grammar writes it."""
+    types = types or [""] * len(args)
+    quoted = [_quote_text(a) if t == "text" else _quote(a) for a, t in zip(args, types, strict=True)]
+    return f"{action}({', '.join(quoted)})"
+
+
+def _quote_text(arg: str) -> str:
+    return f'"{arg}"' if '"' not in arg else f"'{arg}'"
 
 
 def _split_args(s: str) -> list[str] | None:
@@ -424,6 +467,8 @@ def _render_home(env: Environment) -> str:
             line += f" Places: {', '.join(room.places)}."
         if room.objects:
             line += f" Objects: {', '.join(room.objects)}."
+        if room.devices:
+            line += f" Devices: {', '.join(room.devices)}."
         lines.append(line)
     lines.append("Actions:")
     for a in env.actions:
@@ -457,7 +502,8 @@ def prefix_messages(env: Environment) -> list[dict[str, str]]:
         for raw in ex.plan:
             call = _parse_call(raw)
             assert call is not None  # validated by Environment
-            steps.append(format_call(*call))
+            action = env.action(call[0])
+            steps.append(format_call(*call, types=action.args if action else None))
         messages.append({"role": "assistant", "content": "\n".join(steps)})
     return messages
 

@@ -14,12 +14,15 @@ the version they began with, and a request never mixes versions.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from ..environment import Environment, Step, parse_steps, prefix_messages, task_message
+from ..environment import Environment, Step, prefix_messages, task_message
 from ..errors import OrinError
+from ..home.grammar import plan_grammar
+from ..home.steps import Rejected, check_steps
 from .cache import Pin
+from .constraint import Grammar
 from .engine import Engine
 from .generate import Generation, Result
 from .sampling import SamplingParams
@@ -28,9 +31,11 @@ from .sampling import SamplingParams
 @dataclass
 class Plan:
     text: str
-    steps: list[Step]
+    steps: list[Step]  # lines that call a declared action with things of the home of the right types
     result: Result
     environment_version: int
+    rejected: list[Rejected] = field(default_factory=list)  # the other lines, and why
+    constrained: bool = False
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Prefix:
     text: str
     ids: tuple[int, ...]
     messages: tuple[dict[str, str], ...]  # rendered once: every request starts with them
+    grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
 
 
 class Planner:
@@ -62,7 +68,16 @@ class Planner:
         text = self.engine.chat_text(list(messages), add_generation_prompt=False)
         ids = tuple(self.engine.encode(text))
         self.engine.check_prompt(len(ids))
-        return Prefix(self.prefix.version + 1 if self.prefix else 1, environment, text, ids, messages)
+        grammar = None
+        if self.constrains and not environment.is_text:  # GrammarError: the old version stays
+            grammar = Grammar.lark(self.engine.vocabulary(), plan_grammar(environment),
+                                   f"the plan grammar of {environment.name!r}")
+        return Prefix(self.prefix.version + 1 if self.prefix else 1, environment, text, ids, messages, grammar)
+
+    @property
+    def constrains(self) -> bool:
+        """Whether this engine can constrain plans to the home's grammar."""
+        return hasattr(self.engine, "vocabulary")
 
     def set_environment(self, environment: Environment) -> int:
         """Render, tokenize and pin a new environment; returns its version."""
@@ -97,21 +112,32 @@ class Planner:
         return list(self.prefix.ids) + self.engine.encode(rest)
 
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-              speculation: str = "auto", constraint=None) -> Generation:
+              speculation: str = "auto", constrained: bool = True) -> Generation:
+        """A plan request on the current version; `constrained`: every line it writes is a step of
+        the home (its grammar), where the engine and the home allow it."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
-        extra = {"constraint": constraint} if constraint is not None else {}
+        prefix = self.prefix
+        assert prefix is not None
+        extra = {}
+        if constrained and prefix.grammar is not None:
+            extra["constraint"] = prefix.grammar.constraint()
+        elif constrained and not prefix.environment.is_text:
+            raise OrinError(f"this {self.engine.manifest.backend} engine cannot constrain a plan to the home's "
+                            "grammar yet; send \"constrained\": false")
         gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation,
                                    **extra)
         gen.started = started
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
-        """Plan text and steps, parsed against the environment the request ran on."""
+        """Plan text, typed steps and rejected lines, checked against the environment the request ran on."""
         result = generation.result if generation.result is not None else generation.run()
-        return Plan(result.text.strip(), parse_steps(result.text, prefix.environment), result, prefix.version)
+        steps, rejected = check_steps(result.text, prefix.environment)
+        return Plan(result.text.strip(), steps, result, prefix.version, rejected,
+                    constrained=getattr(generation, "constraint", None) is not None)
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-             speculation: str = "auto") -> Plan:
+             speculation: str = "auto", constrained: bool = True) -> Plan:
         prefix = self.prefix
         assert prefix is not None
-        return self.finish(self.start(task, params, observations, speculation), prefix)
+        return self.finish(self.start(task, params, observations, speculation, constrained), prefix)
