@@ -6,7 +6,7 @@ rendered deterministically into a chat prefix: the same Environment always gives
 byte-identical messages, so an inference server can cache the prefix.
 
 The planner answers with one action call per line, e.g. ``go_to(kitchen)``;
-:func:`parse_steps` turns such an answer back into :class:`Step` objects.
+orin_llm/home/steps.py checks such an answer against the home, line by line.
 """
 
 from __future__ import annotations
@@ -344,13 +344,18 @@ def load_environment(path: str | Path) -> Environment:
 
 @dataclass
 class Step:
-    """One action call of a plan."""
+    """One action call of a plan; `types` (the action's argument types, when known) quote its text
+    arguments when it is written back."""
 
     action: str
     args: list[str] = field(default_factory=list)
+    types: list[str] = field(default_factory=list, compare=False, repr=False)
 
     def __str__(self) -> str:
-        return format_call(self.action, self.args)
+        return format_call(self.action, self.args, self.types or None)
+
+    def as_dict(self) -> dict:
+        return {"action": self.action, "args": list(self.args)}
 
 
 def _quote(arg: str) -> str:
@@ -421,32 +426,6 @@ def _parse_call(line: str) -> tuple | None:
     if args is None:
         return None
     return m.group(1), args
-
-
-def parse_steps(text: str, env: Environment) -> list[Step]:
-    """Parse a planner answer into steps.
-
-    Accepts ``go_to(kitchen)``, ``1. pick(mug)``, ``- place(mug, sink)`` and the like.
-    Keeps only calls to declared actions with the right number of arguments; skips
-    leading chatter; stops at the first non-call line once a step was found. A
-    plain-text environment declares no actions, so it always gives [].
-    """
-    if env.is_text:
-        return []
-    arity = {a.name: len(a.args) for a in env.actions}
-    steps: list[Step] = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        call = _parse_call(line)
-        if call is None:
-            if steps:
-                break
-            continue
-        name, args = call
-        if arity.get(name) == len(args):
-            steps.append(Step(name, args))
-    return steps
 
 
 # ---------------------------------------------------------------------------

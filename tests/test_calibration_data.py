@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from orin_llm.calibration_data import CalibrationItem, default_root, load_home, load_split
-from orin_llm.environment import load_environment, parse_steps
+from orin_llm.environment import load_environment
 from orin_llm.errors import OrinError
+from orin_llm.home.steps import check_steps
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATOR = REPO / "calibration" / "generate.py"
@@ -81,7 +82,8 @@ def test_every_home_loads_and_is_varied() -> None:
         assert env.name == p.stem
         assert 2 <= len(env.examples) <= 3
         for ex in env.examples:
-            assert len(parse_steps("\n".join(ex.plan), env)) == len(ex.plan)
+            assert check_steps("\n".join(ex.plan), env) == (check_steps("\n".join(ex.plan), env)[0], [])
+            assert len(check_steps("\n".join(ex.plan), env)[0]) == len(ex.plan)
     room_sets = {tuple(r.name for r in env.rooms) for env in envs}
     assert len(room_sets) >= 6
     contents = {json.dumps(env.model_dump(exclude={"name", "description"}), sort_keys=True) for env in envs}
@@ -94,13 +96,9 @@ def test_reference_plans_are_valid_against_their_home() -> None:
     for item in items:
         env = envs.get(item.home) or envs.setdefault(item.home, load_home(item.home))
         assert item.task.strip() and item.reference_plan
-        steps = parse_steps("\n".join(item.reference_plan), env)
-        assert len(steps) == len(item.reference_plan), item
+        steps, rejected = check_steps("\n".join(item.reference_plan), env)  # typed: things of the right kind
+        assert not rejected and len(steps) == len(item.reference_plan), (item, rejected)
         assert [str(s) for s in steps] == item.reference_plan
-        names = {r.name for r in env.rooms} | {n for r in env.rooms for n in r.places + r.objects}
-        for s in steps:
-            if s.action != "say":
-                assert set(s.args) <= names, (item.id, str(s))
         # few-shot examples never leak into the tasks
         assert item.task not in {ex.task for ex in env.examples}
 

@@ -9,15 +9,14 @@ from orin_llm.environment import (
     EXAMPLE_HOME_PATH,
     SYSTEM_PROMPT,
     Environment,
-    Step,
     environment_from_dict,
     load_environment,
-    parse_steps,
     prefix_messages,
     task_message,
     version_key,
 )
 from orin_llm.errors import OrinError
+from orin_llm.home.steps import check_steps
 
 
 @pytest.fixture
@@ -205,71 +204,36 @@ def test_text_environment_from_txt(tmp_path: Path) -> None:
     msgs = prefix_messages(env)
     assert len(msgs) == 1 and msgs[0]["role"] == "system"
     assert msgs[0]["content"] == f"{SYSTEM_PROMPT}\n\nHome: tiny-studio\n{text}"
-    assert parse_steps("go_to(desk)\npick(cup)", env) == []
+    assert check_steps("go_to(desk)\npick(cup)", env) == ([], [])  # no actions to check against
 
     empty = _write(tmp_path, "empty.md", "  \n")
     with pytest.raises(OrinError, match="empty"):
         load_environment(empty)
 
 
-def test_parse_steps_realistic_outputs(home: Environment) -> None:
-    plain = "go_to(fridge)\nopen(fridge)\npick(milk)\nclose(fridge)\n"
-    assert parse_steps(plain, home) == [
-        Step("go_to", ["fridge"]),
-        Step("open", ["fridge"]),
-        Step("pick", ["milk"]),
-        Step("close", ["fridge"]),
-    ]
-
-    numbered = (
-        "Sure! Here is the plan:\n"
-        "1. go_to(kitchen)\n"
-        "2) pick(mug)\n"
-        "3. go_to( sink )\n"
-        "4. place(mug,sink)\n"
-        "\n"
-        "This plan puts the mug in the sink.\n"
-        "5. say(done)\n"
-    )
-    assert [str(s) for s in parse_steps(numbered, home)] == [
-        "go_to(kitchen)",
-        "pick(mug)",
-        "go_to(sink)",
-        "place(mug, sink)",
-    ]
-
-    bullets = (
-        "- go_to(tv)\n"
-        "* switch_off(tv)\n"
-        '- `say("The tv is off, good night")`\n'
-        "Task: Bring me the book.\n"
-        "go_to(bookshelf)"
-    )
-    steps = parse_steps(bullets, home)
-    assert steps == [
-        Step("go_to", ["tv"]),
-        Step("switch_off", ["tv"]),
-        Step("say", ["The tv is off, good night"]),
-    ]
-    assert str(steps[2]) == 'say("The tv is off, good night")'
-
-    # undeclared actions and wrong arg counts are dropped, not stopping the plan
-    noisy = "\n".join(
-        [
-            "go_to(bedroom)",
-            "fly(bedroom)",
-            "pick(phone, bed)",
-            "pick(phone)",
-            "go_to(kitchen) then pick(mug)",
-            "pick(mug)",
-        ]
-    )
-    assert [str(s) for s in parse_steps(noisy, home)] == ["go_to(bedroom)", "pick(phone)"]
-
-    assert parse_steps("I cannot help with that.", home) == []
-    assert parse_steps("", home) == []
+def test_devices_and_argument_types(tmp_path: Path) -> None:
+    home = load_environment(EXAMPLE_HOME_PATH)
+    assert home.names("device") == ["hallway_light", "kettle", "tv", "floor_lamp", "bedside_lamp"]
+    assert "kitchen" in home.names("place") and "fridge" in home.names("place")
+    assert "Devices: tv, floor_lamp." in prefix_messages(home)[0]["content"]
+    legacy = _home_dict()
+    for room in legacy["rooms"]:
+        room.pop("devices", None)
+    old = environment_from_dict(legacy)  # a home that names no devices still loads:
+    assert old.names("device") == [n for r in old.rooms for n in r.places + r.objects]  # any place or object
+    bad = _home_dict()
+    bad["actions"][0]["args"] = ["surface"]
+    with pytest.raises(OrinError, match="'surface' is not an argument type; .* place, object, device, text"):
+        environment_from_dict(bad)
+    elsewhere = _home_dict()
+    elsewhere["rooms"][0]["devices"] = ["tv"]  # the tv is in the living room
+    with pytest.raises(OrinError, match="rooms.0.devices: 'tv' is used at rooms.2.places"):
+        environment_from_dict(elsewhere)
+    own = _home_dict()
+    own["rooms"][1]["devices"] = ["kettle", "ceiling_light"]  # a device of its own name
+    assert "ceiling_light" in environment_from_dict(own).names("device")
 
 
-def test_every_example_plan_round_trips(home: Environment) -> None:
-    for ex in home.examples:
-        assert [str(s) for s in parse_steps("\n".join(ex.plan), home)] == ex.plan
+def test_text_arguments_are_rendered_quoted(home: Environment) -> None:
+    said = [m["content"] for m in prefix_messages(home) if m["role"] == "assistant"][-1]
+    assert said.endswith('say("The tv is off")')

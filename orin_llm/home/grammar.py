@@ -37,7 +37,8 @@ def plan_grammar(env: Environment, max_steps: int = MAX_STEPS, max_text: int = M
         names = list(dict.fromkeys(env.names(kind)))
         if not names:
             users = [a.name for a in env.actions if kind in a.args]
-            raise OrinError(f"environment {env.name!r}: action {users[0]} takes a {kind}, but the home has no "
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise OrinError(f"environment {env.name!r}: action {users[0]} takes {article} {kind}, but the home has no "
                             f"{kind}s; add {kind}s to a room or remove the action")
         rules.append(f"{kind}: {_alt(names)}")
     steps = []

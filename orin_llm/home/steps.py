@@ -49,12 +49,16 @@ def check_line(line: str, env: Environment) -> Step | Rejected:
         if arg not in names:
             article = "an" if kind[0] in "aeiou" else "a"
             return Rejected(line, f"{arg!r} is not {article} {kind} of this home ({_listed(names)})")
-    return Step(name, args)
+    return Step(name, args, list(action.args))
 
 
-def check_steps(text: str, env: Environment) -> tuple[list[Step], list[Rejected]]:
-    """Every non-empty line of a plan, checked: (steps, rejected lines). A plain-text home
-    declares no actions: its plans have no steps, and nothing is rejected."""
+UNFINISHED = "unfinished: max_tokens ended the plan inside this line"
+
+
+def check_steps(text: str, env: Environment, truncated: bool = False) -> tuple[list[Step], list[Rejected]]:
+    """Every non-empty line of a plan, checked: (steps, rejected lines). `truncated`: the plan was
+    cut by max_tokens, so a last line that is not a step is reported as unfinished. A plain-text
+    home declares no actions: its plans have no steps, and nothing is rejected."""
     if env.is_text:
         return [], []
     steps: list[Step] = []
@@ -74,4 +78,7 @@ def check_steps(text: str, env: Environment) -> tuple[list[Step], list[Rejected]
             if steps and checked.reason.startswith("not an action call"):
                 ended = True  # prose after the steps: the plan is over
             rejected.append(checked)
+    last = text.rstrip().rsplit("\n", 1)[-1].strip()
+    if truncated and rejected and rejected[-1].line == last and not text.endswith("\n"):
+        rejected[-1] = Rejected(last, UNFINISHED)
     return steps, rejected

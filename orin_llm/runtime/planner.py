@@ -132,7 +132,7 @@ class Planner:
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran on."""
         result = generation.result if generation.result is not None else generation.run()
-        steps, rejected = check_steps(result.text, prefix.environment)
+        steps, rejected = check_steps(result.text, prefix.environment, truncated=result.finish_reason == "length")
         return Plan(result.text.strip(), steps, result, prefix.version, rejected,
                     constrained=getattr(generation, "constraint", None) is not None)
 
