@@ -13,9 +13,10 @@ from pathlib import Path
 from ..calibration_data import load_home, load_split
 from ..errors import OrinError
 from ..manifest import load_manifest
+from ..runtime.history_store import HistoryStore
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
-from ..runtime.speculative import LookupDrafter, LookupHistory
+from ..runtime.speculative import LookupDrafter
 from .common import loaded, progress, pyplot, write_json
 
 EXACT_MODE_TRTLLM = ("torch only: the exact/fast choice is between two torch decode-step kernels; TensorRT-LLM "
@@ -31,7 +32,7 @@ def _run_mode(engine, items, mode: str, max_tokens: int) -> dict:
     if engine.manifest.backend == "trtllm":
         engine.lookup = LookupDrafter(seed=seed)
     else:
-        engine.history = LookupHistory(seed=seed)
+        engine.histories = HistoryStore(None, engine.histories.identity, seed)
     mode = "lookup" if mode == EMPTY_HISTORY else mode
     decode_s = 0.0
     tokens = drafted = accepted = steps = 0

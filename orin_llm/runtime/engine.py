@@ -25,15 +25,17 @@ from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .generate import Generation
+from .history_store import HistoryStore, engine_identity
 from .kv_cache import Int8KVCache, KVCache
 from .kv_pool import KVPool
 from .llama import PROBE_ROWS, Item, Llama, load_llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
-from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter, LookupHistory
+from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
 
 log = logging.getLogger(__name__)
 
+DEFAULT_HISTORY = "chat"  # the lookup history of requests that name none (chat completions)
 BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is token-exact anyway (cache.py copies the tail)
 
 # What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
@@ -154,7 +156,8 @@ class Engine(EngineText):
             prefill_chunk=prefill_chunk))
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.lookup_seed = lookup_seed(engine_dir, manifest)
-        self.history = LookupHistory(seed=self.lookup_seed)  # one per engine: its history is the point
+        # the lookup drafter's histories, one per environment (in memory; the daemon persists them)
+        self.histories = HistoryStore(None, engine_identity(manifest), self.lookup_seed)
         self._vocab: Optional[Vocabulary] = None
         self.steps = 0  # engine steps run (a forward each)
         self.preemptions = 0
@@ -206,7 +209,8 @@ class Engine(EngineText):
     def speculation_modes(self) -> list[str]:
         return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft_model else [])
 
-    def drafter(self, speculation: str, params: SamplingParams, constraint: Optional[Constraint] = None):
+    def drafter(self, speculation: str, params: SamplingParams, constraint: Optional[Constraint] = None,
+                history: str = DEFAULT_HISTORY):
         """The drafter a request asked for; unavailable ones are an error, never plain decoding.
         "auto" decodes sampled requests plainly: with a drafter, the random stream is consumed
         differently as the lookup history grows, so a seed would not reproduce its output (the
@@ -220,14 +224,15 @@ class Engine(EngineText):
         if mode == "none":
             return None
         if mode == "lookup":
-            return LookupDrafter(self.history)
+            return LookupDrafter(self.histories.get(history))
         model = DraftModelDrafter(self.draft_model, constraint=constraint)
-        return model if mode == "draft_model" else CombinedDrafter(LookupDrafter(self.history), model)
+        return model if mode == "draft_model" else CombinedDrafter(LookupDrafter(self.histories.get(history)), model)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
-                 constraint: Optional[Constraint] = None) -> Generation:
-        """A request, not yet started: iterate it (or `submit` it and step the engine)."""
-        drafter = self.drafter(speculation, params, constraint)
+                 constraint: Optional[Constraint] = None, history: str = DEFAULT_HISTORY) -> Generation:
+        """A request, not yet started: iterate it (or `submit` it and step the engine). `history`:
+        which lookup history it drafts from and adds to (the planner's: the environment's name)."""
+        drafter = self.drafter(speculation, params, constraint, history)
         self.check_prompt(len(prompt_ids))
         return Generation(self, prompt_ids, params, drafter, constraint, draft_len=self.draft_len,
                           draft_len_max=2 * self.draft_len)

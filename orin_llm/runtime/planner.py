@@ -48,6 +48,11 @@ class Prefix:
     grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
 
 
+def history_key(environment: Environment) -> str:
+    """The lookup history plans in this environment draft from: per home, across its versions."""
+    return f"env:{environment.name}"
+
+
 class Planner:
     def __init__(self, engine: Engine, environment: Environment):
         self.engine = engine
@@ -118,7 +123,7 @@ class Planner:
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         prefix = self.prefix
         assert prefix is not None
-        extra = {}
+        extra = {"history": history_key(prefix.environment)} if hasattr(self.engine, "histories") else {}
         if constrained and prefix.grammar is not None:
             extra["constraint"] = prefix.grammar.constraint()
         elif constrained and not prefix.environment.is_text:
