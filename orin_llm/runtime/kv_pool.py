@@ -111,6 +111,7 @@ class PagedView:
         self.length = length
         self._slot_cache: Optional[torch.Tensor] = None
         self._slot_blocks = 0
+        self._runs: tuple[tuple[int, int], list[tuple[int, int]]] = ((-1, -1), [])  # per forward, not per layer
 
     @property
     def capacity(self) -> int:
@@ -139,6 +140,12 @@ class PagedView:
 
     def runs(self, end: int) -> list[tuple[int, int]]:
         """(first slot, count) of the stretches of contiguous slots holding positions [0, end)."""
+        key = (end, len(self.blocks))
+        if self._runs[0] != key:
+            self._runs = (key, self._find_runs(end))
+        return self._runs[1]
+
+    def _find_runs(self, end: int) -> list[tuple[int, int]]:
         bs, out = self.pool.block_size, []
         for i in range((end + bs - 1) // bs):
             n = min(bs, end - i * bs)
