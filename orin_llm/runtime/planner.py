@@ -14,6 +14,7 @@ the version they began with, and a request never mixes versions.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -48,6 +49,24 @@ class Prefix:
     grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
 
 
+@dataclass
+class Conversation:
+    """An agent loop's turns (task, plan, observations, plan, ...) on one environment version. The
+    next turn's ids are this turn's ids (prompt + the plan's own tokens) followed by the ids of
+    what the template adds after them: the cache then holds every earlier turn, and only the new
+    text is computed (never the joined text re-tokenized, which could split the plan differently)."""
+
+    id: str
+    version: int
+    messages: list[dict[str, str]]
+    ids: list[int] = field(default_factory=list)  # prompt + output of the last turn
+    text: str = ""  # what those ids spell (prompt text + the plan's text)
+    turns: int = 0
+
+
+MAX_CONVERSATIONS = 64  # kept in memory, least recently used dropped first
+
+
 def history_key(environment: Environment) -> str:
     """The lookup history plans in this environment draft from: per home, across its versions."""
     return f"env:{environment.name}"
@@ -59,6 +78,7 @@ class Planner:
         self.prefix: Optional[Prefix] = None
         self.pin: Optional[Pin] = None
         self.prefill_s = 0.0  # how long the last environment's prefix took to compute
+        self.conversations: OrderedDict[str, Conversation] = OrderedDict()
         self.set_environment(environment)
 
     @property
@@ -116,10 +136,31 @@ class Planner:
             raise OrinError("the conversation adds nothing after the environment prefix")
         return list(self.prefix.ids) + self.engine.encode(rest)
 
+    def conversation(self, conversation_id: str) -> Conversation:
+        """The conversation of that id on the current environment (a new one if there is none, or if
+        the environment changed since: its turns were planned in another home)."""
+        assert self.prefix is not None
+        conv = self.conversations.get(conversation_id)
+        if conv is None or conv.version != self.prefix.version:
+            conv = Conversation(conversation_id, self.prefix.version, [dict(m) for m in self.prefix.messages])
+        self.conversations[conversation_id] = conv
+        self.conversations.move_to_end(conversation_id)
+        while len(self.conversations) > MAX_CONVERSATIONS:
+            self.conversations.popitem(last=False)
+        return conv
+
+    def _turn_ids(self, conv: Conversation, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        full = self.engine.chat_text(messages)
+        if conv.ids and full.startswith(conv.text):  # token identity with the last turn
+            return conv.ids + self.engine.encode(full[len(conv.text):]), full
+        return self.prompt_ids(messages), full
+
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-              speculation: str = "auto", constrained: bool = True) -> Generation:
+              speculation: str = "auto", constrained: bool = True,
+              conversation: Optional[Conversation] = None) -> Generation:
         """A plan request on the current version; `constrained`: every line it writes is a step of
-        the home (its grammar), where the engine and the home allow it."""
+        the home (its grammar), where the engine and the home allow it. With a `conversation`, the
+        request is its next turn (finish() records it)."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         prefix = self.prefix
         assert prefix is not None
@@ -129,15 +170,28 @@ class Planner:
         elif constrained and not prefix.environment.is_text:
             raise OrinError(f"this {self.engine.manifest.backend} engine cannot constrain a plan to the home's "
                             "grammar yet; send \"constrained\": false")
-        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation,
-                                   **extra)
+        if conversation is None:
+            ids = self.prompt_ids(self.messages(task, observations))
+        else:
+            messages = conversation.messages + [task_message(task, observations)]
+            ids, text = self._turn_ids(conversation, messages)
+            conversation.messages, conversation.ids, conversation.text = messages, ids, text
+        gen = self.engine.generate(ids, params, speculation, **extra)
         gen.started = started
+        gen.conversation = conversation
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran on."""
         result = generation.result if generation.result is not None else generation.run()
         steps, rejected = check_steps(result.text, prefix.environment, truncated=result.finish_reason == "length")
+        conv = getattr(generation, "conversation", None)
+        if conv is not None:  # the plan becomes the conversation's last turn
+            conv.messages = conv.messages + [{"role": "assistant", "content": result.text}]
+            exact = self.engine.tokenizer.decode(result.token_ids, skip_special_tokens=True) == result.text
+            conv.ids = conv.ids + list(result.token_ids) if exact else []  # a stop string cut it: re-render
+            conv.text = conv.text + result.text if exact else ""
+            conv.turns += 1
         return Plan(result.text.strip(), steps, result, prefix.version, rejected,
                     constrained=getattr(generation, "constraint", None) is not None)
 

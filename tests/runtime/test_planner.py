@@ -133,3 +133,25 @@ def test_oversized_environment_is_refused_and_the_old_one_kept(planner, engine):
     with pytest.raises(OrinError, match="max_input_len"):
         planner.set_environment(environment_from_dict(huge))
     assert planner.prefix is before and planner.pin is pin and pin in engine.cache.pins
+
+
+def test_a_conversation_prefills_only_each_new_turn(planner, engine):
+    """An agent loop: task → plan → observation → plan ... Each turn's ids are the last turn's ids
+    (prompt and the plan's own tokens) then the new text's, so every earlier turn is served from the
+    cache and the tokens computed per turn stay flat while the prompt grows."""
+    conv = planner.conversation("robot-1")
+    seen, computed = [], []
+    for turn, obs in enumerate(["the fridge is closed", "the mug is on the counter", "the counter is wet"]):
+        gen = planner.start("Bring the mug to the coffee table.", GREEDY, [obs], "none", conversation=conv)
+        before = list(conv.ids)
+        plan = planner.finish(gen, planner.prefix)
+        t = plan.result.timings
+        if seen:
+            assert before[:len(seen)] == seen  # token identity: the last turn, then the new text
+        seen = before + plan.result.token_ids
+        computed.append(t.prompt_tokens - t.cached_prompt_tokens)
+        assert conv.turns == turn + 1 and conv.messages[-1] == {"role": "assistant", "content": plan.result.text}
+    assert len(seen) > len(planner.prefix.ids) + 100  # the prompt grew with the turns ...
+    assert max(computed) <= 70  # ... what was computed did not: the new turn and at most one partial block
+    planner.set_environment(other_home())
+    assert planner.conversation("robot-1").turns == 0  # a new home: its earlier turns do not apply
