@@ -72,23 +72,54 @@ def history_key(environment: Environment) -> str:
     return f"env:{environment.name}"
 
 
+@dataclass
+class Home:
+    """A home the planner serves: its current prefix and the pin that keeps it cached."""
+
+    prefix: Prefix
+    pin: Pin
+
+
 class Planner:
+    """Plans on pinned homes: the default one, and any number of named ones (a fleet of robots in
+    different homes sharing one planner), each pinned within the engine's KV budget."""
+
     def __init__(self, engine: Engine, environment: Environment):
         self.engine = engine
-        self.prefix: Optional[Prefix] = None
-        self.pin: Optional[Pin] = None
+        self.homes: dict[Optional[str], Home] = {}  # None: the default home
         self.prefill_s = 0.0  # how long the last environment's prefix took to compute
-        self.conversations: OrderedDict[str, Conversation] = OrderedDict()
+        self.conversations: OrderedDict[tuple[Optional[str], str], Conversation] = OrderedDict()
         self.set_environment(environment)
+
+    @property
+    def prefix(self) -> Optional[Prefix]:
+        """The default home's current prefix."""
+        home = self.homes.get(None)
+        return home.prefix if home else None
+
+    @property
+    def pin(self) -> Optional[Pin]:
+        home = self.homes.get(None)
+        return home.pin if home else None
+
+    @pin.setter
+    def pin(self, pin: Pin) -> None:
+        self.homes[None].pin = pin
 
     @property
     def version(self) -> int:
         assert self.prefix is not None
         return self.prefix.version
 
-    def render(self, environment: Environment) -> Prefix:
-        """The environment as the next version's prefix (rendered and tokenized, not yet pinned);
-        PromptTooLong if it leaves no room for a task."""
+    def home(self, name: Optional[str] = None) -> Home:
+        if name not in self.homes:
+            named = ", ".join(sorted(n for n in self.homes if n is not None)) or "none"
+            raise OrinError(f"no home named {name!r} on this planner (named homes: {named}); put it first")
+        return self.homes[name]
+
+    def render(self, environment: Environment, name: Optional[str] = None) -> Prefix:
+        """The environment as the next version's prefix of home `name` (rendered, tokenized and its
+        grammar compiled, not yet pinned); PromptTooLong if it leaves no room for a task."""
         messages = tuple(prefix_messages(environment))
         text = self.engine.chat_text(list(messages), add_generation_prompt=False)
         ids = tuple(self.engine.encode(text))
@@ -97,73 +128,85 @@ class Planner:
         if self.constrains and not environment.is_text:  # GrammarError: the old version stays
             grammar = Grammar.lark(self.engine.vocabulary(), plan_grammar(environment),
                                    f"the plan grammar of {environment.name!r}")
-        return Prefix(self.prefix.version + 1 if self.prefix else 1, environment, text, ids, messages, grammar)
+        old = self.homes.get(name)
+        return Prefix(old.prefix.version + 1 if old else 1, environment, text, ids, messages, grammar)
 
     @property
     def constrains(self) -> bool:
         """Whether this engine can constrain plans to the home's grammar."""
         return hasattr(self.engine, "vocabulary")
 
-    def set_environment(self, environment: Environment) -> int:
-        """Render, tokenize and pin a new environment; returns its version."""
-        prefix = self.render(environment)
+    def set_environment(self, environment: Environment, name: Optional[str] = None) -> int:
+        """Render, tokenize and pin a new environment for home `name` (None: the default home);
+        returns its version. A pin that does not fit next to the others is refused (OrinError with
+        the numbers) and the home keeps its old version."""
+        prefix = self.render(environment, name)
         t0 = time.perf_counter()
         pin = self.engine.pin(list(prefix.ids))
-        return self.use(prefix, pin, time.perf_counter() - t0)
+        return self.use(prefix, pin, time.perf_counter() - t0, name)
 
-    def use(self, prefix: Prefix, pin: Pin, prefill_s: Optional[float] = None) -> int:
-        """Make a computed, pinned prefix the current one (and unpin the previous)."""
-        old = self.pin
-        self.prefix, self.pin = prefix, pin
+    def use(self, prefix: Prefix, pin: Pin, prefill_s: Optional[float] = None, name: Optional[str] = None) -> int:
+        """Make a computed, pinned prefix home `name`'s current one (and unpin its previous)."""
+        old = self.homes.get(name)
+        self.homes[name] = Home(prefix, pin)
         if old is not None:
-            self.engine.unpin(old)
+            self.engine.unpin(old.pin)
         if prefill_s is not None:
             self.prefill_s = prefill_s
         return prefix.version
 
-    def messages(self, task: str, observations: Optional[list[str]] = None) -> list[dict[str, str]]:
-        assert self.prefix is not None
-        return [dict(m) for m in self.prefix.messages] + [task_message(task, observations)]
+    def remove(self, name: str) -> None:
+        """Unpin a named home (requests still running on it finish; its blocks then become evictable)."""
+        self.engine.unpin(self.home(name).pin)
+        del self.homes[name]
+        for key in [k for k in self.conversations if k[0] == name]:
+            del self.conversations[key]
 
-    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+    def messages(self, task: str, observations: Optional[list[str]] = None,
+                 home: Optional[str] = None) -> list[dict[str, str]]:
+        return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations)]
+
+    def prompt_ids(self, messages: list[dict[str, str]], home: Optional[str] = None) -> list[int]:
         """Ids for a conversation: the pinned prefix's ids + the rest, when it starts with the prefix."""
-        assert self.prefix is not None
+        prefix = self.home(home).prefix if home in self.homes else self.prefix
+        assert prefix is not None
         full = self.engine.chat_text(messages)
-        if not full.startswith(self.prefix.text):
+        if not full.startswith(prefix.text):
             return self.engine.encode(full)
-        rest = full[len(self.prefix.text):]
+        rest = full[len(prefix.text):]
         if not rest:
             raise OrinError("the conversation adds nothing after the environment prefix")
-        return list(self.prefix.ids) + self.engine.encode(rest)
+        return list(prefix.ids) + self.engine.encode(rest)
 
-    def conversation(self, conversation_id: str) -> Conversation:
-        """The conversation of that id on the current environment (a new one if there is none, or if
-        the environment changed since: its turns were planned in another home)."""
-        assert self.prefix is not None
-        conv = self.conversations.get(conversation_id)
-        if conv is None or conv.version != self.prefix.version:
-            conv = Conversation(conversation_id, self.prefix.version, [dict(m) for m in self.prefix.messages])
-        self.conversations[conversation_id] = conv
-        self.conversations.move_to_end(conversation_id)
+    def conversation(self, conversation_id: str, home: Optional[str] = None) -> Conversation:
+        """The conversation of that id in home `home` (a new one if there is none, or if the home
+        changed since: its turns were planned in another version of it)."""
+        prefix = self.home(home).prefix
+        key = (home, conversation_id)
+        conv = self.conversations.get(key)
+        if conv is None or conv.version != prefix.version:
+            conv = Conversation(conversation_id, prefix.version, [dict(m) for m in prefix.messages])
+        self.conversations[key] = conv
+        self.conversations.move_to_end(key)
         while len(self.conversations) > MAX_CONVERSATIONS:
             self.conversations.popitem(last=False)
         return conv
 
-    def _turn_ids(self, conv: Conversation, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+    def _turn_ids(self, conv: Conversation, messages: list[dict[str, str]],
+                  home: Optional[str]) -> tuple[list[int], str]:
         full = self.engine.chat_text(messages)
         if conv.ids and full.startswith(conv.text):  # token identity with the last turn
             return conv.ids + self.engine.encode(full[len(conv.text):]), full
-        return self.prompt_ids(messages), full
+        return self.prompt_ids(messages, home), full
 
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constrained: bool = True,
-              conversation: Optional[Conversation] = None) -> Generation:
-        """A plan request on the current version; `constrained`: every line it writes is a step of
-        the home (its grammar), where the engine and the home allow it. With a `conversation`, the
-        request is its next turn (finish() records it)."""
+              conversation: Optional[Conversation] = None, home: Optional[str] = None) -> Generation:
+        """A plan request on home `home`'s current version; `constrained`: every line it writes is a
+        step of the home (its grammar), where the engine and the home allow it. With a
+        `conversation`, the request is its next turn (finish() records it)."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
-        prefix = self.prefix
-        assert prefix is not None
+        prefix = self.home(home).prefix
         extra = {"history": history_key(prefix.environment)} if hasattr(self.engine, "histories") else {}
         if constrained and prefix.grammar is not None:
             extra["constraint"] = prefix.grammar.constraint()
@@ -171,10 +214,10 @@ class Planner:
             raise OrinError(f"this {self.engine.manifest.backend} engine cannot constrain a plan to the home's "
                             "grammar yet; send \"constrained\": false")
         if conversation is None:
-            ids = self.prompt_ids(self.messages(task, observations))
+            ids = self.prompt_ids(self.messages(task, observations, home), home)
         else:
             messages = conversation.messages + [task_message(task, observations)]
-            ids, text = self._turn_ids(conversation, messages)
+            ids, text = self._turn_ids(conversation, messages, home)
             conversation.messages, conversation.ids, conversation.text = messages, ids, text
         gen = self.engine.generate(ids, params, speculation, **extra)
         gen.started = started
@@ -196,7 +239,6 @@ class Planner:
                     constrained=getattr(generation, "constraint", None) is not None)
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-             speculation: str = "auto", constrained: bool = True) -> Plan:
-        prefix = self.prefix
-        assert prefix is not None
-        return self.finish(self.start(task, params, observations, speculation, constrained), prefix)
+             speculation: str = "auto", constrained: bool = True, home: Optional[str] = None) -> Plan:
+        prefix = self.home(home).prefix
+        return self.finish(self.start(task, params, observations, speculation, constrained, home=home), prefix)

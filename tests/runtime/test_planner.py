@@ -49,7 +49,8 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
     engine.unpin(planner.pin)
     engine.clear_cache()
     try:
-        cold = engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY).run()
+        cold = engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY,
+                               constraint=planner.prefix.grammar.constraint()).run()  # as plans are
     finally:
         planner.pin = engine.pin(list(planner.prefix.ids))
     assert cold.timings.cached_prompt_tokens == 0
@@ -80,7 +81,10 @@ def test_a_pin_that_does_not_fit_is_refused_with_the_numbers(engine_dir):
 
     probe = Engine.load(engine_dir, device="cpu", draft=False)
     eng = Engine.load(engine_dir, device="cpu", draft=False, kv_tokens=probe.max_seq_len + 256)
-    with pytest.raises(OrinError, match=r"pinning 528 tokens needs 33 KV blocks of 16 tokens, but the pool has"):
+    n = len(Planner(probe, load_environment(EXAMPLE_HOME_PATH)).prefix.ids)
+    with pytest.raises(OrinError, match=rf"pinning {n} tokens needs {-(-n // 16)} KV blocks of 16 tokens, but the "
+                                        rf"pool has 528 blocks \(8448 tokens\): 0 are pinned already and 512 stay "
+                                        "free for one request of max_seq_len = 8192"):
         Planner(eng, load_environment(EXAMPLE_HOME_PATH))
     assert eng.cache.stats()["pinned"] == 0
 
@@ -155,3 +159,21 @@ def test_a_conversation_prefills_only_each_new_turn(planner, engine):
     assert max(computed) <= 70  # ... what was computed did not: the new turn and at most one partial block
     planner.set_environment(other_home())
     assert planner.conversation("robot-1").turns == 0  # a new home: its earlier turns do not apply
+
+
+def test_several_homes_pinned_at_once(planner, engine):
+    """A second home is pinned next to the default one; plans in either start from their own prefix,
+    and unpinning the second leaves the first pinned."""
+    before = engine.cache.stats()["pinned"]
+    v = planner.set_environment(other_home(), name="flat-2")
+    assert v == 1 and engine.cache.stats()["pinned"] > before
+    there = planner.plan("Put the teapot on the counter.", GREEDY, home="flat-2")
+    here = planner.plan("Put the mug on the counter.", GREEDY)
+    bs = engine.cache.block_size
+    assert there.result.timings.cached_prompt_tokens >= len(planner.home("flat-2").prefix.ids) // bs * bs
+    assert here.result.timings.cached_prompt_tokens >= len(planner.prefix.ids) // bs * bs
+    assert "teapot" in planner.home("flat-2").prefix.text and "teapot" not in planner.prefix.text
+    planner.remove("flat-2")
+    assert engine.cache.stats()["pinned"] == before
+    with pytest.raises(OrinError, match="no home named 'flat-2' on this planner"):
+        planner.plan("Open the fridge.", GREEDY, home="flat-2")
