@@ -245,7 +245,7 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "daemon")
+SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon")
 
 
 @app.command()

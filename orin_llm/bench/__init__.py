@@ -38,6 +38,15 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool) -> Path:
                 from .speculative import run
 
                 run(engine_dir, out, quick)
+            elif name == "constrained":
+                from .constrained import run
+
+                if manifest.backend != "torch":  # the fake-tested logits post-processor path cannot run here
+                    progress("constrained: torch engines only (TensorRT-LLM applies the grammar through its "
+                             "logits post-processor, tested through the fake); skipped")
+                    continue
+                with loaded(engine_dir, device="cpu") as engine:
+                    run(engine, out, quick)
             elif name == "daemon":
                 from .daemon import run
 

@@ -21,7 +21,8 @@ def _load(out: Path, name: str):
 
 def write_report(out: Path, manifest=None) -> Path:
     lines = ["# orin-llm benchmark report", ""]
-    anything = next((d for n in ("prefix", "speculative", "kv", "daemon") if (d := _load(out, n))), None)
+    anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon") if (d := _load(out, n))),
+                    None)
     if anything:
         m = anything["machine"]
         lines += [f"Machine: {m.get('gpu', 'CPU')} · {m['platform']} · torch {m['torch']} · "
@@ -50,6 +51,21 @@ def write_report(out: Path, manifest=None) -> Path:
                       + "; ".join(f"prefix {r['prefix_tokens']}: " + " / ".join(
                           f"{r['requests'][k]['reusable_tokens']} of {r['requests'][k]['prompt_tokens']}"
                           for k in ("warm", "cold", "task_alone")) for r in d["rows"])]
+    if (d := _load(out, "constrained")):
+        share, speed = d["executable_share"], d["decode_tokens_per_s"]
+        lines += ["", f"## Constrained plans ({d['tasks']} held-out tasks)", "",
+                  "| | unconstrained | constrained |", "|---|---|---|",
+                  f"| plans whose every line executes | {share['unconstrained']:.0%} | {share['constrained']:.0%} |",
+                  f"| decode tok/s (plain) | {speed['unconstrained']:.1f} | {speed['constrained']:.1f} |"]
+        lines += [f"| acceptance, {m} | {d['acceptance_rate'].get('unconstrained/' + m, 0):.2f} | "
+                  f"{d['acceptance_rate'].get('constrained/' + m, 0):.2f} |"
+                  for m in ("lookup", "draft_model", "combined") if f"constrained/{m}" in d["acceptance_rate"]]
+        lines += ["", f"Constrained / unconstrained decode: {d['constrained_over_unconstrained_decode']:.2f}× "
+                      f"({d['forced_share']:.0%} of constrained tokens forced by the grammar, no model step). "
+                      f"Unconstrained plans wrote {d['unexecutable_lines_unconstrained']} lines the home cannot "
+                      f"execute. Streamed: first step at {d['time_to_first_step_ms']:.0f} ms, whole plan at "
+                      f"{d['time_to_whole_plan_ms']:.0f} ms (medians). Greedy output identical with every drafter: "
+                      f"{all(d['identical_greedy'].values())}."]
     if (d := _load(out, "speculative")):
         lines += ["", "## Speculative decoding (held-out planning tasks)", "",
                   "| mode | decode tok/s | vs plain (same mode) | vs fastest plain | acceptance | mean accepted length "

@@ -51,3 +51,15 @@ def test_quick_bench_writes_json_png_and_report(engine_dir, tmp_path):
 def test_report_from_nothing_still_names_the_anchors(tmp_path):
     text = write_report(tmp_path).read_text()
     assert "80.4" in text and "35.9" in text
+
+
+def test_constrained_scenario_measures_grammar_on_and_off(engine_dir, tmp_path):
+    out = tmp_path / "bench"
+    orin_llm("bench", "--engine", str(engine_dir), "--scenario", "constrained", "--quick", "--out", str(out))
+    data = json.loads((out / "constrained.json").read_text())
+    assert data["tasks"] == 6 and data["executable_share"]["constrained"] == 1.0
+    assert all(data["identical_greedy"].values())  # lossless speculation under the grammar
+    assert data["decode_tokens_per_s"]["constrained"] > 0 and 0 < data["forced_share"] < 1
+    first, whole = data["time_to_first_step_ms"], data["time_to_whole_plan_ms"]
+    assert 0 < first <= whole
+    assert (out / "constrained.png").stat().st_size > 1000 and "## Constrained plans" in (out / "report.md").read_text()
