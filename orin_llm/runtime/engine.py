@@ -150,6 +150,8 @@ class Engine(EngineText):
         limits = manifest.limits
         self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
         self.draft_len = limits.get("draft_len", 4)
+        # rows of one request's decode step: its pending tokens and draft (Llama.decode_width when exact)
+        self.decode_rows = model.decode_width or 2 * self.draft_len + 1
         self.prefill_chunk = prefill_chunk
         self.scheduler = Scheduler(SchedulerConfig(
             max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),

@@ -193,14 +193,17 @@ class Generation:
         self.engine.cache.grow(kv, start + len(feed))
         self._draft, self._q, self._masks = draft, q, masks
         self._kind = "decode"
-        return Item(self._tensor(feed), kv.target, len(draft) + 1)
+        return Item(self._tensor(feed), kv.target, len(draft) + 1, decode=True)
 
     def _propose(self) -> tuple[list[int], Optional[torch.Tensor], Optional[torch.Tensor]]:
         c, params = self.constraint, self.params
         if not self.drafter or not self.adapt:
             return [], None, (c.masks([]) if c else None)
-        # room: max_tokens (the last emitted token is the target's own), the sequence's max length
-        room = min(params.max_tokens - len(self.out) - 1, self.engine.max_seq_len - len(self.context) - 1)
+        # room: max_tokens (the last emitted token is the target's own), the sequence's max length, and
+        # the decode step's width (its rows: tokens not yet computed, the draft) that exactness covers
+        pending = len(self.context) - self.kv.target.length
+        room = min(params.max_tokens - len(self.out) - 1, self.engine.max_seq_len - len(self.context) - 1,
+                   self.engine.decode_rows - pending)
         k = min(self.adapt.next_k(), room)
         draft, q = [], None
         if k > 0:
@@ -252,6 +255,8 @@ class Generation:
                 return
         c = self.constraint
         while c is not None and self.status == "running":  # jump-forward: tokens the grammar forces
+            if len(self.context) - self.kv.target.length >= self.engine.decode_rows:
+                break  # the next step is full: its logits force the rest (one allowed token)
             tok = c.forced()
             if tok is None:
                 break

@@ -119,6 +119,7 @@ class Item:
     cache: object
     num_logits: int = 1
     block: int = 0
+    decode: bool = False  # a decode or verify step (a request's last token, forced tokens, its draft)
 
 
 class Attention(nn.Module):
@@ -197,6 +198,26 @@ class Attention(nn.Module):
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         return _sdpa(q, keys, values, step.mask)
+
+
+def _write(caches, steps, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Append every sequence's new K/V: one write per pool for the paged views that share it."""
+    pools: dict[int, list] = {}
+    for cache, step in zip(caches, steps, strict=True):
+        pool = getattr(cache, "pool", None)
+        if pool is None:
+            cache.write(layer, step.pos, k[step.rows], v[step.rows])
+        else:
+            pools.setdefault(id(pool), [pool, [], []])
+            n = step.rows.stop - step.rows.start
+            pools[id(pool)][1].append(cache.slots(step.pos, step.pos + n))
+            pools[id(pool)][2].append(step.rows)
+    for pool, slots, rows in pools.values():
+        if len(rows) == 1:
+            pool.write(layer, slots[0], k[rows[0]], v[rows[0]])
+        else:
+            idx = torch.cat([torch.arange(r.start, r.stop) for r in rows])
+            pool.write(layer, torch.cat(slots), k[idx], v[idx])
 
 
 @functools.lru_cache(maxsize=64)
@@ -280,7 +301,7 @@ class Llama(nn.Module):
         for it in items:
             t = it.ids.shape[0]
             pos = it.cache.reserve(t)
-            steps.append(self._step(pos, t, at, it.cache, it.block))
+            steps.append(self._step(pos, t, at, it.cache, it.block, it.decode))
             starts.append(torch.arange(pos, pos + t))
             at += t
         ids = items[0].ids if len(items) == 1 else torch.cat([it.ids for it in items])
@@ -311,12 +332,14 @@ class Llama(nn.Module):
             at += it.num_logits
         return out
 
-    def _step(self, pos: int, t: int, row: int, cache, block: int = 0) -> Step:
+    def _step(self, pos: int, t: int, row: int, cache, block: int = 0, decode: bool = False) -> Step:
         int8 = cache.dtype == torch.int8
         if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
             bf16 = self.bf16_prefill and int8 and pos + t >= MIN_KEYS
             return Step(pos, slice(row, row + t), None, False, bf16, block)
-        exact = t <= self.decode_width
+        # exact (per query, as a one-token step computes it): every decode step of an exact model,
+        # whatever its rows (the engine keeps them within decode_width); else by the row count alone
+        exact = bool(self.decode_width) and (decode or t <= self.decode_width)
         bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
