@@ -139,12 +139,18 @@ def serve(
     device: str = typer.Option("auto", help="cpu, cuda, or auto."),
     max_tokens_limit: Optional[int] = typer.Option(None, help="Cap max_tokens below the engine's limit."),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    cpus: Optional[str] = typer.Option(None, help="CPU list the daemon runs on, e.g. 1-11: keep the policy's "
+                                       "cores free (jetson/GUIDE.md)."),
+    nice: Optional[int] = typer.Option(None, help="Add this niceness, e.g. 10: the policy wins the CPU."),
+    threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch)."),
+    prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prefill at most this many tokens per "
+                                                       "engine step (where the runtime can)."),
 ) -> None:
     """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
     from .server.cli import serve_command
 
     serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-                  log_level)
+                  log_level, cpus, nice, threads, prefill_chunk_tokens)
 
 
 @app.command()
@@ -245,7 +251,7 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "daemon")
+SCENARIOS = ("prefix", "kv", "speculative", "daemon", "policy")
 
 
 @app.command()
@@ -254,17 +260,20 @@ def bench(
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
     out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
     quick: bool = typer.Option(False, help="A short smoke run."),
+    policy: Optional[Path] = typer.Option(None, help="policy scenario: the policy's ONNX file (default: a STAND-IN "
+                                          "policy generated into --out)."),
+    policy_rate_hz: float = typer.Option(30.0, help="policy scenario: the control rate."),
 ) -> None:
-    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding and the daemon on a torch or
-    TensorRT-LLM engine, while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots
-    and report.md."""
+    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding, the daemon, and the policy next
+    door (the planner and a policy at its control rate side by side) on a torch or TensorRT-LLM engine,
+    while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots and report.md."""
     from .bench import run_scenarios
 
     chosen = SCENARIOS if scenario == "all" else (scenario,)
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
-    report = run_scenarios(chosen, engine, out, quick)
+    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz)
     typer.echo(str(report))
 
 

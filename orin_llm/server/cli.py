@@ -13,12 +13,15 @@ from ..errors import OrinError
 
 def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Path],
                   socket_group: Optional[str], tcp: Optional[str], queue_size: int, grace_s: float,
-                  device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info") -> None:
+                  device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info",
+                  cpus: Optional[str] = None, nice: Optional[int] = None, threads: Optional[int] = None,
+                  prefill_chunk_tokens: Optional[int] = None) -> None:
     """Run the planning daemon until SIGTERM/SIGINT."""
+    from ..placement import Placement
     from .daemon import serve
 
     serve(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-          log_level)
+          log_level, Placement(cpus, nice), threads, prefill_chunk_tokens)
 
 
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,
