@@ -139,10 +139,11 @@ def serve(
     device: str = typer.Option("auto", help="cpu, cuda, or auto."),
     max_tokens_limit: Optional[int] = typer.Option(None, help="Cap max_tokens below the engine's limit."),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
-    cpus: Optional[str] = typer.Option(None, help="CPU list the daemon runs on, e.g. 1-11: keep the policy's "
-                                       "cores free (jetson/GUIDE.md)."),
-    nice: Optional[int] = typer.Option(None, help="Add this niceness, e.g. 10: the policy wins the CPU."),
-    threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch)."),
+    cpus: str = typer.Option("auto", help="CPU list the daemon runs on, e.g. 1-11; auto: all but the lowest CPU, "
+                             "which the policy keeps; all: as inherited (jetson/GUIDE.md)."),
+    nice: int = typer.Option(10, help="Add this niceness (0: none): the policy wins a contended CPU."),
+    threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch; default: one per "
+                                          "daemon CPU)."),
     prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prefill at most this many tokens per "
                                                        "engine step (where the runtime can)."),
 ) -> None:

@@ -53,6 +53,27 @@ def others_than(spec: str) -> str:
     return format_cpus(rest)
 
 
+DAEMON_NICE = 10  # the planner's default niceness: the policy wins every contended time slice
+
+
+def daemon_placement(cpus: str = "auto", nice: int = DAEMON_NICE,
+                     threads: Optional[int] = None) -> tuple[Placement, Optional[int]]:
+    """The planning daemon's defaults give way to a policy on the same machine (docs/BENCHMARKS.md,
+    "The policy next door"): `auto` keeps the lowest CPU free for the policy and runs on the others
+    (on one CPU: that one), with as many engine threads as CPUs, niced. `all` leaves the affinity as
+    inherited. Returns the placement and the engine thread count (None: the engine's own choice)."""
+    if cpus == "auto":
+        avail = available_cpus()
+        cpus = format_cpus(avail - {min(avail)}) if len(avail) > 1 else None
+    elif cpus == "all":
+        cpus = None
+    else:
+        parse_cpus(cpus)  # a clear error now, not after the socket is claimed
+    if threads is None and cpus is not None:
+        threads = len(parse_cpus(cpus))
+    return Placement(cpus, nice or None), threads
+
+
 @dataclass(frozen=True)
 class Placement:
     cpus: Optional[str] = None  # CPU list, None: leave the inherited affinity

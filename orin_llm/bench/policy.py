@@ -7,10 +7,11 @@ Phases, each measured on its own:
 
 * `policy_alone` — the policy at its rate, nothing else running.
 * `planner_alone` — planning requests back to back, no policy: the reference for the planner's cost.
-* `together_unprotected` — both, the daemon started as it always was (no placement settings).
-* `planner_alone_protected` — the planner alone with the settings that protect the policy.
-* `together` — both, with those settings: the daemon on the CPUs the policy does not use, niced,
-  its engine threads matched to its CPUs; the policy on its own CPU.
+* `together_unprotected` — both, the daemon as it was before it learned to give way (`--cpus all
+  --nice 0`: every CPU, torch's own thread count), the policy wherever the kernel puts it.
+* `planner_alone_protected` — the planner alone with the daemon's defaults, which protect the policy.
+* `together` — both, with those defaults: the daemon on every CPU but the lowest, one engine thread
+  per CPU, niced; the policy on the lowest CPU.
 
 The policy's ticks are judged inside the window of the planning calls (first call's start to the
 last call's end, CLOCK_MONOTONIC in both processes). Numbers from a STAND-IN policy are labelled so.
@@ -24,7 +25,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..client import PlannerClient
-from ..placement import available_cpus, format_cpus, parse_cpus
+from ..placement import available_cpus, daemon_placement
 from ..policy.loop import Tick, summarize
 from ..policy.process import PolicyProcess
 from ..server.process import DaemonProcess
@@ -34,15 +35,17 @@ TASKS = ["Bring the mug from the kitchen to the coffee table.", "Switch off the 
          "Put the towel in the laundry basket.", "Open the fridge.", "Close the front door.",
          "Pick up the book from the sofa.", "Water the plant in the living room.", "Go to the kitchen."]
 OPTS = {"max_tokens": 48, "temperature": 0.0}
+QUICK_OPTS = {**OPTS, "max_tokens": 12}
 
 
-def protective_settings(policy_cpus: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(daemon args, policy args) that keep the policy's CPUs to the policy and let it win the scheduler."""
-    rest = available_cpus() - parse_cpus(policy_cpus)
-    daemon = ("--nice", "10")
-    if rest:
-        daemon = ("--cpus", format_cpus(rest), "--threads", str(len(rest)), *daemon)
-    return daemon, ("--cpus", policy_cpus)
+# The daemon as it was before it learned to give way: every CPU, torch's own thread count, not niced.
+UNPROTECTED_DAEMON = ("--cpus", "all", "--nice", "0")
+
+
+def protective_settings() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(daemon args, policy args): the daemon's defaults (placement.daemon_placement: every CPU but the
+    lowest, one engine thread per CPU, niced), and the policy on the CPU the daemon leaves it."""
+    return (), ("--cpus", str(min(available_cpus())))
 
 
 def _rss_peak_bytes(pid: int) -> int:
@@ -51,14 +54,16 @@ def _rss_peak_bytes(pid: int) -> int:
     return proc_status_kib(pid).get("VmHWM", 0) * 1024
 
 
-def _plan_back_to_back(client: PlannerClient, seconds: float, calls: list) -> list[dict]:
-    """Planning requests one after another for `seconds` (the one in flight then finishes)."""
+def _plan_back_to_back(client: PlannerClient, seconds: float, calls: list, min_requests: int,
+                       opts: dict) -> list[dict]:
+    """Planning requests one after another for `seconds` and at least `min_requests` (the one in flight
+    then finishes)."""
     out = []
     end = time.monotonic() + seconds
     i = 0
-    while time.monotonic() < end or not out:
+    while time.monotonic() < end or len(out) < min_requests:
         t0 = time.monotonic()
-        r = client.plan(TASKS[i % len(TASKS)], **OPTS)
+        r = client.plan(TASKS[i % len(TASKS)], **opts)
         t1 = time.monotonic()
         calls.append((t0, t1))
         t = r["timings"]
@@ -85,20 +90,20 @@ def _policy_phase(result: dict, rate_hz: float, since: Optional[float] = None, u
             "backend": result["backend"], "device": result["device"]}
 
 
-def _co_run(engine_dir: Path, onnx: Path, rate_hz: float, seconds: float, work: Path, daemon_args: tuple,
-            policy_args: tuple, tag: str) -> dict:
+def _co_run(engine_dir: Path, onnx: Path, rate_hz: float, seconds: float, min_requests: int, opts: dict,
+            work: Path, daemon_args: tuple, policy_args: tuple, tag: str) -> dict:
     """The planner alone, then the planner with the policy ticking next to it, on one daemon."""
     out: dict = {"daemon_args": list(daemon_args), "policy_args": list(policy_args)}
     with DaemonProcess(engine_dir, extra=daemon_args) as daemon, PlannerClient(daemon.socket, timeout_s=600) as c:
         for t in TASKS[:3]:  # warm-up
-            c.plan(t, **OPTS)
+            c.plan(t, **opts)
         progress(f"[{tag}] planner alone for {seconds:g} s")
-        out["planner_alone"] = _planner_figures(_plan_back_to_back(c, seconds, []))
+        out["planner_alone"] = _planner_figures(_plan_back_to_back(c, seconds, [], min_requests, opts))
         progress(f"[{tag}] policy at {rate_hz:g} Hz with planning back to back for {seconds:g} s")
         calls: list = []
         with PolicyProcess(onnx, rate_hz, work / f"together-{tag}", policy_args) as policy:
             time.sleep(1.0)  # a second of ticks before the first call: the plot shows the change
-            rows = _plan_back_to_back(c, seconds, calls)
+            rows = _plan_back_to_back(c, seconds, calls, min_requests, opts)
             time.sleep(1.0)
             result = policy.stop()
         out["planner_rss_peak_bytes"] = _rss_peak_bytes(daemon.proc.pid)
@@ -110,28 +115,30 @@ def _co_run(engine_dir: Path, onnx: Path, rate_hz: float, seconds: float, work: 
     return out
 
 
-def _ratios(alone: dict, together: dict, reference: dict) -> dict:
-    return {"ttft_together_over_alone": together["ttft_ms_median"] / alone["ttft_ms_median"],
-            "decode_together_over_alone": together["decode_tokens_per_s_median"] / alone["decode_tokens_per_s_median"],
-            "ttft_over_reference": together["ttft_ms_median"] / reference["ttft_ms_median"],
-            "decode_over_reference": together["decode_tokens_per_s_median"] / reference["decode_tokens_per_s_median"]}
+def _ratios(x: dict, alone: dict) -> dict:
+    """TTFT and decode speed as multiples of planning alone (daemon as before, no policy)."""
+    return {"ttft_over_alone": x["ttft_ms_median"] / alone["ttft_ms_median"],
+            "decode_over_alone": x["decode_tokens_per_s_median"] / alone["decode_tokens_per_s_median"]}
 
 
 def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[Path] = None,
-        rate_hz: float = 30.0, policy_cpus: str = "0") -> dict:
+        rate_hz: float = 30.0) -> dict:
     from ..manifest import load_manifest
     from ..policy.standin import export_stand_in, is_stand_in
 
-    seconds = 6.0 if quick else 20.0
+    seconds, min_requests, opts = (6.0, 2, QUICK_OPTS) if quick else (20.0, 5, OPTS)
     work = out / "policy-runs"
     if policy_onnx is None:
         policy_onnx = export_stand_in("cpu", work / "stand-in-cpu.onnx")
         progress(f"stand-in policy (cpu shape, random weights) written to {policy_onnx}")
     stand_in = is_stand_in(policy_onnx)
-    daemon_args, policy_args = protective_settings(policy_cpus)
+    daemon_args, policy_args = protective_settings()
+    where, threads = daemon_placement()
     data: dict = {"engine_dir": str(engine_dir), "policy_onnx": str(policy_onnx), "stand_in": stand_in,
-                  "rate_hz": rate_hz, "seconds_per_phase": seconds, "request": OPTS,
-                  "protective": {"daemon_args": list(daemon_args), "policy_args": list(policy_args)}}
+                  "rate_hz": rate_hz, "seconds_per_phase": seconds, "min_requests": min_requests, "request": opts,
+                  "protective": {"daemon": {**where.as_dict(), "threads": threads},
+                                 "policy_args": list(policy_args)},
+                  "unprotected": {"daemon_args": list(UNPROTECTED_DAEMON), "policy_args": []}}
     if stand_in:
         data["note"] = "STAND-IN policy: random weights; honest for timing and memory, never for behaviour"
 
@@ -140,8 +147,10 @@ def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[
         time.sleep(seconds)
         alone = policy.stop()
     phases = {"policy_alone": _policy_phase(alone, rate_hz)}
-    unprotected = _co_run(engine_dir, policy_onnx, rate_hz, seconds, work, (), (), "unprotected")
-    protected = _co_run(engine_dir, policy_onnx, rate_hz, seconds, work, daemon_args, policy_args, "protected")
+    unprotected = _co_run(engine_dir, policy_onnx, rate_hz, seconds, min_requests, opts, work, UNPROTECTED_DAEMON, (),
+                          "unprotected")
+    protected = _co_run(engine_dir, policy_onnx, rate_hz, seconds, min_requests, opts, work, daemon_args,
+                        policy_args, "protected")
     phases["together_unprotected"] = unprotected["policy_together"]
     phases["together"] = protected["policy_together"]
     ref = unprotected["planner_alone"]
@@ -149,9 +158,9 @@ def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[
     data["planner"] = {
         "alone": ref, "together_unprotected": unprotected["planner_together"],
         "alone_protected": protected["planner_alone"], "together": protected["planner_together"],
-        "protected_alone_over_alone": _ratios(ref, protected["planner_alone"], ref),
-        "together_over_alone": _ratios(ref, protected["planner_together"], ref),
-        "together_unprotected_over_alone": _ratios(ref, unprotected["planner_together"], ref)}
+        "alone_protected_over_alone": _ratios(protected["planner_alone"], ref),
+        "together_over_alone": _ratios(protected["planner_together"], ref),
+        "together_unprotected_over_alone": _ratios(unprotected["planner_together"], ref)}
     plan = load_manifest(engine_dir).memory_plan or {}
     data["memory"] = {
         "policy_planned_bytes": plan.get("policy_bytes"), "policy_planned_source": plan.get("policy_source"),
@@ -166,8 +175,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[
                  f"max {p['tick_max_ms']:.2f} ms, "
                  f"{p['missed_deadlines']} missed of {p['ticks']}")
     r = data["planner"]["together_over_alone"]
-    progress(f"planner with the protective settings next to the policy: TTFT ×{r['ttft_over_reference']:.2f}, "
-             f"decode ×{r['decode_over_reference']:.2f} of planning alone")
+    progress(f"planner with the protective settings next to the policy: TTFT ×{r['ttft_over_alone']:.2f}, "
+             f"decode ×{r['decode_over_alone']:.2f} of planning alone")
     data["timeline"] = {"unprotected": {"calls": unprotected["calls"], "ticks": unprotected["ticks"]},
                         "protected": {"calls": protected["calls"], "ticks": protected["ticks"]},
                         "alone": {"calls": [], "ticks": alone["ticks"]}}
@@ -186,8 +195,8 @@ def _plot(data: dict, path: Path) -> None:
         tl = data["timeline"][key]
         ticks = tl["ticks"]
         t0 = ticks[0][1] if ticks else 0.0
-        for a, b in tl["calls"]:
-            ax.axvspan(a - t0, b - t0, color="tab:orange", alpha=0.15, lw=0)
+        for i, (a, b) in enumerate(tl["calls"]):  # alternating shades: one band per planning call
+            ax.axvspan(a - t0, b - t0, color="tab:orange", alpha=0.25 if i % 2 else 0.1, lw=0)
         xs = [t[1] - t0 for t in ticks]
         ys = [(t[3] - t[1]) * 1e3 for t in ticks]
         ax.plot(xs, ys, ".", ms=2, color="tab:blue")
@@ -195,7 +204,7 @@ def _plot(data: dict, path: Path) -> None:
         missed = sum(y > period for y in ys)
         ax.set_title(f"{title}: {missed} late ticks", fontsize=9)
         ax.set_ylabel("tick latency (ms)")
-    axes[-1].set_xlabel("time (s); shaded: planning calls; dashed: deadline")
+    axes[-1].set_xlabel("time (s); shaded bands: one planning call each; dashed: the deadline (one period)")
     label = "STAND-IN policy" if data["stand_in"] else "policy"
     fig.suptitle(f"{label} at {data['rate_hz']:g} Hz next to the planning daemon", fontsize=10)
     fig.tight_layout()

@@ -149,9 +149,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     add_placement_args(p)
     a = p.parse_args(argv)
     try:
+        where, threads = placement.daemon_placement(a.cpus, a.nice, a.threads)
+        if a.threads is None and "ORIN_LLM_THREADS" in os.environ:
+            threads = None  # a thread count set in the environment wins over the derived one
         serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
-              a.max_tokens_limit, a.log_level, placement.Placement(a.cpus, a.nice), a.threads,
-              a.prefill_chunk_tokens)
+              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens)
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -159,10 +161,12 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def add_placement_args(p: argparse.ArgumentParser) -> None:
-    """The settings that make the daemon give way to a policy on the same machine."""
-    p.add_argument("--cpus", help="CPU list the daemon runs on, e.g. 1 or 1-11 (default: inherited)")
-    p.add_argument("--nice", type=int, help="add this niceness to the daemon (e.g. 10)")
-    p.add_argument("--threads", type=int, help="the engine's intra-op threads (torch; default: torch's choice)")
+    """The settings that make the daemon give way to a policy on the same machine (defaults: it does)."""
+    p.add_argument("--cpus", default="auto", help="CPU list the daemon runs on, e.g. 1-11; auto (default): all but "
+                   "the lowest CPU, which the policy keeps; all: as inherited")
+    p.add_argument("--nice", type=int, default=placement.DAEMON_NICE,
+                   help=f"add this niceness to the daemon (default {placement.DAEMON_NICE}; 0: none)")
+    p.add_argument("--threads", type=int, help="the engine's intra-op threads (torch; default: one per daemon CPU)")
     p.add_argument("--prefill-chunk-tokens", type=int, help="prefill at most this many tokens per engine step")
 
 
