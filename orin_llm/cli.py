@@ -241,13 +241,15 @@ def demo(
 @app.command()
 def doctor(
     engine: Optional[Path] = typer.Option(None, help="Also check this engine directory against this device."),
+    policy: Optional[Path] = typer.Option(None, help="A policy runner's measurement (JSON): set it against the "
+                                          "engine's memory plan."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
 ) -> None:
-    """Check this machine for the planner: JetPack/L4T, TensorRT-LLM, power mode, memory, swap.
-    Exit 0: ok · 1: warnings (e.g. not a Jetson) · 2: errors."""
+    """Check this machine for the planner: JetPack/L4T, TensorRT-LLM, power mode, memory, swap, and the
+    measured policy against the plan. Exit 0: ok · 1: warnings (e.g. not a Jetson) · 2: errors."""
     from .doctor import diagnose
 
-    report = diagnose(engine)
+    report = diagnose(engine, policy=policy)
     typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else "\n".join(report.lines()))
     raise typer.Exit(report.exit_code)
 
