@@ -9,6 +9,7 @@ is turned into one line that says what to change.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -18,16 +19,11 @@ from .errors import OrinError
 def parse_cpus(spec: str) -> set[int]:
     """`0`, `1-3`, `0,2-3` → a set of CPU numbers (the `taskset -c` / cpuset list format)."""
     cpus: set[int] = set()
-    try:
-        for part in spec.split(","):
-            part = part.strip()
-            lo, _, hi = part.partition("-")
-            a, b = int(lo), int(hi or lo)
-            if a < 0 or b < a:
-                raise ValueError(part)
-            cpus.update(range(a, b + 1))
-    except ValueError:
-        raise OrinError(f"CPU list {spec!r}: give CPU numbers and ranges like 0 or 1-3 or 0,2-3") from None
+    for part in spec.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:-(\d+))?\s*", part)
+        if m is None or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise OrinError(f"CPU list {spec!r}: give CPU numbers and ranges like 0 or 1-3 or 0,2-3")
+        cpus.update(range(int(m.group(1)), int(m.group(2) or m.group(1)) + 1))
     return cpus
 
 

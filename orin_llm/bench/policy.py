@@ -154,6 +154,18 @@ def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[
     phases["together_unprotected"] = unprotected["policy_together"]
     phases["together"] = protected["policy_together"]
     ref = unprotected["planner_alone"]
+    if not quick:  # which setting does the protecting: each of the two alone
+        data["ablation"] = []
+        for name, d_args, p_args in (("nice only", ("--cpus", "all"), ()),
+                                     ("CPUs only", ("--nice", "0"), policy_args)):
+            v = _co_run(engine_dir, policy_onnx, rate_hz, seconds, min_requests, opts, work, d_args, p_args,
+                        name.replace(" ", "-").lower())
+            phases[f"together_{name.split()[0].lower()}_only"] = v["policy_together"]
+            data["ablation"].append({"name": name, "daemon_args": list(d_args), "policy_args": list(p_args),
+                                     "policy": v["policy_together"], "planner_alone": v["planner_alone"],
+                                     "planner_together": v["planner_together"],
+                                     "together_over_alone": _ratios(v["planner_together"], ref),
+                                     "alone_over_alone": _ratios(v["planner_alone"], ref)})
     data["phases"] = phases
     data["planner"] = {
         "alone": ref, "together_unprotected": unprotected["planner_together"],

@@ -129,6 +129,16 @@ def policy_section(d: dict) -> list[str]:
         lines.append(f"| {name} | {p['requests']} | {p['ttft_ms_median']:.0f} | "
                      f"{p['decode_tokens_per_s_median']:.1f} | {r['ttft_over_alone']:.2f} | "
                      f"{r['decode_over_alone']:.2f} |")
+    if d.get("ablation"):
+        lines += ["", "Each protective setting alone (same run):", "",
+                  "| daemon | policy | missed deadlines | tick p99 ms | planner TTFT × alone | decode × alone |",
+                  "|---|---|---|---|---|---|"]
+        for a in d["ablation"]:
+            r = a["together_over_alone"]
+            lines.append(f"| {' '.join(a['daemon_args'])} | {' '.join(a['policy_args']) or '-'} | "
+                         f"{a['policy']['missed_deadlines']} of {a['policy']['ticks']} | "
+                         f"{a['policy']['tick_p99_ms']:.2f} | {r['ttft_over_alone']:.2f} | "
+                         f"{r['decode_over_alone']:.2f} |")
     m = d["memory"]
     planned = m["policy_planned_bytes"]
     measured = m["policy_measured"]["total_bytes"]

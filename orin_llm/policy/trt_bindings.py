@@ -27,7 +27,7 @@ from typing import Any, Optional
 from ..errors import OrinError
 
 INSTALL_HINT = ("on the Orin: sudo apt install nvidia-jetpack (TensorRT 10.3's Python bindings) and "
-                "pip install -e '.[device]' (pycuda); elsewhere run the policy with --backend onnxruntime")
+                "pip install -e '.[device,policy]' (pycuda); elsewhere run the policy with --backend onnxruntime")
 SUPPORTED_TRT_PREFIX = "10."  # the enqueueV3 / named-tensor API (TensorRT 10); JetPack 6.1 has 10.3
 
 
