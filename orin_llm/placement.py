@@ -117,6 +117,13 @@ def apply(p: Placement) -> dict:
     return in_force()
 
 
+def rt_permitted() -> bool:
+    """Whether this user may ask for SCHED_FIFO at all (root, or an rtprio limit above 0)."""
+    import resource
+
+    return os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_RTPRIO)[0] > 0
+
+
 def _check_nice_allowed(nice: int) -> None:
     import resource
 

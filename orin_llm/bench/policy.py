@@ -12,6 +12,9 @@ Phases, each measured on its own:
 * `planner_alone_protected` — the planner alone with the daemon's defaults, which protect the policy.
 * `together` — both, with those defaults: the daemon on every CPU but the lowest, one engine thread
   per CPU, niced; the policy on the lowest CPU.
+* the full run adds an ablation: the daemon's niceness alone (`together_nice_only`), its CPUs alone
+  (`together_cpus_only`), and, where SCHED_FIFO is permitted, the defaults with the policy's loop
+  at SCHED_FIFO 50 (`together_rt`): what remains once the planner gives way comes from elsewhere.
 
 The policy's ticks are judged inside the window of the planning calls (first call's start to the
 last call's end, CLOCK_MONOTONIC in both processes). Numbers from a STAND-IN policy are labelled so.
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..client import PlannerClient
-from ..placement import available_cpus, daemon_placement
+from ..placement import available_cpus, daemon_placement, rt_permitted
 from ..policy.loop import Tick, summarize
 from ..policy.process import PolicyProcess
 from ..server.process import DaemonProcess
@@ -156,11 +159,14 @@ def run(engine_dir: Path, out: Path, quick: bool = False, policy_onnx: Optional[
     ref = unprotected["planner_alone"]
     if not quick:  # which setting does the protecting: each of the two alone
         data["ablation"] = []
-        for name, d_args, p_args in (("nice only", ("--cpus", "all"), ()),
-                                     ("CPUs only", ("--nice", "0"), policy_args)):
+        variants = [("nice only", ("--cpus", "all"), ()), ("CPUs only", ("--nice", "0"), policy_args)]
+        if rt_permitted():  # the policy's own setting on a robot: what is left to fix once the planner gives way
+            variants.append(("defaults + policy SCHED_FIFO", (), (*policy_args, "--rt-priority", "50")))
+        for name, d_args, p_args in variants:
             v = _co_run(engine_dir, policy_onnx, rate_hz, seconds, min_requests, opts, work, d_args, p_args,
                         name.replace(" ", "-").lower())
-            phases[f"together_{name.split()[0].lower()}_only"] = v["policy_together"]
+            key = {"nice only": "together_nice_only", "CPUs only": "together_cpus_only"}.get(name, "together_rt")
+            phases[key] = v["policy_together"]
             data["ablation"].append({"name": name, "daemon_args": list(d_args), "policy_args": list(p_args),
                                      "policy": v["policy_together"], "planner_alone": v["planner_alone"],
                                      "planner_together": v["planner_together"],

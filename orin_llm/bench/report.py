@@ -135,7 +135,7 @@ def policy_section(d: dict) -> list[str]:
                   "|---|---|---|---|---|---|"]
         for a in d["ablation"]:
             r = a["together_over_alone"]
-            lines.append(f"| {' '.join(a['daemon_args'])} | {' '.join(a['policy_args']) or '-'} | "
+            lines.append(f"| {' '.join(a['daemon_args']) or '(defaults)'} | {' '.join(a['policy_args']) or '-'} | "
                          f"{a['policy']['missed_deadlines']} of {a['policy']['ticks']} | "
                          f"{a['policy']['tick_p99_ms']:.2f} | {r['ttft_over_alone']:.2f} | "
                          f"{r['decode_over_alone']:.2f} |")

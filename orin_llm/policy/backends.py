@@ -27,7 +27,7 @@ class TensorSpec:
     shape: tuple[int, ...]
 
 
-def _onnx_path(path: str | Path) -> Path:
+def require_onnx(path: str | Path) -> Path:
     path = Path(path)
     if not path.is_file():
         raise OrinError(f"policy {path} not found; make a stand-in with "
@@ -41,7 +41,7 @@ def input_specs(path: str | Path) -> list[TensorSpec]:
     import onnx
     from onnx import helper
 
-    path = _onnx_path(path)
+    path = require_onnx(path)
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf DecodeError and friends
@@ -103,7 +103,7 @@ class OnnxRuntimePolicy:
             raise OrinError("onnxruntime is not installed: pip install 'orin-llm[policy]'") from None
         if threads < 1:
             raise OrinError(f"--threads {threads}: give at least 1")
-        path = _onnx_path(path)
+        path = require_onnx(path)
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1

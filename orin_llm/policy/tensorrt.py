@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import OrinError
-from .backends import _onnx_path, synthetic_inputs
+from .backends import TensorSpec, require_onnx, synthetic_inputs
 from .trt_bindings import bindings
 
 WORKSPACE_BYTES = 1 << 30  # TensorRT's tactic scratch while building; the engine's own need is measured
@@ -78,7 +78,7 @@ class TensorRTPolicy:
                  seed: int = 0, fp16: bool = True):
         if stream_priority not in PRIORITIES:
             raise OrinError(f"--stream-priority {stream_priority!r}: choose {' or '.join(PRIORITIES)}")
-        path = _onnx_path(path)
+        path = require_onnx(path)
         b = bindings()
         self.trt, self.cuda, self._streams = b.trt, b.cuda, b.streams
         cuda = self.cuda
@@ -139,7 +139,7 @@ class TensorRTPolicy:
                 inputs[name] = (host, device)
             else:
                 outputs.append((name, host, device))
-        feed = synthetic_inputs(self._specs(inputs), seed)
+        feed = synthetic_inputs([TensorSpec(n, h.dtype, h.shape) for n, (h, _d) in inputs.items()], seed)
         for name, (host, _dev) in inputs.items():
             host[...] = feed[name]
         self._inputs, self._outputs = list(inputs.values()), outputs
@@ -147,12 +147,6 @@ class TensorRTPolicy:
         self.priority = greatest if stream_priority == "high" else 0
         self.priority_range = (least, greatest)
         self._stream = self._streams.create(self.priority)
-
-    @staticmethod
-    def _specs(inputs: dict) -> list:
-        from .backends import TensorSpec
-
-        return [TensorSpec(n, h.dtype, h.shape) for n, (h, _d) in inputs.items()]
 
     def step(self) -> np.ndarray:
         cuda = self.cuda
