@@ -219,8 +219,10 @@ def _plot(data: dict, path: Path) -> None:
         ys = [(t[3] - t[1]) * 1e3 for t in ticks]
         ax.plot(xs, ys, ".", ms=2, color="tab:blue")
         ax.axhline(period, color="tab:red", lw=0.8, ls="--")
-        missed = sum(y > period for y in ys)
-        ax.set_title(f"{title}: {missed} late ticks", fontsize=9)
+        late = sum(y > period for y in ys)
+        skipped = sum(b[0] - a[0] - 1 for a, b in zip(ticks, ticks[1:], strict=False))
+        ax.set_title(f"{title}: {late + skipped} missed deadlines ({late} late ticks, {skipped} skipped releases)",
+                     fontsize=9)
         ax.set_ylabel("tick latency (ms)")
     axes[-1].set_xlabel("time (s); shaded bands: one planning call each; dashed: the deadline (one period)")
     label = "STAND-IN policy" if data["stand_in"] else "policy"
