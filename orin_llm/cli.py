@@ -139,12 +139,19 @@ def serve(
     device: str = typer.Option("auto", help="cpu, cuda, or auto."),
     max_tokens_limit: Optional[int] = typer.Option(None, help="Cap max_tokens below the engine's limit."),
     log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    cpus: str = typer.Option("auto", help="CPU list the daemon runs on, e.g. 1-11; auto: all but the lowest CPU, "
+                             "which the policy keeps; all: as inherited (jetson/GUIDE.md)."),
+    nice: int = typer.Option(10, help="Add this niceness (0: none): the policy wins a contended CPU."),
+    threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch; default: one per "
+                                          "daemon CPU)."),
+    prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prefill at most this many tokens per "
+                                                       "engine step (where the runtime can)."),
 ) -> None:
     """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
     from .server.cli import serve_command
 
     serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-                  log_level)
+                  log_level, cpus, nice, threads, prefill_chunk_tokens)
 
 
 @app.command()
@@ -234,18 +241,20 @@ def demo(
 @app.command()
 def doctor(
     engine: Optional[Path] = typer.Option(None, help="Also check this engine directory against this device."),
+    policy: Optional[Path] = typer.Option(None, help="A policy runner's measurement (JSON): set it against the "
+                                          "engine's memory plan."),
     as_json: bool = typer.Option(False, "--json", help="Print the checks as one JSON object."),
 ) -> None:
-    """Check this machine for the planner: JetPack/L4T, TensorRT-LLM, power mode, memory, swap.
-    Exit 0: ok · 1: warnings (e.g. not a Jetson) · 2: errors."""
+    """Check this machine for the planner: JetPack/L4T, TensorRT-LLM, power mode, memory, swap, and the
+    measured policy against the plan. Exit 0: ok · 1: warnings (e.g. not a Jetson) · 2: errors."""
     from .doctor import diagnose
 
-    report = diagnose(engine)
+    report = diagnose(engine, policy=policy)
     typer.echo(json.dumps(report.as_dict(), indent=2) if as_json else "\n".join(report.lines()))
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon")
+SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon", "policy")
 
 
 @app.command()
@@ -254,17 +263,20 @@ def bench(
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
     out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
     quick: bool = typer.Option(False, help="A short smoke run."),
+    policy: Optional[Path] = typer.Option(None, help="policy scenario: the policy's ONNX file (default: a STAND-IN "
+                                          "policy generated into --out)."),
+    policy_rate_hz: float = typer.Option(30.0, help="policy scenario: the control rate."),
 ) -> None:
-    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding and the daemon on a torch or
-    TensorRT-LLM engine, while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots
-    and report.md."""
+    """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding, the daemon, and the policy next
+    door (the planner and a policy at its control rate side by side) on a torch or TensorRT-LLM engine,
+    while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots and report.md."""
     from .bench import run_scenarios
 
     chosen = SCENARIOS if scenario == "all" else (scenario,)
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
-    report = run_scenarios(chosen, engine, out, quick)
+    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz)
     typer.echo(str(report))
 
 

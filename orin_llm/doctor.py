@@ -12,6 +12,9 @@ It checks, and says how to fix what is wrong:
   the build preflight's own warnings (`orin_llm.build.trtllm.preflight`: swap, free memory, MAXN).
 * **engine** (with `--engine DIR`) — its manifest loads, and a `trtllm` engine was built for this
   device (the profile's device name), with the TensorRT-LLM version installed here, on a Jetson.
+* **policy** (with `--policy FILE`, the JSON the policy runner writes with `--measurement-out`) —
+  what the policy process measured next to what the engine's memory plan reserved for it; a
+  measured policy plus the planned planner that does not fit the device is an error.
 
 On a machine that is not a Jetson it says so first ("not a Jetson") and checks what it can.
 
@@ -120,13 +123,15 @@ class Report:
                 "checks": [{"section": c.section, "status": c.status, "message": c.message} for c in self.checks]}
 
 
-def run_doctor(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] = None) -> tuple[int, list[str]]:
+def run_doctor(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] = None,
+               policy: Union[str, Path, None] = None) -> tuple[int, list[str]]:
     """(exit code, report lines): 0 ok, 1 warnings, 2 errors (see the module docstring)."""
-    report = diagnose(engine_dir, probe)
+    report = diagnose(engine_dir, probe, policy)
     return report.exit_code, report.lines()
 
 
-def diagnose(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] = None) -> Report:
+def diagnose(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] = None,
+             policy: Union[str, Path, None] = None) -> Report:
     p = probe or Probe()
     release = _read(p.tegra_release)
     report = Report(jetson=release is not None)
@@ -139,6 +144,8 @@ def diagnose(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] =
     _check_memory(report, p, meminfo, mem_total)
     if engine_dir is not None:
         _check_engine(report, p, Path(engine_dir), name, installed_trtllm, mem_total)
+    if policy is not None:
+        _check_policy(report, Path(policy), Path(engine_dir) if engine_dir is not None else None)
     return report
 
 
@@ -348,6 +355,49 @@ def _check_engine(report: Report, p: Probe, engine_dir: Path, name: Optional[str
                                    f"{mem_total / GIB_KIB:.1f} GiB; rebuild with a profile for this device")
 
 
+def _check_policy(report: Report, path: Path, engine_dir: Optional[Path]) -> None:
+    from .manifest import load_manifest
+    from .policy.measure import read_measurement
+
+    try:
+        m = read_measurement(path)
+    except OrinError as e:
+        report.add("policy", ERROR, str(e))
+        return
+    report.add("policy", INFO, m.describe())
+    if m.stand_in:
+        report.add("policy", INFO, "a STAND-IN policy (random weights): its size stands for a policy of that shape, "
+                                   "not for yours; measure your robot's own ONNX with the runner")
+    if engine_dir is None:
+        report.add("policy", INFO, "give --engine DIR too to set the measurement against that engine's memory plan")
+        return
+    try:
+        plan = load_manifest(engine_dir).memory_plan
+    except OrinError:
+        return  # the engine section said why already
+    if not plan:
+        report.add("policy", WARN, f"{engine_dir} has no memory plan in its manifest; rebuild it")
+        return
+    reserved, device = int(plan["policy_bytes"]), int(plan["device_bytes"])
+    total = int(plan["total_bytes"]) - reserved + m.total_bytes  # the planner as planned, the policy as measured
+    gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+    fix = (f"rebuild the engine with [policy] measured = \"{path}\" in its profile, so the plan sizes the KV cache "
+           "around what the policy really takes")
+    if m.backend == "onnxruntime" and plan.get("backend") == "trtllm":
+        report.add("policy", WARN, "measured with onnxruntime on a CPU, but the engine runs on the Orin's GPU: "
+                                   "measure the policy there (TensorRT) for a figure the plan can use")
+    if total > device:
+        report.add("policy", ERROR, f"measured policy {gib(m.total_bytes)} + planner as planned "
+                                    f"{gib(total - m.total_bytes)} = {gib(total)}, over the device's {gib(device)} by "
+                                    f"{gib(total - device)}: this deployment does not fit; {fix}, or shrink the policy")
+    elif m.total_bytes > reserved:
+        report.add("policy", WARN, f"measured {gib(m.total_bytes)}, but the plan reserved {gib(reserved)} "
+                                   f"({plan.get('policy_source')}): headroom shrinks to {gib(device - total)}; {fix}")
+    else:
+        report.add("policy", OK, f"measured {gib(m.total_bytes)} within the {gib(reserved)} the plan reserved "
+                                 f"({plan.get('policy_source')}); headroom {gib(device - total)}")
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """`python -m orin_llm.doctor [--engine DIR] [--json]`: the same as `orin-llm doctor`."""
     import argparse
@@ -355,9 +405,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m orin_llm.doctor", description=__doc__.split("\n")[0])
     ap.add_argument("--engine", help="an engine directory to check against this machine")
+    ap.add_argument("--policy", help="a policy runner's measurement JSON to set against the engine's plan")
     ap.add_argument("--json", action="store_true", help="print the checks as one JSON object")
     a = ap.parse_args(argv)
-    report = diagnose(a.engine)
+    report = diagnose(a.engine, policy=a.policy)
     print(json.dumps(report.as_dict(), indent=2) if a.json else "\n".join(report.lines()))
     return report.exit_code
 

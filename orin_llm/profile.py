@@ -38,16 +38,20 @@ class DeviceSpec(_Strict):
 
 
 class PolicySpec(_Strict):
-    """The policy model that shares memory with the planner: a stated reservation or its ONNX file."""
+    """The policy model that shares memory with the planner: a stated reservation, its ONNX file, or
+    what the policy runner measured it to take (the JSON `python -m orin_llm.policy.runner
+    --measurement-out` writes)."""
 
     reserve_gib: Optional[float] = Field(default=None, ge=0)
     onnx: Optional[str] = None
     activation_factor: float = Field(default=1.5, ge=1.0)
+    measured: Optional[str] = None
 
     @model_validator(mode="after")
     def _one_of(self) -> PolicySpec:
-        if self.reserve_gib is not None and self.onnx is not None:
-            raise ValueError("give either reserve_gib or onnx, not both")
+        given = [k for k in ("reserve_gib", "onnx", "measured") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of reserve_gib, onnx or measured, not {' and '.join(given)}")
         return self
 
 

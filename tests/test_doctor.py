@@ -233,3 +233,72 @@ def test_this_machine_with_the_embedded_torch_engine(engine_dir):
     assert statuses(report, "engine")[:2] == ["info", "ok"]
     assert "backend torch" in report.checks[[c.section for c in report.checks].index("engine")].message
     assert json.loads(json.dumps(report.as_dict()))["exit_code"] == 1
+
+
+# ---------------------------------------------------------------------------
+# The policy: what the runner measured, next to what the engine's plan reserved
+
+
+def planned_engine(root: Path, reserve_gib: float) -> Path:
+    """An Orin engine whose manifest carries the memory plan its profile makes with `reserve_gib` for the policy."""
+    from orin_llm.build.memory import plan_memory
+
+    out = trtllm_engine(root)
+    profile = load_profile(ORIN_PROFILE)
+    profile = profile.model_copy(update={"policy": profile.policy.model_copy(update={"reserve_gib": reserve_gib})})
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["memory_plan"] = plan_memory(profile, ORIN_PROFILE.parent).as_dict()
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def policy_measured(tmp_path: Path, gib: float, stand_in: bool = False, backend: str = "tensorrt") -> Path:
+    from orin_llm.policy.measure import PolicyMeasurement, write_measurement
+
+    total = round(gib * 2**30)
+    return write_measurement(PolicyMeasurement(
+        onnx="/opt/robot/policy.onnx", stand_in=stand_in, backend=backend, device="Orin (nvgpu)", machine="aarch64",
+        rss_peak_bytes=total // 2, device_bytes=total - total // 2, total_bytes=total, rate_hz=30, ticks=600,
+        tick_p99_ms=14.0, missed_deadlines=0), tmp_path / f"policy-{gib}.json")
+
+
+def policy_checks(report) -> list[tuple[str, str]]:
+    return [(c.status, c.message) for c in report.checks if c.section == "policy"]
+
+
+def test_a_measured_policy_within_the_reservation(tmp_path):
+    engine = planned_engine(tmp_path, 6.0)
+    report = diagnose(engine, probe=orin(tmp_path), policy=policy_measured(tmp_path, 4.25))
+    checks = policy_checks(report)
+    assert checks[0] == ("info", "policy measured with tensorrt on Orin (nvgpu): 4.25 GiB (peak RSS 2.12 GiB + "
+                                 "2.12 GiB device), " + checks[0][1].split("device), ")[1])
+    assert checks[-1][0] == "ok" and "measured 4.25 GiB within the 6.00 GiB the plan reserved (reserve_gib = 6)" \
+        in checks[-1][1]
+    assert report.exit_code == 0
+
+
+def test_a_policy_bigger_than_reserved_warns_and_one_that_does_not_fit_is_an_error(tmp_path):
+    engine = planned_engine(tmp_path, 6.0)
+    probe = orin(tmp_path)
+    status, msg = policy_checks(diagnose(engine, probe=probe, policy=policy_measured(tmp_path, 8.0)))[-1]
+    assert status == "warn" and msg.startswith("measured 8.00 GiB, but the plan reserved 6.00 GiB")
+    assert "rebuild the engine with [policy] measured = " in msg
+    report = diagnose(engine, probe=probe, policy=policy_measured(tmp_path, 58.0))
+    status, msg = policy_checks(report)[-1]
+    assert status == "error" and "this deployment does not fit" in msg and "over the device's 61.40 GiB by" in msg
+    assert report.exit_code == 2
+
+
+def test_stand_in_and_cpu_measurements_are_labelled_and_bad_files_are_errors(tmp_path):
+    engine = planned_engine(tmp_path, 6.0)
+    probe = orin(tmp_path)
+    checks = policy_checks(diagnose(engine, probe=probe,
+                                    policy=policy_measured(tmp_path, 0.1, stand_in=True, backend="onnxruntime")))
+    text = "\n".join(m for _, m in checks)
+    assert "STAND-IN policy measured" in text and "a STAND-IN policy (random weights)" in text
+    assert ("warn", "measured with onnxruntime on a CPU, but the engine runs on the Orin's GPU: measure the policy "
+                    "there (TensorRT) for a figure the plan can use") in checks
+    checks = policy_checks(diagnose(None, probe=probe, policy=tmp_path / "none.json"))
+    assert checks[0][0] == "error" and "none.json not found" in checks[0][1]
+    code, lines = run_doctor(probe=probe, policy=policy_measured(tmp_path, 1.0))
+    assert "give --engine DIR too" in "\n".join(lines)

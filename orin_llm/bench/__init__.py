@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Optional
 
 
-def run_scenarios(names, engine_dir: Path, out: Path, quick: bool) -> Path:
+def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: Optional[Path] = None,
+                  policy_rate_hz: float = 30.0) -> Path:
     from ..manifest import load_manifest
     from .common import loaded, progress, pyplot
     from .report import write_report
@@ -51,6 +53,10 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool) -> Path:
                 from .daemon import run
 
                 run(engine_dir, out, quick)
+            elif name == "policy":
+                from .policy import run
+
+                run(engine_dir, out, quick, policy_onnx, policy_rate_hz)
         sampler.phase = "done"
     (out / "samples.json").write_text(json.dumps({**sampler.summary(), "samples": sampler.samples}, indent=1))
     if sampler.samples:

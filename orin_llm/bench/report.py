@@ -21,8 +21,8 @@ def _load(out: Path, name: str):
 
 def write_report(out: Path, manifest=None) -> Path:
     lines = ["# orin-llm benchmark report", ""]
-    anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon") if (d := _load(out, n))),
-                    None)
+    anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon", "policy")
+                     if (d := _load(out, n))), None)
     if anything:
         m = anything["machine"]
         lines += [f"Machine: {m.get('gpu', 'CPU')} · {m['platform']} · torch {m['torch']} · "
@@ -106,6 +106,8 @@ def write_report(out: Path, manifest=None) -> Path:
                   f"{r['requests_per_s']:.1f} | {r['errors']} |" for r in d["concurrency"]]
         lines += ["", f"Daemon RSS over the soak (KiB): {d['rss_kib'][0]} → {d['rss_kib'][-1]} "
                       f"(growth after warm-up {d['rss_growth_kib']} KiB)"]
+    if (d := _load(out, "policy")):
+        lines += policy_section(d)
     if (d := _load(out, "samples")):
         lines += ["", f"## Memory and power by phase (source: {d['source']})", "",
                   "| phase | samples | peak memory used GiB | mean power W |", "|---|---|---|---|"]
@@ -115,3 +117,50 @@ def write_report(out: Path, manifest=None) -> Path:
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def policy_section(d: dict) -> list[str]:
+    """The co-run: the policy's ticks alone and next to planning, the planner's cost, memory plan vs measured."""
+    label = "STAND-IN policy (random weights: honest for time and memory, not for behaviour)" if d["stand_in"] \
+        else "policy"
+    ph, pl = d["phases"], d["planner"]
+    lines = ["", "## The policy next door", "",
+             f"{label} `{d['policy_onnx']}` at {d['rate_hz']:g} Hz ({ph['policy_alone']['backend']} on "
+             f"{ph['policy_alone']['device']}); planning requests back to back ({d['request']}).", "",
+             "| phase | ticks | tick p50 ms | tick p99 ms | tick max ms | missed deadlines |",
+             "|---|---|---|---|---|---|"]
+    for key, name in (("policy_alone", "policy alone"), ("together_unprotected", "with planning, daemon as before"),
+                      ("together", "with planning, protective defaults")):
+        p = ph[key]
+        lines.append(f"| {name} | {p['ticks']} | {p['tick_p50_ms']:.2f} | {p['tick_p99_ms']:.2f} | "
+                     f"{p['tick_max_ms']:.2f} | {p['missed_deadlines']} |")
+    lines += ["", "| planner | requests | TTFT ms | decode tok/s | TTFT × alone | decode × alone |",
+              "|---|---|---|---|---|---|"]
+    for key, ratio, name in (("alone", None, "alone, daemon as before"),
+                             ("together_unprotected", "together_unprotected_over_alone", "with the policy, as before"),
+                             ("alone_protected", "alone_protected_over_alone", "alone, protective defaults"),
+                             ("together", "together_over_alone", "with the policy, protective defaults")):
+        p = pl[key]
+        r = pl[ratio] if ratio else {"ttft_over_alone": 1.0, "decode_over_alone": 1.0}
+        lines.append(f"| {name} | {p['requests']} | {p['ttft_ms_median']:.0f} | "
+                     f"{p['decode_tokens_per_s_median']:.1f} | {r['ttft_over_alone']:.2f} | "
+                     f"{r['decode_over_alone']:.2f} |")
+    if d.get("ablation"):
+        lines += ["", "Each protective setting alone (same run):", "",
+                  "| daemon | policy | missed deadlines | tick p99 ms | planner TTFT × alone | decode × alone |",
+                  "|---|---|---|---|---|---|"]
+        for a in d["ablation"]:
+            r = a["together_over_alone"]
+            lines.append(f"| {' '.join(a['daemon_args']) or '(defaults)'} | {' '.join(a['policy_args']) or '-'} | "
+                         f"{a['policy']['missed_deadlines']} of {a['policy']['ticks']} | "
+                         f"{a['policy']['tick_p99_ms']:.2f} | {r['ttft_over_alone']:.2f} | "
+                         f"{r['decode_over_alone']:.2f} |")
+    m = d["memory"]
+    planned = m["policy_planned_bytes"]
+    measured = m["policy_measured"]["total_bytes"]
+    lines += ["", f"Memory: policy planned {(planned or 0) / 2**20:.0f} MiB ({m['policy_planned_source']}), measured "
+                  f"{measured / 2**20:.0f} MiB ({m['policy_measured']['backend']}: peak RSS"
+                  + (" + device" if m["policy_measured"]["device_bytes"] else "") + "); planner planned "
+                  f"{(m['planner_planned_bytes'] or 0) / 2**20:.0f} MiB (weights, KV, workspace), measured peak RSS "
+                  f"{m['planner_measured_rss_peak_bytes'] / 2**20:.0f} MiB.", "", "![policy](policy.png)"]
+    return lines

@@ -260,6 +260,12 @@ def onnx_initializer_bytes(path: str | Path) -> int:
 
 def policy_bytes(profile: Profile, profile_dir: Path | None) -> tuple[int, str]:
     policy = profile.policy
+    if policy.measured is not None:  # what the policy runner saw the policy process take: no guess
+        from ..policy.measure import read_measurement
+
+        path = _relative_to(policy.measured, profile_dir)
+        m = read_measurement(path)
+        return m.total_bytes, f"measured {path}: {m.describe()}"
     if policy.onnx is not None:
         path = _relative_to(policy.onnx, profile_dir)
         init = onnx_initializer_bytes(path)
@@ -352,6 +358,10 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     engines = len(models)
     cuda = round(dev.cuda_context_gib * GIB) * engines
     policy, policy_source = policy_bytes(profile, profile_dir)
+    notes: list[str] = []
+    if profile.policy.measured is not None and profile.device.name != "cpu" and "on cpu:" in policy_source:
+        notes.append(f"the policy was measured on a CPU (onnxruntime) but this plan is for {dev.name}: "
+                     "measure it there with TensorRT (python -m orin_llm.policy.runner) before trusting the plan")
     if dev.workspace_gib > 0:
         workspace = round(dev.workspace_gib * GIB)
         workspace_source = f"device.workspace_gib = {dev.workspace_gib:g}"
@@ -377,7 +387,6 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     total = fixed + kv
 
     problems: list[str] = []
-    notes: list[str] = []
     if budget < 0:
         biggest = sorted(items.items(), key=lambda kv_: -kv_[1])[:3]
         problems.append(

@@ -143,7 +143,7 @@ def pool_tokens(manifest: Manifest) -> int:
 
 class Engine(EngineText):
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: PagedCache,
-                 draft_model: Optional[Llama] = None, prefill_chunk: int = 256):
+                 draft_model: Optional[Llama] = None, prefill_chunk_tokens: int = 256):
         self.dir, self.manifest, self.tokenizer = engine_dir, manifest, tokenizer
         self.model, self.draft_model, self.cache = model, draft_model, cache
         self.device = cache.target_pool.device
@@ -152,10 +152,9 @@ class Engine(EngineText):
         self.draft_len = limits.get("draft_len", 4)
         # rows of one request's decode step: its pending tokens and draft (Llama.decode_width when exact)
         self.decode_rows = model.decode_width or 2 * self.draft_len + 1
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.scheduler = Scheduler(SchedulerConfig(
-            max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),
-            prefill_chunk=prefill_chunk))
+            max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048)))
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.lookup_seed = lookup_seed(engine_dir, manifest)
         # the lookup drafter's histories, one per environment (in memory; the daemon persists them)
@@ -167,13 +166,13 @@ class Engine(EngineText):
 
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
-             draft: bool = True, exact: bool = True, prefill_chunk: Optional[int] = None,
+             draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
              kv_tokens: Optional[int] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False leaves the draft model unloaded. exact=True runs the
         target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
         exact=False is faster on CPUs, where a padded matmul costs more than a one-row one.
-        prefill_chunk: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
+        prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
         kv_tokens: the KV pool's size in tokens, instead of the memory plan's."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
@@ -197,9 +196,9 @@ class Engine(EngineText):
             width = model.decode_width = 2 * limits.get("draft_len", 4) + 1  # k_max + 1
             # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
             model.rows_independent = model.rows_independent and width <= PROBE_ROWS
-        chunk = prefill_chunk or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
+        chunk = prefill_chunk_tokens or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
-                   PagedCache(target_pool, draft_pool), draft_model, prefill_chunk=chunk)
+                   PagedCache(target_pool, draft_pool), draft_model, prefill_chunk_tokens=chunk)
 
     # ------------------------------------------------------------------ requests
 
@@ -387,8 +386,8 @@ class Engine(EngineText):
         kv, ids = gen.kv, gen.prompt_ids
         if self.draft_model is not None and kv.draft is not None:
             self.cache.grow(kv, len(ids))
-            for a in range(kv.draft.length, len(ids), self.prefill_chunk):
-                b = min(len(ids), a + self.prefill_chunk)
+            for a in range(kv.draft.length, len(ids), self.prefill_chunk_tokens):
+                b = min(len(ids), a + self.prefill_chunk_tokens)
                 self.draft_model.forward_batch([Item(torch.tensor(ids[a:b], device=self.device), kv.draft, 0)])
         self.cache.commit(kv, ids, final=True)
         gen.pin = self.cache.pin(kv, ids)

@@ -171,10 +171,10 @@ class Generation:
         self.status = "waiting"
 
     def prefill_rows(self) -> int:
-        """The next prompt chunk: up to prefill_chunk tokens, ending on a block boundary (or the
+        """The next prompt chunk: up to prefill_chunk_tokens tokens, ending on a block boundary (or the
         prompt's end), so that each block's attention runs whole in one step (llama.Item)."""
         start, bs = self.kv.target.length, self.engine.cache.block_size
-        end = max(start + bs, (start + self.engine.prefill_chunk) // bs * bs)
+        end = max(start + bs, (start + self.engine.prefill_chunk_tokens) // bs * bs)
         return min(end, self._prefill_end) - start
 
     def prepare(self) -> Item:

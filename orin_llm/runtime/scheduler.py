@@ -4,7 +4,7 @@ Requests wait in arrival order and join the running batch between steps while th
 at most `max_running` of them, and KV blocks for their prompt's uncached part (the cache tries
 that at admission). Each step, every running request that decodes gets its rows first (one token
 plus its draft: a decoding request is never stalled behind a prompt), then the prefilling ones get
-one chunk of `prefill_chunk` prompt tokens each, as long as the step's token budget lasts. A chunk
+one chunk of the engine's `prefill_chunk_tokens` prompt tokens each, as long as the step's token budget lasts. A chunk
 is never cut to fit the budget: its boundaries depend only on where the request's cached prefix
 ended, never on the traffic around it, so its numbers are the same as if it had run alone.
 """
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 class SchedulerConfig:
     max_running: int = 8  # requests in the running batch (limits.max_batch_size)
     max_step_tokens: int = 2048  # rows in one forward (limits.max_num_tokens)
-    prefill_chunk: int = 256  # prompt tokens a request computes per step
 
 
 class Scheduler:

@@ -137,6 +137,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                 "queue": {"depth": worker.depth, "capacity": worker.capacity,
                           "running": worker.running is not None},
                 "kv_cache": {k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
+                "scheduler": scheduler_info(engine),
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
                            "max_body_bytes": config.max_body_bytes}}
 
@@ -194,6 +195,17 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                              on_done=on_done, head=[chat_chunk(meta, {"role": "assistant", "content": ""})])
 
     return app
+
+
+def scheduler_info(engine) -> dict:
+    """How the engine batches: requests decoding together, rows per step, prompt tokens per step
+    (a TensorRT-LLM engine batches inside its executor: none of these)."""
+    sched = getattr(engine, "scheduler", None)
+    if sched is None:
+        return {}
+    return {"max_running": sched.config.max_running, "max_step_tokens": sched.config.max_step_tokens,
+            "prefill_chunk_tokens": engine.prefill_chunk_tokens, "running": len(sched.running),
+            "waiting": len(sched.waiting)}
 
 
 def parse_if_match(value: Optional[str]) -> Optional[int]:

@@ -13,12 +13,20 @@ from ..errors import OrinError
 
 def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Path],
                   socket_group: Optional[str], tcp: Optional[str], queue_size: int, grace_s: float,
-                  device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info") -> None:
+                  device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info",
+                  cpus: str = "auto", nice: int = 10, threads: Optional[int] = None,
+                  prefill_chunk_tokens: Optional[int] = None) -> None:
     """Run the planning daemon until SIGTERM/SIGINT."""
+    import os
+
+    from ..placement import daemon_placement
     from .daemon import serve
 
+    where, derived = daemon_placement(cpus, nice, threads)
+    if threads is None and "ORIN_LLM_THREADS" in os.environ:
+        derived = None  # a thread count set in the environment wins over the derived one
     serve(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-          log_level)
+          log_level, where, derived, prefill_chunk_tokens)
 
 
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,

@@ -5,6 +5,11 @@ after loading an engine), bind and listen at once (clients that connect while th
 wait in the backlog instead of being refused), load the engine and pin the environment, then
 serve and tell systemd READY=1.
 
+Next to a robot's policy the daemon gives way (docs/BENCHMARKS.md, "The policy next door"): its
+placement (`--cpus`, `--nice`) is applied before any thread starts, so the engine's
+OpenMP team inherits it; `--threads` sets the engine's intra-op threads; `--prefill-chunk-tokens`
+asks the runtime to prefill long prompts in chunks (refused while the runtime cannot).
+
 SIGTERM (or SIGINT) is graceful: the listening sockets close, queued and running requests get
 `grace_s` to finish (a stream still running then ends with an error event), the worker stops,
 the socket file is removed, and the process exits 0.
@@ -16,11 +21,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 from typing import Optional
 
+from .. import placement
 from ..errors import OrinError
 from .sockets import bind_tcp, bind_unix, claim, default_socket_path, notify, same_file
 
@@ -30,11 +37,21 @@ log = logging.getLogger("orin_llm.server")
 def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
           socket_path: Optional[str | Path] = None, socket_group: Optional[str] = None,
           tcp: Optional[str] = None, queue_size: int = 16, grace_s: float = 10.0, device: str = "auto",
-          max_tokens_limit: Optional[int] = None, log_level: str = "info") -> None:
+          max_tokens_limit: Optional[int] = None, log_level: str = "info",
+          where: placement.Placement = placement.Placement(), threads: Optional[int] = None,
+          prefill_chunk_tokens: Optional[int] = None) -> None:
     """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if queue_size < 1 or grace_s < 0 or (max_tokens_limit is not None and max_tokens_limit < 1):
         raise OrinError("--queue-size and --max-tokens-limit must be ≥ 1, --grace-s ≥ 0")
+    if (threads is not None and threads < 1) or (prefill_chunk_tokens is not None and prefill_chunk_tokens < 1):
+        raise OrinError("--threads and --prefill-chunk-tokens must be ≥ 1")
+    in_force = placement.apply(where)  # before any thread: the engine's threads inherit it
+    if threads is not None:  # read by the torch runtime when it loads (runtime/engine.py apply_thread_setting)
+        os.environ["ORIN_LLM_THREADS"] = str(threads)
+    if where != placement.Placement() or threads is not None:
+        log.info("placement: CPUs %s, nice %d, %s; engine threads %s", in_force["cpus"], in_force["nice"],
+                 in_force["scheduler"], threads or "default")
     path = Path(socket_path) if socket_path else default_socket_path()
     claim(path)
     sockets = [bind_unix(path, socket_group)]
@@ -52,7 +69,7 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
             sockets.append(bind_tcp(tcp))
             log.warning("also listening on TCP %s: anyone who can reach it can use the planner", tcp)
         server = _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit,
-                               log_level, path)
+                               log_level, path, prefill_chunk_tokens)
         server.run(sockets=sockets)
     finally:
         for sock in sockets:
@@ -63,7 +80,21 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
             signal.signal(s, handler)
 
 
-def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path):
+def pace_prefill(engine, chunk_tokens: Optional[int]) -> None:
+    """Ask the runtime to prefill at most `chunk_tokens` tokens per engine step, so a long prompt does
+    not hold the CPU or GPU for one long step. The contract: an engine that can do it has a
+    `prefill_chunk_tokens` attribute (None: the whole prompt in one step) that it honours on every
+    prefill. One that has none cannot, and is refused rather than silently ignored."""
+    if chunk_tokens is None:
+        return
+    if not hasattr(engine, "prefill_chunk_tokens"):
+        raise OrinError(f"--prefill-chunk-tokens {chunk_tokens}: this {engine.manifest.backend} runtime prefills a "
+                        "prompt in one step and cannot pace it yet; leave the option out")
+    engine.prefill_chunk_tokens = chunk_tokens
+
+
+def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path,
+                  prefill_chunk_tokens=None):
     import uvicorn  # the heavy imports wait until the socket is ours
 
     from ..environment import EXAMPLE_HOME_PATH, load_environment
@@ -90,6 +121,7 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
         engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
+        pace_prefill(engine, prefill_chunk_tokens)
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
@@ -114,14 +146,28 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--max-tokens-limit", type=int, help="cap max_tokens below the engine's limit")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_placement_args(p)
     a = p.parse_args(argv)
     try:
+        where, threads = placement.daemon_placement(a.cpus, a.nice, a.threads)
+        if a.threads is None and "ORIN_LLM_THREADS" in os.environ:
+            threads = None  # a thread count set in the environment wins over the derived one
         serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
-              a.max_tokens_limit, a.log_level)
+              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens)
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_placement_args(p: argparse.ArgumentParser) -> None:
+    """The settings that make the daemon give way to a policy on the same machine (defaults: it does)."""
+    p.add_argument("--cpus", default="auto", help="CPU list the daemon runs on, e.g. 1-11; auto (default): all but "
+                   "the lowest CPU, which the policy keeps; all: as inherited")
+    p.add_argument("--nice", type=int, default=placement.DAEMON_NICE,
+                   help=f"add this niceness to the daemon (default {placement.DAEMON_NICE}; 0: none)")
+    p.add_argument("--threads", type=int, help="the engine's intra-op threads (torch; default: one per daemon CPU)")
+    p.add_argument("--prefill-chunk-tokens", type=int, help="prefill at most this many tokens per engine step")
 
 
 if __name__ == "__main__":

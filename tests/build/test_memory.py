@@ -316,3 +316,59 @@ def test_unreadable_onnx_names_the_path(tmp_path):
         onnx_initializer_bytes(garbage)
     with pytest.raises(OrinError, match=re.escape(str(tmp_path / "absent.onnx"))):
         onnx_initializer_bytes(tmp_path / "absent.onnx")
+
+
+# ------------------------------------------------------------------ the measured policy
+
+
+def measurement(tmp_path: Path, total_gib: float, device: str = "Orin (nvgpu)", backend: str = "tensorrt",
+                name: str = "policy-measurement.json") -> Path:
+    """A measurement as the policy runner writes it (orin_llm/policy/runner.py --measurement-out)."""
+    from orin_llm.policy.measure import PolicyMeasurement, write_measurement
+
+    total = round(total_gib * GIB)
+    m = PolicyMeasurement(onnx="/opt/robot/policy.onnx", stand_in=False, backend=backend, device=device,
+                          machine="Linux-aarch64", rss_peak_bytes=total // 4, device_bytes=total - total // 4,
+                          total_bytes=total, rate_hz=30, ticks=900, tick_p99_ms=12.5, missed_deadlines=0)
+    return write_measurement(m, tmp_path / name)
+
+
+def test_a_measured_policy_replaces_the_guess(tmp_path):
+    measurement(tmp_path, 7.5)
+    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib="0"))  # nothing reserved
+    measured = orin_variant(tmp_path, policy__reserve_gib="0")
+    measured.write_text(measured.read_text().replace("reserve_gib = 0", 'measured = "policy-measurement.json"'))
+    m_plan = plan_of(measured)
+    assert m_plan.policy_bytes == round(7.5 * GIB)
+    assert m_plan.policy_source.startswith(f"measured {tmp_path / 'policy-measurement.json'}: policy measured with "
+                                           "tensorrt on Orin (nvgpu): 7.50 GiB")
+    # the KV budget shrinks by exactly the difference, and the plan still fits
+    assert plan.budget_bytes - m_plan.budget_bytes == round(7.5 * GIB) and m_plan.feasible
+
+
+def test_a_measured_policy_that_does_not_fit_is_refused(tmp_path):
+    measurement(tmp_path, 52.0)
+    path = orin_variant(tmp_path, policy__reserve_gib="0")
+    path.write_text(path.read_text().replace("reserve_gib = 0", 'measured = "policy-measurement.json"'))
+    plan = plan_of(path)
+    assert not plan.feasible
+    with pytest.raises(OrinError, match="does not fit: the fixed allocations need .* policy 52.00 GiB"):
+        check_feasible(plan)
+
+
+def test_a_cpu_measurement_for_an_orin_plan_is_flagged_and_bad_files_are_refused(tmp_path):
+    measurement(tmp_path, 0.1, device="cpu", backend="onnxruntime")
+    path = orin_variant(tmp_path, policy__reserve_gib="0")
+    path.write_text(path.read_text().replace("reserve_gib = 0", 'measured = "policy-measurement.json"'))
+    assert any("measured on a CPU (onnxruntime) but this plan is for jetson-agx-orin-64gb" in n
+               for n in plan_of(path).notes)
+    (tmp_path / "policy-measurement.json").write_text('{"kind": "something else"}')
+    with pytest.raises(OrinError, match="not a policy runner's measurement"):
+        plan_of(path)
+    (tmp_path / "policy-measurement.json").unlink()
+    with pytest.raises(OrinError, match="not found; write one with python -m orin_llm.policy.runner"):
+        plan_of(path)
+    both = orin_variant(tmp_path, policy__reserve_gib="1")
+    both.write_text(both.read_text().replace("[policy]", '[policy]\nmeasured = "m.json"'))
+    with pytest.raises(OrinError, match="give one of reserve_gib, onnx or measured, not reserve_gib and measured"):
+        load_profile(both)
