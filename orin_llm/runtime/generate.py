@@ -24,13 +24,25 @@ from .text import TextStream
 @dataclass
 class Timings:
     """ttft and total count from when the request began: `Generation.started` when the caller sets
-    it (the planner does, before it renders and tokenizes the prompt), else the first iteration."""
+    it (the planner does, before it renders and tokenizes the prompt), else the first iteration.
+
+    cached_prompt_tokens counts only prompt tokens this request did not compute. When the planner had
+    to prefill the environment's prefix again inside the request (another prompt had evicted it),
+    those tokens are prefill: repinned_prefix_tokens says how many, and none of them is cached."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     completion_tokens: int = 0
     ttft_s: float = 0.0
     total_s: float = 0.0
+    repinned_prefix_tokens: int = 0
+
+    @classmethod
+    def begin(cls, prompt_tokens: int, cached: int, repinned: int) -> Timings:
+        """cached: prompt tokens in the cache when decoding began; repinned: prefix tokens prefilled
+        for this request before that (Generation.repinned), so not cached."""
+        return cls(prompt_tokens=prompt_tokens, cached_prompt_tokens=0 if repinned else cached,
+                   repinned_prefix_tokens=repinned)
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -44,6 +56,7 @@ class Timings:
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
+            "repinned_prefix_tokens": self.repinned_prefix_tokens,
             "completion_tokens": self.completion_tokens,
         }
 
@@ -104,6 +117,7 @@ class Generation:
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the cache is back to its prefix (done or abandoned)
         self.started: Optional[float] = None  # perf_counter() when the request began, if before __iter__
+        self.repinned = 0  # prefix tokens the planner prefilled again for this request (Timings.begin)
 
     def __iter__(self) -> Iterator[str]:
         params, cache, model, drafter = self.params, self.cache, self.model, self.drafter
@@ -111,7 +125,7 @@ class Generation:
         start = cache.length
         if start != self.cached:
             raise RuntimeError(f"cache holds {start} tokens, caller says {self.cached} are cached")
-        timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
+        timings = Timings.begin(len(self.prompt_ids), self.cached, self.repinned)
         stats = SpecStats(drafter=drafter.name if drafter else "none")
         adapt = AdaptiveK(self.draft_len, self.draft_len_max) if drafter else None
         device = model.embed_tokens.weight.device

@@ -2,8 +2,8 @@
 
 The environment's chat prefix (system prompt + home + few-shot turns) is tokenized once and its
 K/V kept in the engine's cache; a planning request computes only its own turn. Token identity
-(DESIGN invariant 2): the request's ids are the prefix's ids followed by the ids of the text that
-follows the prefix, never the joined text re-tokenized.
+(docs/ARCHITECTURE.md, invariant 2): the request's ids are the prefix's ids followed by the ids of
+the text that follows the prefix, never the joined text re-tokenized.
 
 Not thread-safe by design: one worker owns the engine (the daemon serializes calls), so an
 environment switch happens between requests and a request never mixes versions.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..environment import Environment, Step, parse_steps, prefix_messages, task_message
-from ..errors import OrinError
+from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from .engine import Engine
 from .generate import Generation, Result
 from .sampling import SamplingParams
@@ -61,7 +61,10 @@ class Planner:
         latest = self._pending or self.prefix
         ids = tuple(self.engine.encode(text))
         prefix = Prefix(latest.version + 1 if latest else 1, environment, text, ids, messages)
-        self.engine.check_prompt(len(prefix.ids))
+        try:
+            self.engine.check_prompt(len(prefix.ids) + 1)  # room for a task: at least one token
+        except PromptTooLong as e:
+            raise EnvironmentTooLong(environment.name, len(prefix.ids), e.limit) from None
         if self._active is not None:
             self._pending = prefix
         else:
@@ -75,12 +78,15 @@ class Planner:
             self.prefix, self._pending = self._pending, None
             self._ensure_pinned()
 
-    def _ensure_pinned(self) -> None:
+    def _ensure_pinned(self) -> int:
+        """Prefill the prefix again if the cache lost it; returns the tokens prefilled (0: it was there)."""
         assert self.prefix is not None
-        if self.engine.pinned != list(self.prefix.ids):  # e.g. a chat request used the cache
-            t0 = time.perf_counter()
-            self.engine.pin(list(self.prefix.ids))
-            self.prefill_s = time.perf_counter() - t0
+        if self.engine.pinned == list(self.prefix.ids):
+            return 0
+        t0 = time.perf_counter()  # e.g. a chat request with another system prompt used the cache
+        self.engine.pin(list(self.prefix.ids))
+        self.prefill_s = time.perf_counter() - t0
+        return len(self.prefix.ids)
 
     def messages(self, task: str, observations: Optional[list[str]] = None) -> list[dict[str, str]]:
         assert self.prefix is not None
@@ -102,9 +108,19 @@ class Planner:
         if self._active is not None:
             raise RuntimeError("one request at a time: finish or close the running generation first")
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
-        self._ensure_pinned()
-        gen = self.engine.generate(self.prompt_ids(self.messages(task, observations)), params, speculation)
+        # A re-pin here is this request's work: its TTFT includes it, and its prefix tokens count as
+        # prefill, never as cached (Timings.begin).
+        repinned = self._ensure_pinned()
+        ids = self.prompt_ids(self.messages(task, observations))
+        try:
+            gen = self.engine.generate(ids, params, speculation)
+        except PromptTooLong as e:
+            n = len(self.prefix.ids)
+            raise PromptTooLong(e.tokens, e.limit, f"the prompt has {e.tokens} tokens, over this engine's "
+                                f"max_input_len of {e.limit}: the environment takes {n} of them, which leaves "
+                                f"{e.limit - n} for the task and observations; shorten those") from None
         gen.started = started
+        gen.repinned = repinned
         gen.on_done = self._done
         self._active = gen
         return gen

@@ -442,6 +442,7 @@ class TrtllmGeneration:
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
         self.started: Optional[float] = None  # as Generation.started: when the request began
+        self.repinned = 0  # as Generation.repinned
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._seed_calls = 0
         self._rng: Optional[random.Random] = None
@@ -584,7 +585,7 @@ class TrtllmGeneration:
 
     def __iter__(self) -> Iterator[str]:
         self._t0 = time.perf_counter() if self.started is None else self.started
-        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
+        self._timings = Timings.begin(len(self.prompt_ids), self.cached, self.repinned)
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []
         self._finish: Literal["stop", "length"] = "length"

@@ -1,9 +1,10 @@
-"""The pinned environment prefix: token identity, suffix-only compute, versions (DESIGN invariant 2)."""
+"""The pinned environment prefix: token identity, suffix-only compute, versions (ARCHITECTURE.md
+invariant 2), and what a request reports as cached."""
 
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_environment
-from orin_llm.errors import OrinError
+from orin_llm.errors import EnvironmentTooLong, PromptTooLong
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 
@@ -45,10 +46,20 @@ def test_only_the_suffix_is_computed_and_the_output_is_unchanged(planner, engine
 
 
 def test_a_foreign_prompt_evicts_the_prefix_and_the_planner_restores_it(planner, engine):
+    n = len(planner.prefix.ids)
+    warm = planner.plan("Open the fridge.", GREEDY).result.timings
+    assert (warm.cached_prompt_tokens, warm.repinned_prefix_tokens) == (n, 0)
     engine.generate(engine.chat_ids([{"role": "user", "content": "hi"}]), GREEDY).run()
     assert engine.pinned == []
+    # the next plan prefills the prefix again inside its own request: prefill, not cached
     again = planner.plan("Open the fridge.", GREEDY)
-    assert again.result.timings.cached_prompt_tokens == len(planner.prefix.ids)
+    t = again.result.timings
+    assert (t.cached_prompt_tokens, t.repinned_prefix_tokens, t.prompt_tokens) == (0, n, warm.prompt_tokens)
+    assert t.as_dict()["cached_prompt_tokens"] == 0 and t.as_dict()["repinned_prefix_tokens"] == n
+    # ... and the one after it finds the prefix pinned again
+    after = planner.plan("Open the fridge.", GREEDY).result
+    assert (after.timings.cached_prompt_tokens, after.timings.repinned_prefix_tokens) == (n, 0)
+    assert after.token_ids == again.result.token_ids
 
 
 def test_environment_switch_waits_for_the_running_request(planner, engine):
@@ -84,6 +95,33 @@ def test_oversized_environment_is_refused_and_the_old_one_kept(planner, engine):
     huge = load_environment(EXAMPLE_HOME_PATH).model_dump()
     huge["description"] = "a very large home " * 3000
     before = planner.prefix
-    with pytest.raises(OrinError, match="max_input_len"):
+    with pytest.raises(EnvironmentTooLong) as err:
         planner.set_environment(environment_from_dict(huge))
+    # the message names the environment and the numbers: its tokens, the limit, the room left
+    tokens = err.value.tokens
+    assert tokens > 6144 and f"'example_home' renders to {tokens} prefix tokens" in str(err.value)
+    assert "max_input_len is 6144, which leaves 0 tokens for a task" in str(err.value)
     assert planner.prefix is before and engine.pinned == list(before.ids)
+
+
+def test_an_environment_must_leave_room_for_a_task(planner, engine):
+    """One that fills max_input_len exactly would make every plan a 413: refused up front."""
+    env = load_environment(EXAMPLE_HOME_PATH)
+    n = len(planner.prefix.ids)
+    limit = engine.manifest.limits["max_input_len"]
+    try:
+        engine.manifest.limits["max_input_len"] = n
+        with pytest.raises(EnvironmentTooLong, match=f"renders to {n} prefix tokens; this engine's max_input_len "
+                                                     f"is {n}, which leaves 0 tokens for a task"):
+            planner.set_environment(env)
+        engine.manifest.limits["max_input_len"] = n + 1
+        assert planner.set_environment(env) == planner.version
+    finally:
+        engine.manifest.limits["max_input_len"] = limit
+
+
+def test_a_prompt_over_the_limit_says_how_much_the_environment_takes(planner, engine):
+    n = len(planner.prefix.ids)
+    with pytest.raises(PromptTooLong, match=f"the environment takes {n} of them, which leaves {6144 - n} for "
+                                            "the task and observations"):
+        planner.plan("tidy up", GREEDY, ["x " * 3000] * 3)
