@@ -267,7 +267,8 @@ def demo(
     typer.echo("starting the planning daemon ...", err=True)
     # tasks shaped like the example home's few-shot examples: what the 135M model plans well
     tasks = ["Bring the mug from the kitchen to the coffee table.",
-             "Switch off the floor lamp and tell me when you are done.", "Bring the glasses from the bedroom to the sofa."]
+             "Switch off the floor lamp and tell me when you are done.",
+             "Bring the glasses from the bedroom to the sofa."]
     with DaemonProcess(engine) as daemon, PlannerClient(daemon.socket, timeout_s=300) as client:
         health = client.health()
         typer.echo(f"daemon ready on {daemon.socket}: engine {health['engine']}, environment "
