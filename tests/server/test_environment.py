@@ -99,7 +99,8 @@ def test_a_yaml_home_goes_in_as_is(capped_daemon, planner):
     from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 
     text = EXAMPLE_HOME_PATH.read_text()
-    with httpx.Client(transport=httpx.HTTPTransport(uds=str(capped_daemon.socket)), base_url="http://x") as h:
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(capped_daemon.socket)), base_url="http://x",
+                      timeout=120) as h:  # each PUT prefills the home: seconds on a busy machine
         v = planner.get_environment()["version"]
         for media in ("application/yaml", "application/x-yaml; charset=utf-8", "text/yaml"):
             r = h.put("/v1/environment", content=text.encode(), headers={"Content-Type": media, "If-Match": f'"{v}"'})
