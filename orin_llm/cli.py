@@ -1,5 +1,10 @@
 """`orin-llm`: a thin typer layer over build, runtime and server. Errors a user can fix print
-one line and exit 2; anything else is a bug and keeps its traceback."""
+one line and exit 2; anything else is a bug and keeps its traceback.
+
+Help is click's plain layout (rich_markup_mode=None): typer's rich layout (typer 0.29) prints a
+type column for every parameter, flags included, so each flag read `--embedded <bool>` and even
+`--help <bool>`, as if it took a value; the plain layout writes a type only for options that take
+one (typer/core.py, TyperOption.get_help_record)."""
 
 from __future__ import annotations
 
@@ -12,10 +17,16 @@ import typer
 
 from .errors import OrinError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Build, serve and call a planning LLM on Jetson AGX Orin (and anywhere else).")
+environment_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                              help="Show or replace the home of a running daemon.")
+app.add_typer(environment_app, name="environment")
 
 DEFAULT_ENGINE = Path("engines/smollm2-135m-demo")
+SPECULATION_HELP = ("Drafter for speculative decoding: auto, none, lookup, draft_model or combined "
+                    "(an engine without a draft model has auto, none and lookup).")
+SOCKET_HELP = "Daemon socket (default: $ORIN_LLM_SOCKET, else the user's, else /run/orin-llm/planner.sock)."
 
 
 @app.command()
@@ -23,8 +34,8 @@ def build(
     profile: Optional[Path] = typer.Option(None, help="Build profile (TOML)."),
     embedded: bool = typer.Option(False, "--embedded", help="Build the embedded default profile."),
     out: Optional[Path] = typer.Option(None, help="Engine directory to write (default engines/<name>)."),
-    force: bool = typer.Option(False, help="Replace an existing engine directory."),
-    quiet: bool = typer.Option(False, help="No progress lines."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing engine directory."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory plan and every build "
                                  "command without running anything."),
 ) -> None:
@@ -47,11 +58,12 @@ def calibrate(
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory to (re)calibrate."),
     split: str = typer.Option("calib", help="Calibration split (calibration/<split>.jsonl)."),
     limit: Optional[int] = typer.Option(None, help="Use at most this many items (round-robin over homes)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress lines."),
 ) -> None:
     """Derive static INT8 KV scales (absmax per layer and KV head) and store them in the engine."""
     from .build.calibrate import calibrate_engine
 
-    manifest = calibrate_engine(engine, split, limit)
+    manifest = calibrate_engine(engine, split, limit, quiet=quiet)
     for role, entry in (("target", manifest.target), ("draft", manifest.draft)):
         if entry is not None:
             typer.echo(f"{role}: {entry.kv_cache.scales}")
@@ -89,14 +101,15 @@ def _params(max_tokens, temperature, top_p, seed, stop):
 
 @app.command()
 def generate(
-    prompt: str = typer.Argument(..., help="The prompt (wrapped in the chat template unless --raw)."),
+    prompt: str = typer.Argument(..., metavar="PROMPT", help="The prompt (wrapped in the chat template unless --raw)."),
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
-    max_tokens: int = typer.Option(128),
-    temperature: float = typer.Option(0.0, help="0 = greedy."),
-    top_p: float = typer.Option(1.0),
-    seed: Optional[int] = typer.Option(None),
-    stop: Optional[list[str]] = typer.Option(None, help="Stop string (repeatable)."),
-    raw: bool = typer.Option(False, help="Send the prompt as is, without the chat template."),
+    max_tokens: int = typer.Option(128, help="Most tokens to generate."),
+    temperature: float = typer.Option(0.0, help="Sampling temperature; 0 = greedy."),
+    top_p: float = typer.Option(1.0, help="Nucleus sampling: keep the most likely tokens up to this probability."),
+    seed: Optional[int] = typer.Option(None, help="Random seed for sampling (temperature > 0)."),
+    stop: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="Stop string (repeatable)."),
+    speculation: str = typer.Option("auto", help=SPECULATION_HELP),
+    raw: bool = typer.Option(False, "--raw", help="Send the prompt as is, without the chat template."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming."),
     device: str = typer.Option("auto", help="cpu, cuda, or auto."),
 ) -> None:
@@ -105,30 +118,31 @@ def generate(
 
     eng = Engine.load(engine, device=device)
     ids = eng.encode(prompt) if raw else eng.chat_ids([{"role": "user", "content": prompt}])
-    gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop))
+    gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop), speculation)
     if as_json:
         res = gen.run()
         typer.echo(json.dumps({"engine": eng.name, "text": res.text, "finish_reason": res.finish_reason,
-                               "timings": res.timings.as_dict()}))
+                               "timings": res.timings.as_dict(), "speculation": res.speculation.as_dict()}))
         return
     for delta in gen:
         sys.stdout.write(delta)
         sys.stdout.flush()
     res = gen.result
     typer.echo("")
-    typer.echo(_timing_line(res.timings), err=True)
+    typer.echo(_timing_line(res.timings, res.speculation), err=True)
 
 
-def _timing_line(t) -> str:
+def _timing_line(t, spec) -> str:
     return (f"-- {t.prompt_tokens} prompt tokens ({t.cached_prompt_tokens} cached), "
             f"{t.completion_tokens} completion tokens, TTFT {t.ttft_s * 1e3:.0f} ms, "
-            f"decode {t.decode_tokens_per_s:.1f} tok/s, total {t.total_s * 1e3:.0f} ms")
+            f"decode {t.decode_tokens_per_s:.1f} tok/s, total {t.total_s * 1e3:.0f} ms; "
+            f"speculation {spec.drafter}: {spec.accepted}/{spec.drafted} drafts accepted")
 
 
 @app.command()
 def serve(
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
-    environment: Optional[Path] = typer.Option(None, help="Home environment (YAML or text); "
+    environment: Optional[Path] = typer.Option(None, help="Home environment (YAML, JSON or text); "
                                                "default: the example home."),
     socket: Optional[Path] = typer.Option(None, help="Unix socket (default: $ORIN_LLM_SOCKET, else "
                                           "$XDG_RUNTIME_DIR/orin-llm/planner.sock, else /run/orin-llm/planner.sock)."),
@@ -156,14 +170,16 @@ def serve(
 
 @app.command()
 def plan(
-    task: str = typer.Argument(..., help="What the robot should do."),
-    socket: Optional[Path] = typer.Option(None, help="Daemon socket (default: the daemon's default path)."),
+    task: str = typer.Argument(..., metavar="TASK", help="What the robot should do."),
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
     engine: Optional[Path] = typer.Option(None, help="Run in-process on this engine instead of the daemon."),
-    environment: Optional[Path] = typer.Option(None, help="In-process only: home environment (YAML or text)."),
-    observation: Optional[list[str]] = typer.Option(None, help="An observation (repeatable)."),
-    max_tokens: Optional[int] = typer.Option(None),
-    temperature: Optional[float] = typer.Option(None),
-    seed: Optional[int] = typer.Option(None),
+    environment: Optional[Path] = typer.Option(None, help="In-process only: home environment (YAML, JSON or "
+                                               "text); default: the example home."),
+    observation: Optional[list[str]] = typer.Option(None, metavar="TEXT", help="An observation (repeatable)."),
+    max_tokens: Optional[int] = typer.Option(None, help="Most plan tokens (default 128)."),
+    temperature: Optional[float] = typer.Option(None, help="Sampling temperature; 0 or unset = greedy."),
+    seed: Optional[int] = typer.Option(None, help="Random seed for sampling (temperature > 0)."),
+    speculation: str = typer.Option("auto", help=SPECULATION_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
     stream: bool = typer.Option(False, "--stream", help="Print the plan as it is decoded."),
     timeout_s: float = typer.Option(120.0, help="Give up waiting for the daemon after this long."),
@@ -171,11 +187,12 @@ def plan(
     """Ask for a plan: through the daemon's socket, or in-process with --engine."""
     if engine is None:
         if environment is not None:
-            raise OrinError("--environment applies in-process (with --engine); the daemon has its own: "
-                            "PUT /v1/environment, or restart it with --environment")
+            raise OrinError(f"--environment applies in-process (with --engine); the daemon has its own home: "
+                            f"replace it with `orin-llm environment push {environment}`")
         from .server.cli import plan_command
 
-        plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s)
+        plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s,
+                     speculation)
         return
     from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
@@ -186,7 +203,7 @@ def plan(
     planner = Planner(Engine.load(engine), env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
-    gen = planner.start(task, params, observation)
+    gen = planner.start(task, params, observation, speculation)
     for delta in gen:
         if stream and not as_json:
             sys.stdout.write(delta)
@@ -200,6 +217,44 @@ def plan(
         return
     typer.echo("" if stream else res.text)
     typer.echo(summary(out), err=True)
+
+
+@app.command()
+def health(
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
+    wait: float = typer.Option(0.0, help="Wait up to this many seconds for the daemon to be ready (it may "
+                               "still be starting: loading the engine, pinning the home)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the daemon's /health as JSON."),
+) -> None:
+    """Is the daemon ready? Its engine, home and queue. Exit 0: ready · 1: not ready · 2: not there."""
+    from .server.cli import health_command
+
+    if not health_command(socket, wait, as_json):
+        raise typer.Exit(1)
+
+
+@environment_app.command("show")
+def environment_show(
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (the shape PUT takes) instead of YAML."),
+) -> None:
+    """Print the daemon's current home (YAML), and its version on stderr."""
+    from .server.cli import environment_show_command
+
+    environment_show_command(socket, as_json)
+
+
+@environment_app.command("push")
+def environment_push(
+    file: Path = typer.Argument(..., metavar="FILE", help="The home: a .yaml/.yml, .json, .txt or .md file."),
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
+    if_match: Optional[int] = typer.Option(None, help="Replace it only if the daemon is still at this "
+                                           "version (from `environment show`); else nothing changes."),
+) -> None:
+    """Replace a running daemon's home (checked here first); it pins the new prefix at once."""
+    from .server.cli import environment_push_command
+
+    environment_push_command(file, socket, if_match)
 
 
 @app.command()
@@ -217,8 +272,10 @@ def demo(
         typer.echo(f"building the embedded engine into {engine} (once) ...", err=True)
         build_engine(embedded_profile(), engine, force=True)
     typer.echo("starting the planning daemon ...", err=True)
-    tasks = ["Bring the mug from the kitchen to the coffee table.", "Switch off the bedside lamp.",
-             "Put the towel in the laundry basket."]
+    # tasks shaped like the example home's few-shot examples: what the 135M model plans well
+    tasks = ["Bring the mug from the kitchen to the coffee table.",
+             "Switch off the floor lamp and tell me when you are done.",
+             "Bring the glasses from the bedroom to the sofa."]
     with DaemonProcess(engine) as daemon, PlannerClient(daemon.socket, timeout_s=300) as client:
         health = client.health()
         typer.echo(f"daemon ready on {daemon.socket}: engine {health['engine']}, environment "
@@ -262,7 +319,7 @@ def bench(
     scenario: str = typer.Option("all", help=f"One of {', '.join(SCENARIOS)}, or all."),
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
     out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
-    quick: bool = typer.Option(False, help="A short smoke run."),
+    quick: bool = typer.Option(False, "--quick", help="A short smoke run."),
     policy: Optional[Path] = typer.Option(None, help="policy scenario: the policy's ONNX file (default: a STAND-IN "
                                           "policy generated into --out)."),
     policy_rate_hz: float = typer.Option(30.0, help="policy scenario: the control rate."),

@@ -21,7 +21,8 @@ from __future__ import annotations
 import http.client
 import json
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -100,6 +101,24 @@ class PlannerClient:
 
     def health(self) -> dict:
         return self._request("GET", "/health").json()
+
+    def wait_ready(self, timeout_s: float, alive: Optional[Callable[[], bool]] = None) -> dict:
+        """Poll /health until the daemon says it is ready, and return it. A daemon that is still starting
+        (no socket yet, or still loading the engine) is waited for; after timeout_s, or as soon as
+        `alive()` is false, the last error is raised (PlannerUnavailable if nobody ever answered)."""
+        end = time.monotonic() + timeout_s
+        while True:
+            try:
+                health = self.health()
+                if health.get("ready"):
+                    return health
+                error: PlannerError = PlannerError(None, f"the daemon at {self.socket_path} is not ready "
+                                                         f"(status {health.get('status')!r})")
+            except PlannerError as e:  # PlannerUnavailable included
+                error = e
+            if time.monotonic() >= end or (alive is not None and not alive()):
+                raise error
+            time.sleep(0.2)
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics").text

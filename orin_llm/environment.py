@@ -27,6 +27,7 @@ EXAMPLE_HOME_PATH = Path(__file__).resolve().parent / "data" / "homes" / "exampl
 
 YAML_SUFFIXES = (".yaml", ".yml")
 TEXT_SUFFIXES = (".txt", ".md")
+JSON_SUFFIXES = (".json",)  # the shape GET /v1/environment returns
 
 SYSTEM_PROMPT = (
     "You are the planner of a home robot. Turn the user's task into a plan.\n"
@@ -303,15 +304,15 @@ def environment_from_dict(d: Any, source: str = "<dict>") -> Environment:
 
 
 def load_environment(path: str | Path) -> Environment:
-    """Load an environment from a .yaml/.yml file or a plain-text .txt/.md file."""
+    """Load an environment from a .yaml/.yml or .json file, or a plain-text .txt/.md file."""
     p = Path(path)
     if not p.exists():
         raise OrinError(f"{p}: environment file not found; check the path")
     if not p.is_file():
-        raise OrinError(f"{p}: is not a file; give the path of a .yaml, .yml, .txt or .md environment file")
+        raise OrinError(f"{p}: is not a file; give the path of a .yaml, .yml, .json, .txt or .md environment file")
     suffix = p.suffix.lower()
-    if suffix not in YAML_SUFFIXES + TEXT_SUFFIXES:
-        raise OrinError(f"{p}: unsupported file type {p.suffix!r}; use .yaml, .yml, .txt or .md")
+    if suffix not in YAML_SUFFIXES + JSON_SUFFIXES + TEXT_SUFFIXES:
+        raise OrinError(f"{p}: unsupported file type {p.suffix!r}; use .yaml, .yml, .json, .txt or .md")
     try:
         content = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -324,6 +325,14 @@ def load_environment(path: str | Path) -> Environment:
             raise OrinError(f"{p}: file is empty; describe the home, its rooms and the robot's actions")
         return environment_from_dict({"name": p.stem, "text": content.strip()}, source=str(p))
 
+    if suffix in JSON_SUFFIXES:
+        try:
+            data = json.loads(content)
+        except json.JSONDecodeError as err:
+            raise OrinError(f"{p}: JSON syntax error at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        if isinstance(data, dict) and "name" not in data:
+            data = {"name": p.stem, **data}
+        return environment_from_dict(data, source=str(p))
     try:
         data = yaml.safe_load(content)
     except yaml.YAMLError as err:

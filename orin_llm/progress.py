@@ -22,3 +22,35 @@ class Steps:
         if not self.quiet:
             print(f"[{self.n}/{self.total}] {what}: done in {time.perf_counter() - t0:.1f}s",
                   file=sys.stderr, flush=True)
+
+
+class Counter:
+    """Progress through the items of one long step, with an estimate of the time left from the rate
+    measured so far (items done / seconds spent). On a terminal one line is rewritten after every
+    item; in a log a line is written at most every `every_s` seconds, and at the end."""
+
+    def __init__(self, what: str, total: int, unit: str = "items", quiet: bool = False, every_s: float = 5.0):
+        self.what, self.total, self.unit, self.quiet, self.every_s = what, total, unit, quiet, every_s
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self._last = -float("inf")
+        self._tty = sys.stderr.isatty()
+
+    def line(self) -> str:
+        spent = time.perf_counter() - self.t0
+        text = f"      {self.what}: {self.done}/{self.total} {self.unit}, {spent:.1f}s"
+        if 0 < self.done < self.total:
+            text += f", about {spent / self.done * (self.total - self.done):.0f}s left"
+        return text
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.quiet:
+            return
+        now = time.perf_counter()
+        end = self.done >= self.total
+        if self._tty:
+            print("\r\033[K" + self.line(), end="\n" if end else "", file=sys.stderr, flush=True)
+        elif end or now - self._last >= self.every_s:
+            print(self.line(), file=sys.stderr, flush=True)
+            self._last = now

@@ -41,3 +41,62 @@ def test_build_refuses_to_overwrite(engine_dir):
 def test_missing_engine_says_how_to_build(tmp_path):
     proc = orin_llm("generate", "--engine", str(tmp_path / "none"), "hi", check=False)
     assert proc.returncode == 2 and "orin-llm build --embedded" in proc.stderr
+
+
+def all_commands():
+    """(name, click command) for every command and subcommand of the real CLI."""
+    import typer
+
+    from orin_llm.cli import app
+
+    todo = [("orin-llm", typer.main.get_command(app))]
+    while todo:
+        name, cmd = todo.pop()
+        yield name, cmd
+        todo.extend((f"{name} {sub}", c) for sub, c in getattr(cmd, "commands", {}).items())
+
+
+def test_flags_read_as_flags_and_every_option_says_what_it_does():
+    import click
+
+    seen = set()
+    for name, cmd in all_commands():
+        seen.add(name)
+        ctx = click.Context(cmd, info_name=name)
+        text = cmd.get_help(ctx)
+        assert "<bool>" not in text and "BOOLEAN" not in text, (name, text)
+        for param in cmd.get_params(ctx):
+            if isinstance(param, click.Option):
+                assert param.help, f"{name} {param.opts[0]} has no help text"
+                if param.is_flag:  # a flag shows no value placeholder in the help
+                    record = param.get_help_record(ctx)[0]
+                    assert record.split() == [o for o in record.split() if o.startswith("-") or o == "/"], record
+    assert {"orin-llm plan", "orin-llm generate", "orin-llm environment push", "orin-llm environment show"} <= seen
+
+
+def test_help_as_a_user_sees_it():
+    proc = orin_llm("build", "--help")
+    assert "--embedded " in proc.stdout and "<bool>" not in proc.stdout
+    for command in ("plan", "generate"):
+        assert "--speculation" in orin_llm(command, "--help").stdout
+
+
+def test_generate_speculation(engine_dir):
+    for mode in ("none", "lookup", "draft_model"):
+        proc = orin_llm("generate", "--engine", str(engine_dir), "--json", "--max-tokens", "6", "--speculation", mode,
+                        "Name a fruit.")
+        assert json.loads(proc.stdout)["speculation"]["drafter"] == mode
+    proc = orin_llm("generate", "--engine", str(engine_dir), "--speculation", "medusa", "hi", check=False)
+    assert proc.returncode == 2 and "speculation 'medusa' is not available" in proc.stderr
+
+
+def test_calibrate_shows_progress_prompt_by_prompt(engine_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "engine"
+    shutil.copytree(engine_dir, copy)
+    proc = orin_llm("calibrate", "--engine", str(copy), "--limit", "3")
+    lines = [line.strip() for line in proc.stderr.splitlines() if "calibrating" in line]
+    # target and draft, 3 prompts each (one per home); the last line has the total time
+    assert lines and lines[-1].startswith("calibrating (target and draft, 3 homes): 6/6 prompts, ")
+    assert "target: target/kv_scales.safetensors" in proc.stdout

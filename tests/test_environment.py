@@ -141,9 +141,21 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_unsupported_suffix(tmp_path: Path) -> None:
-    p = _write(tmp_path, "home.json", "{}")
-    with pytest.raises(OrinError, match="unsupported file type"):
+    p = _write(tmp_path, "home.toml", "name = 'x'")
+    with pytest.raises(OrinError, match=r"unsupported file type '.toml'; use .yaml, .yml, .json, .txt or .md"):
         load_environment(p)
+
+
+def test_a_json_home_is_the_shape_get_environment_returns(tmp_path: Path) -> None:
+    import json
+
+    home = load_environment(EXAMPLE_HOME_PATH)
+    nameless = {k: v for k, v in home.model_dump(mode="json").items() if k != "name"}
+    p = _write(tmp_path, "flat.json", json.dumps(nameless))
+    assert load_environment(p) == home.model_copy(update={"name": "flat"})  # the name defaults to the file's stem
+    _write(tmp_path, "bad.json", '{"name": "x",')
+    with pytest.raises(OrinError, match="bad.json: JSON syntax error at line 1, column 14"):
+        load_environment(tmp_path / "bad.json")
 
 
 def test_example_calling_undeclared_action(tmp_path: Path) -> None:

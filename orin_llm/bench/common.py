@@ -44,7 +44,7 @@ def loaded(engine_dir: Path, **options: Any) -> Iterator[Any]:
 
 def manifest_kv(manifest) -> dict[str, Any]:
     """The target's KV cache as the manifest says it was built, with fp16 and int8 bytes per token for scale
-    (2 × layers × kv_heads × head_dim × bytes per element, DESIGN "Memory model")."""
+    (2 × layers × kv_heads × head_dim × bytes per element, docs/ARCHITECTURE.md, "Memory")."""
     from ..build.memory import KV_BYTES
 
     arch, dtype = manifest.target.arch, manifest.target.kv_cache.dtype

@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from ..calibration_data import CalibrationItem, load_home, load_split
 from ..environment import prefix_messages, task_message
 from ..errors import OrinError
+from ..progress import Counter
 from ..runtime.kv_cache import AbsmaxObserver
 
 SCALES_FILE = "kv_scales.safetensors"
@@ -34,7 +35,7 @@ def interleave_by_home(items: list[CalibrationItem], limit: Optional[int]) -> li
 
 def sequences(engine, items: list[CalibrationItem], root: Optional[Path] = None):
     """(prefix ids, [ids of each item's task + reference answer]) per home, tokenized the way the
-    planner does: prefix and rest separately (DESIGN invariant 2)."""
+    planner does: prefix and rest separately (docs/ARCHITECTURE.md, invariant 2)."""
     by_home: dict[str, list[CalibrationItem]] = defaultdict(list)
     for it in items:
         by_home[it.home].append(it)
@@ -50,7 +51,8 @@ def sequences(engine, items: list[CalibrationItem], root: Optional[Path] = None)
         yield engine.encode(prefix_text), rests
 
 
-def observe(model, seqs, capacity: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def observe(model, seqs, capacity: int, dtype: torch.dtype,
+            progress: Optional[Counter] = None) -> tuple[torch.Tensor, torch.Tensor]:
     device = model.embed_tokens.weight.device
     cache = AbsmaxObserver(model.arch, capacity, dtype, device)
     for prefix, rests in seqs:
@@ -59,6 +61,8 @@ def observe(model, seqs, capacity: int, dtype: torch.dtype) -> tuple[torch.Tenso
         for rest in rests:
             cache.crop(len(prefix))
             model(torch.tensor(rest, device=device), cache)
+            if progress is not None:
+                progress.advance()
     if not torch.all(cache.k_absmax > 0):
         raise OrinError("calibration saw no K/V for some layer or head; is the calibration split empty?")
     return cache.k_absmax, cache.v_absmax
@@ -79,25 +83,26 @@ def load_scales(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def calibrate(engine, split: str = "calib", limit: Optional[int] = None,
-              root: Optional[Path] = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Absmax statistics for the target (and the draft, if the engine has one)."""
+              root: Optional[Path] = None, quiet: bool = True) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Absmax statistics for the target (and the draft, if the engine has one), with a progress line
+    prompt by prompt (stderr) unless quiet."""
     items = interleave_by_home(load_split(split, root), limit)
     seqs = list(sequences(engine, items, root))
     capacity = max(len(p) + max(len(r) for r in rs) for p, rs in seqs)
-    out = {"target": observe(engine.model, seqs, capacity, torch.float32)}
-    if engine.draft_model is not None:
-        out["draft"] = observe(engine.draft_model, seqs, capacity, torch.float32)
-    return out
+    models = {"target": engine.model, **({"draft": engine.draft_model} if engine.draft_model is not None else {})}
+    progress = Counter(f"calibrating ({' and '.join(models)}, {len(seqs)} homes)", len(items) * len(models),
+                       unit="prompts", quiet=quiet)
+    return {role: observe(model, seqs, capacity, torch.float32, progress) for role, model in models.items()}
 
 
 def calibrate_engine(engine_dir: Path, split: str = "calib", limit: Optional[int] = None,
-                     root: Optional[Path] = None, device: str = "cpu"):
+                     root: Optional[Path] = None, device: str = "cpu", quiet: bool = True):
     """Derive KV scales for an engine dir and record them in its manifest."""
     from ..manifest import file_entry, write_manifest
     from ..runtime.engine import Engine
 
     engine = Engine.load(engine_dir, device=device, kv_cache="fp32")
-    stats = calibrate(engine, split, limit, root)
+    stats = calibrate(engine, split, limit, root, quiet=quiet)
     manifest = engine.manifest
     n = len(interleave_by_home(load_split(split, root), limit))
     for role, (k_absmax, v_absmax) in stats.items():

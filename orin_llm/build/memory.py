@@ -7,7 +7,7 @@ it starts from the device's usable memory and subtracts, item by item,
     OS and services  -  CUDA contexts  -  policy model  -  target and draft weights  -  workspace
 
 and what is left is the KV-cache budget, split so that target and draft hold the same number of
-tokens (the draft has to cache every sequence the target does). See DESIGN.md, "Memory model".
+tokens (the draft has to cache every sequence the target does). See docs/ARCHITECTURE.md, "Memory".
 
 Everything here reads config.json / GGUF metadata / ONNX protobufs only: no torch, no weights,
 so an Orin build can be planned on a laptop.

@@ -113,7 +113,7 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
             with steps.step(f"calibrating INT8 KV scales on the {profile.calibration} split"):
                 from .calibrate import calibrate_engine
 
-                calibrate_engine(tmp, profile.calibration, profile.calibration_size)
+                calibrate_engine(tmp, profile.calibration, profile.calibration_size, quiet=quiet)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -41,6 +41,7 @@ class Timings:
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens whose K/V came from the cache: not computed here
+    computed_prompt_tokens: int = 0  # prompt tokens this request fed through prefill (the engine's count)
     completion_tokens: int = 0
     forced_tokens: int = 0  # completion tokens the grammar forced: emitted without a model step
     ttft_s: float = 0.0
@@ -59,6 +60,7 @@ class Timings:
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "prompt_tokens": self.prompt_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
+            "computed_prompt_tokens": self.computed_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "forced_tokens": self.forced_tokens,
         }
@@ -186,6 +188,10 @@ class Generation:
             self.engine.cache.grow(kv, end)
             last = end == self._prefill_end and not self.prefill_only
             self._kind = "prefill"
+            if end <= len(self.prompt_ids):
+                self.timings.computed_prompt_tokens += end - start  # (a preempted request's output: not prompt)
+            else:
+                self.timings.computed_prompt_tokens += max(0, len(self.prompt_ids) - start)
             return Item(self._tensor(self.context[start:end]), kv.target, 1 if last else 0,
                         block=self.engine.cache.block_size)
         draft, q, masks = self._propose()

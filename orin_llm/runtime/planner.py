@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..environment import Environment, Step, prefix_messages, task_message
-from ..errors import OrinError
+from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..home.grammar import plan_grammar
 from ..home.steps import Rejected, check_steps
 from .cache import Pin
@@ -123,7 +123,10 @@ class Planner:
         messages = tuple(prefix_messages(environment))
         text = self.engine.chat_text(list(messages), add_generation_prompt=False)
         ids = tuple(self.engine.encode(text))
-        self.engine.check_prompt(len(ids))
+        try:
+            self.engine.check_prompt(len(ids) + 1)  # room for a task: at least one token
+        except PromptTooLong as e:
+            raise EnvironmentTooLong(environment.name, len(ids), e.limit) from None
         grammar = None
         if self.constrains and not environment.is_text:  # GrammarError: the old version stays
             grammar = Grammar.lark(self.engine.vocabulary(), plan_grammar(environment),
@@ -218,8 +221,15 @@ class Planner:
         else:
             messages = conversation.messages + [task_message(task, observations)]
             ids, text = self._turn_ids(conversation, messages, home)
+        try:
+            gen = self.engine.generate(ids, params, speculation, **extra)
+        except PromptTooLong as e:
+            n = len(prefix.ids)
+            raise PromptTooLong(e.tokens, e.limit, f"the prompt has {e.tokens} tokens, over this engine's "
+                                f"max_input_len of {e.limit}: the environment takes {n} of them, which leaves "
+                                f"{e.limit - n} for the task and observations; shorten those") from None
+        if conversation is not None:  # recorded only once the turn is accepted
             conversation.messages, conversation.ids, conversation.text = messages, ids, text
-        gen = self.engine.generate(ids, params, speculation, **extra)
         gen.started = started
         gen.conversation = conversation
         return gen

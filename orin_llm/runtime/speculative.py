@@ -1,6 +1,6 @@
 """Speculative decoding: drafters propose, the target verifies k+1 positions in one forward.
 
-Lossless (DESIGN invariant 1): greedy output equals plain greedy output; sampled output follows
+Lossless (docs/ARCHITECTURE.md, invariant 1): greedy output equals plain greedy output; sampled output follows
 the target's distribution (Leviathan et al. 2022): accept draft token d with min(1, p(d)/q(d)),
 else emit a sample of norm(max(0, p − q)); after a full accept, a bonus token from p.
 

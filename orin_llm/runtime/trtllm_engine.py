@@ -584,7 +584,8 @@ class TrtllmGeneration:
 
     def __iter__(self) -> Iterator[str]:
         self._t0 = time.perf_counter() if self.started is None else self.started
-        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
+        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached,
+                                computed_prompt_tokens=len(self.prompt_ids) - self.cached)
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []
         self._finish: Literal["stop", "length"] = "length"

@@ -1,7 +1,9 @@
 """The planning daemon: HTTP/1.1 over a Unix socket in front of one engine worker.
 
-Modules: `sockets` (paths, binding, sd_notify), `schemas` (request bodies), `worker` (the thread
-that owns the engine), `jobs` (what a request runs on it), `streams` (waiting on a job, SSE),
-`app` (routes), `metrics`, `body_limit`, `daemon` (`serve`), `cli` (the CLI's commands).
+Modules: `sockets` (paths, binding, sd_notify), `protocol` (the HTTP connection: head limits,
+arrival times, clients that go away), `content` (how bodies are read), `body_limit`, `schemas`
+(request bodies), `worker` (the thread that owns the engine), `jobs` (what a request runs on it),
+`streams` (waiting on a job, SSE), `app` (routes), `metrics`, `daemon` (`serve`), `process` (a
+daemon in a child process), `cli` (the CLI's commands).
 Nothing here is imported by the package root: `sockets` stays importable without FastAPI.
 """

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN.md, "The socket API"): FastAPI routes in front of one Worker.
+"""The HTTP API (docs/ARCHITECTURE.md, "The daemon"): FastAPI routes in front of one Worker.
 
 Handlers validate, build a job and wait for it; they never touch the engine themselves, so
 the event loop stays free to accept, stream and notice disconnects while the worker decodes.
@@ -7,12 +7,14 @@ the event loop stays free to accept, stream and notice disconnects while the wor
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from fastapi import Body, FastAPI, Header, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -24,6 +26,7 @@ from ..errors import OrinError
 from ..runtime.engine import Engine
 from ..runtime.sampling import SamplingParams
 from .body_limit import BodyLimit
+from .content import JsonBodies, parse_environment_body
 from .errors import RequestError, error_body
 from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job
 from .schemas import ChatRequest, EnvironmentVersion, ErrorResponse, PlanRequest, PlanResponse, Sampling, check_utf8
@@ -33,7 +36,8 @@ from .worker import Job, Worker
 ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
 MODELS = {"/v1/plan": PlanRequest, "/v1/chat/completions": ChatRequest}
 ERRORS: dict = {status: {"model": ErrorResponse, "description": what} for status, what in (
-    (412, "If-Match names another environment version"), (413, "Body or prompt over the limits"),
+    (400, "stream asked for over HTTP/1.0"),
+    (412, "If-Match names another environment version"), (413, "Body, prompt or environment over the limits"),
     (422, "Invalid request: the message says what to fix"), (503, "Queue full (see Retry-After) or shutting down"),
     (504, "deadline_ms passed"))}
 
@@ -69,6 +73,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                   docs_url=None, redoc_url=None)  # the docs pages load scripts from a CDN
     app.add_middleware(BodyLimit, limit=config.max_body_bytes,
                        on_reject=lambda path: count(path, "invalid"))
+    app.add_middleware(JsonBodies)
 
     def count(path: str, outcome: str) -> None:
         if path in ENDPOINTS:
@@ -152,19 +157,23 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         return JSONResponse(prefix.environment.model_dump(mode="json", exclude_none=True),
                             headers={"ETag": f'"{prefix.version}"'})
 
-    @app.put("/v1/environment", responses={200: {"model": EnvironmentVersion}, **ERRORS})
+    @app.put("/v1/environment", responses={200: {"model": EnvironmentVersion}, **ERRORS},
+             openapi_extra={"requestBody": ENVIRONMENT_BODY})
     async def put_environment(
         request: Request,
-        body: dict[str, Any] = Body(..., description="An environment, in the shape GET /v1/environment "
-                                                     "returns (the YAML home as JSON)."),
         if_match: Optional[str] = Header(None, description='The ETag of GET /v1/environment, e.g. "3".'),
     ) -> Response:
+        """Replace the home: JSON (the shape GET returns), or the YAML file itself with
+        `Content-Type: application/yaml`. Requests already running finish on the old one."""
+        body = await request.body()  # within the body limit (BodyLimit counts it)
         try:
-            check_utf8(body)
-            env = environment_from_dict(body, source="environment")
+            data = parse_environment_body(body, request.headers.get("content-type"))
+            check_utf8(data)
+            env = environment_from_dict(data, source="environment")
         except (OrinError, ValueError) as e:
             raise RequestError(422, str(e)) from None
-        job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop())
+        job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop(),
+                  created=arrival(request))
         return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
 
     @app.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
@@ -172,17 +181,19 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
     async def plan(req: PlanRequest, request: Request) -> Response:
         """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
         then the full response, then `[DONE]`."""
+        check_stream(req, request)
         job = Job("plan", plan_job(req, sampling(req, req.max_tokens)), asyncio.get_running_loop(),
-                  stream=req.stream, deadline_ms=req.deadline_ms)
+                  stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
         return await respond(job, request, JSONResponse)
 
     @app.post("/v1/chat/completions", responses=ERRORS)
     async def chat(req: ChatRequest, request: Request) -> Response:
         """OpenAI-compatible chat completion; `model` may name anything, the engine answers."""
+        check_stream(req, request)
         wanted = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
         meta = chat_meta(engine.name)
         job = Job("chat", chat_job(req, sampling(req, wanted, req.stops()), meta), asyncio.get_running_loop(),
-                  stream=req.stream, deadline_ms=req.deadline_ms)
+                  stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
         def on_done(completion: dict) -> list[dict]:
@@ -206,6 +217,24 @@ def scheduler_info(engine) -> dict:
     return {"max_running": sched.config.max_running, "max_step_tokens": sched.config.max_step_tokens,
             "prefill_chunk_tokens": engine.prefill_chunk_tokens, "running": len(sched.running),
             "waiting": len(sched.waiting)}
+ENVIRONMENT_BODY = {"required": True, "description": "An environment: JSON in the shape GET /v1/environment "
+                    "returns, or the YAML home file as is (Content-Type: application/yaml).",
+                    "content": {media: {"schema": {"type": "object", "additionalProperties": True}}
+                                for media in ("application/json", "application/yaml")}}
+
+
+def arrival(request: Request) -> float:
+    """time.monotonic() when the request's head had arrived (server/protocol.py stamps it; pipelined
+    requests wait for the ones before them, and that counts as queueing), else now."""
+    return getattr(request.state, "arrived", None) or time.monotonic()
+
+
+def check_stream(req: Sampling, request: Request) -> None:
+    # A stream has no length up front, so it goes out chunked; RFC 9112 §6.1: a server MUST NOT send
+    # Transfer-Encoding to a request that does not indicate HTTP/1.1, and uvicorn would.
+    if req.stream and request.scope.get("http_version") == "1.0":
+        raise RequestError(400, "stream needs HTTP/1.1 (a streamed answer is sent in chunks, which HTTP/1.0 "
+                                "does not have); send the request over HTTP/1.1, or without stream")
 
 
 def parse_if_match(value: Optional[str]) -> Optional[int]:
@@ -229,13 +258,35 @@ def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:
             why = e.get("ctx", {}).get("error", msg)
             parts.append(f"the body is not valid JSON ({why} at character {where})")
             continue
+        if kind == "model_attributes_type" and not loc:
+            parts.append(f"the body must be a JSON object, got {json_kind(e.get('input'))}")
+            continue
         if kind == "extra_forbidden":
             msg = "unknown field"
             if model is not None and len(loc) == 1:
                 msg += f" (allowed: {', '.join(model.model_fields)})"
+        elif kind == "finite_number":  # NaN or ±Infinity: JSON has no such numbers, Python's parser reads them
+            value = e.get("input")
+            msg = f"must be a finite number, got {'NaN' if value != value else ('-' if value < 0 else '') + 'Infinity'}"
+        elif kind.endswith("_type") and "input" in e:  # strict types: say what came instead
+            msg += f", got {json_kind(e['input'])}"
         elif kind == "missing":
             msg = "required field missing"
         elif msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         parts.append(f"{where}: {msg}")
     return "; ".join(parts) or "invalid request"
+
+
+def json_kind(value: Any) -> str:
+    """A received JSON value, briefly: `"8" (a string)`, `true (a boolean)`, `a list`."""
+    if isinstance(value, bool):
+        return f"{'true' if value else 'false'} (a boolean)"
+    if isinstance(value, str):
+        shown = json.dumps(value if len(value) <= 20 else value[:20] + "…", ensure_ascii=False)
+        return f"{shown} (a string)"
+    if isinstance(value, (int, float)):
+        return f"{value!r} (a number)"
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list"}.get(type(value), type(value).__name__)

@@ -1,5 +1,5 @@
-"""The CLI's `serve` and `plan` commands as plain functions (the typer layer in orin_llm/cli.py
-only declares the options). Problems a user can fix raise OrinError: one line, exit 2."""
+"""The CLI's `serve`, `plan` and `environment` commands as plain functions (the typer layer in
+orin_llm/cli.py only declares the options). Problems a user can fix raise OrinError: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Pa
 
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,
                  stream: bool, max_tokens: Optional[int], temperature: Optional[float], seed: Optional[int],
-                 timeout_s: float) -> None:
+                 timeout_s: float, speculation: str = "auto") -> None:
     """Ask the daemon for a plan. --json prints the response (with --stream: one JSON event per line)."""
     from ..client import PlannerClient, PlannerError
 
-    opts = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+    opts = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "speculation": speculation}
     try:
         with PlannerClient(socket, timeout_s=timeout_s) as client:
             if not stream:
@@ -62,10 +62,70 @@ def plan_command(task: str, socket: Optional[Path], observations: Optional[list[
 
 
 def summary(result: dict) -> str:
+    """Two lines for a person: the steps, then tokens and timings. With a daemon the queue wait comes
+    first, then the engine's figures, then what the client waited (queue + engine)."""
     steps = "; ".join(f"{s['action']}({', '.join(s['args'])})" for s in result.get("steps", []))
     t = result.get("timings", {})
+    cached = f"{t.get('cached_prompt_tokens')} cached"
+    engine = (f"TTFT {t.get('ttft_ms', 0):.0f} ms, decode {t.get('decode_tokens_per_s', 0):.1f} tok/s, "
+              f"total {t.get('total_ms', 0):.0f} ms")
+    if "queue_ms" in t:  # from the daemon
+        engine = (f"queued {t['queue_ms']:.0f} ms, then {engine} (since arrival: TTFT "
+                  f"{t['ttft_since_arrival_ms']:.0f} ms, total {t['total_since_arrival_ms']:.0f} ms)")
     return (f"-- {len(result.get('steps', []))} step(s): {steps}\n"
             f"-- environment v{result.get('environment_version')}, {t.get('prompt_tokens')} prompt tokens "
-            f"({t.get('cached_prompt_tokens')} cached), {t.get('completion_tokens')} completion tokens, "
-            f"TTFT {t.get('ttft_ms', 0):.0f} ms, decode {t.get('decode_tokens_per_s', 0):.1f} tok/s, "
-            f"total {t.get('total_ms', 0):.0f} ms")
+            f"({cached}), {t.get('completion_tokens')} completion tokens, {engine}")
+
+
+def health_command(socket: Optional[Path], wait_s: float, as_json: bool) -> bool:
+    """Print the daemon's health; with wait_s > 0, wait that long for it to be ready first.
+    Returns whether it is ready."""
+    from ..client import PlannerClient, PlannerError
+
+    try:
+        with PlannerClient(socket, timeout_s=max(wait_s, 30)) as client:
+            h = client.wait_ready(wait_s) if wait_s > 0 else client.health()
+    except PlannerError as e:
+        raise OrinError(str(e)) from None
+    if as_json:
+        print(json.dumps(h))
+    else:
+        env, queue = h["environment"], h["queue"]
+        print(f"{h['status']}: engine {h['engine']} ({h['backend']}, {h['device']}), environment {env['name']!r} "
+              f"v{env['version']} ({h['prefix_tokens']} prefix tokens pinned), queue {queue['depth']}/"
+              f"{queue['capacity']}{', one running' if queue['running'] else ''}")
+    return bool(h["ready"])
+
+
+def environment_show_command(socket: Optional[Path], as_json: bool) -> None:
+    """Print the daemon's home: YAML (or JSON) on stdout, its version on stderr."""
+    import yaml
+
+    from ..client import PlannerClient, PlannerError
+
+    try:
+        with PlannerClient(socket, timeout_s=30) as client:
+            got = client.get_environment()
+    except PlannerError as e:
+        raise OrinError(str(e)) from None
+    home = got["environment"]
+    print(json.dumps(home, indent=2, ensure_ascii=False) if as_json
+          else yaml.safe_dump(home, sort_keys=False, allow_unicode=True, width=100), end="" if not as_json else "\n")
+    print(f"-- environment {home.get('name')!r}, version {got['version']}", file=sys.stderr)
+
+
+def environment_push_command(file: Path, socket: Optional[Path], if_match: Optional[int]) -> None:
+    """Validate a home file here (errors name the file and line), then PUT it with If-Match."""
+    from ..client import PlannerClient, PlannerError
+    from ..environment import load_environment
+
+    env = load_environment(file)
+    body = env.model_dump(mode="json", exclude_none=True)
+    try:
+        with PlannerClient(socket, timeout_s=300) as client:  # the daemon prefills the new prefix first
+            r = client.put_environment(body, if_match=if_match)
+    except PlannerError as e:
+        if e.status == 412:
+            raise OrinError(f"{e.message}; nothing was changed") from None
+        raise OrinError(str(e)) from None
+    print(f"environment {r['name']!r} is now version {r['version']} ({r['prefix_tokens']} prefix tokens pinned)")

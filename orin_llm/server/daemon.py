@@ -101,6 +101,7 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
     from ..runtime.loader import load_engine
     from ..runtime.planner import Planner
     from .app import ServerConfig, create_app
+    from .protocol import Protocol
     from .worker import Worker
 
     class Server(uvicorn.Server):
@@ -129,7 +130,7 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
 
     worker = Worker(make_planner, queue_size=queue_size)
     app = create_app(worker, ServerConfig(max_tokens_limit=max_tokens_limit))
-    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, lifespan="on",
+    config = uvicorn.Config(app, http=Protocol, log_level=log_level.lower(), access_log=False, lifespan="on",
                             timeout_graceful_shutdown=grace_s, limit_concurrency=512, server_header=False)
     return Server(config)
 

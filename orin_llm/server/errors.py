@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 
 KINDS = {400: "invalid_request_error", 404: "not_found", 405: "invalid_request_error",
          412: "precondition_failed", 413: "request_too_large", 422: "invalid_request_error",
+         431: "invalid_request_error",
          499: "client_closed_request", 500: "internal_error", 503: "unavailable",
          504: "deadline_exceeded"}
 

@@ -1,8 +1,13 @@
 """What each endpoint runs on the worker thread, and the payload it answers with.
 
 Each `*_job` returns a `begin(planner)` for worker.Job: it validates what needs the tokenizer
-(prompt length, the speculation name), starts the generation and returns it with a `finish()`
-that builds the response once the generation is exhausted.
+(prompt length, the speculation name), starts the generation and returns it with a
+`finish(queue_s)` that builds the response once the generation is exhausted.
+
+Timings say where they start. The engine's own figures (`ttft_ms`, `total_ms`, decode speed) count
+from when the engine began the request; `queue_ms` is the wait before that, from the request's
+arrival (its headers read); `ttft_since_arrival_ms` and `total_since_arrival_ms` are what the client
+waited: queue + engine.
 """
 
 from __future__ import annotations
@@ -25,12 +30,12 @@ def plan_job(req: PlanRequest, params: SamplingParams):
         assert prefix is not None
         gen = planner.start(req.task, params, req.observations, req.speculation)
 
-        def finish() -> dict:
+        def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
             steps = [{"action": s.action, "args": list(s.args)} for s in plan.steps]
             return {"engine": planner.engine.name, "environment_version": plan.environment_version,
                     "plan": plan.text, "steps": steps,
-                    "finish_reason": plan.result.finish_reason, **stats(plan.result)}
+                    "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s)}
         return gen, finish
     return begin
 
@@ -46,9 +51,9 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
         gen = planner.engine.generate(ids, params, req.speculation)
         gen.started = started
 
-        def finish() -> dict:
+        def finish(queue_s: float) -> dict:
             assert gen.result is not None
-            return chat_completion(meta, gen.result)
+            return chat_completion(meta, gen.result, queue_s)
         return gen, finish
     return begin
 
@@ -61,23 +66,30 @@ def environment_job(env: Environment, if_match: Optional[int]):
         version = planner.set_environment(env)  # renders, tokenizes and prefills the new prefix
         assert planner.prefix is not None and planner.prefix.version == version
         result = {"version": version, "name": env.name, "prefix_tokens": len(planner.prefix.ids)}
-        return None, lambda: result
+        return None, lambda queue_s: result
     return begin
 
 
-def stats(result: Result) -> dict:
-    return {"timings": result.timings.as_dict(), "speculation": result.speculation.as_dict()}
+def stats(result: Result, queue_s: float) -> dict:
+    t = result.timings
+    timings = {**t.as_dict(), "queue_ms": ms(queue_s), "ttft_since_arrival_ms": ms(queue_s + t.ttft_s),
+               "total_since_arrival_ms": ms(queue_s + t.total_s)}
+    return {"timings": timings, "speculation": result.speculation.as_dict()}
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
 
 
 def chat_meta(model: str) -> dict:
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
 
 
-def chat_completion(meta: dict, result: Result) -> dict:
+def chat_completion(meta: dict, result: Result, queue_s: float) -> dict:
     return {**meta, "object": "chat.completion",
             "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
                          "finish_reason": result.finish_reason, "logprobs": None}],
-            "usage": usage(result), **stats(result)}
+            "usage": usage(result), **stats(result, queue_s)}
 
 
 def usage(result: Result) -> dict:

@@ -3,6 +3,10 @@
 Outcomes of `orin_llm_requests_total`: ok, invalid (4xx), rejected (queue full), cancelled
 (client went away), deadline, shutdown, error (5xx, a bug). TTFT and latency count from the
 request's arrival, queue wait included: what a client sees.
+
+`orin_llm_cached_prompt_tokens_total` counts only prompt tokens a request did not compute (its
+prompt's blocks that the KV cache held); `orin_llm_computed_prompt_tokens_total` counts what the
+engine fed through prefill for requests. With no preemption the two add up to the prompt tokens.
 """
 
 from __future__ import annotations
@@ -39,7 +43,9 @@ class Metrics:
                                 ["endpoint"], buckets=RATES, registry=r)
         self.prompt = Counter("orin_llm_prompt_tokens", "Prompt tokens", ["endpoint"], registry=r)
         self.cached = Counter("orin_llm_cached_prompt_tokens", "Prompt tokens served from the pinned "
-                              "environment prefix", ["endpoint"], registry=r)
+                              "environment prefix (not computed for the request)", ["endpoint"], registry=r)
+        self.computed = Counter("orin_llm_computed_prompt_tokens", "Prompt tokens the engine computed (prefill) "
+                                "for requests", ["endpoint"], registry=r)
         self.completion = Counter("orin_llm_completion_tokens", "Generated tokens", ["endpoint"], registry=r)
         self.drafted = Counter("orin_llm_speculation_drafted_tokens", "Draft tokens proposed",
                                ["drafter"], registry=r)
@@ -83,6 +89,7 @@ class Metrics:
             self.decode.labels(endpoint).observe(t.decode_tokens_per_s)
         self.prompt.labels(endpoint).inc(t.prompt_tokens)
         self.cached.labels(endpoint).inc(t.cached_prompt_tokens)
+        self.computed.labels(endpoint).inc(t.computed_prompt_tokens)
         self.completion.labels(endpoint).inc(t.completion_tokens)
         if s.drafted:
             self.drafted.labels(s.drafter).inc(s.drafted)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ..client import PlannerClient, PlannerError
@@ -34,18 +33,13 @@ class DaemonProcess:
         return self
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        try:
+            with PlannerClient(self.socket, timeout_s=30) as c:
+                c.wait_ready(180, alive=lambda: self.proc.poll() is None)
+        except PlannerError as e:
             if self.proc.poll() is not None:
-                raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}")
-            try:
-                with PlannerClient(self.socket, timeout_s=30) as c:
-                    if c.health().get("ready"):
-                        return
-            except PlannerError:  # refused, or waiting in the backlog while the engine loads
-                pass
-            time.sleep(0.3)
-        raise OrinError("the daemon did not become ready within 180 s")
+                raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}") from None
+            raise OrinError(f"the daemon did not become ready within 180 s: {e}") from None
 
     def __exit__(self, *exc) -> None:
         if self.proc.poll() is None:

@@ -1,4 +1,7 @@
-"""Request bodies. Unknown fields are refused (422 naming them) rather than silently ignored.
+"""Request bodies. Unknown fields are refused (422 naming them) rather than silently ignored, and
+types are strict: no "8" or true for an integer, no "0.5" for a number, no 1 for a boolean (pydantic's
+strict mode). NaN and ±Infinity, which Python's JSON parser reads although JSON has no such numbers,
+are refused by name.
 
 Static bounds live here; the engine-dependent one (max_tokens ≤ the engine's output limit) is
 checked by the app, which knows the engine. Strings that cannot be UTF-8 encoded (lone
@@ -45,7 +48,7 @@ Text = Annotated[str, AfterValidator(utf8)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class Sampling(_Strict):

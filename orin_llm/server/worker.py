@@ -30,8 +30,9 @@ from .metrics import Metrics
 
 log = logging.getLogger("orin_llm.server")
 
-# begin(planner) -> (generation or None, finish() -> response payload)
-Begin = Callable[[Planner], "tuple[Optional[Generation], Callable[[], dict]]"]
+# begin(planner) -> (generation or None, finish(queue_s) -> response payload); queue_s: the job's wait
+# from its arrival to the moment the engine began it
+Begin = Callable[[Planner], "tuple[Optional[Generation], Callable[[float], dict]]"]
 
 
 @dataclass
@@ -43,7 +44,7 @@ class Job:
     deadline_ms: Optional[int] = None
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
-    created: float = field(default_factory=time.monotonic)
+    created: float = field(default_factory=time.monotonic)  # arrival (time.monotonic())
 
     @property
     def deadline(self) -> Optional[float]:
@@ -169,9 +170,10 @@ class Worker:
         started = time.monotonic()
         if stop := self._why_stop(job):
             return self._end(job, *stop)
+        queue_s = started - job.created
         gen, finish = job.begin(self.planner)
         if gen is None:  # an environment switch: done in begin()
-            job.emit("done", finish())
+            job.emit("done", finish(queue_s))
             self.metrics.count(job.endpoint, "ok")
             return
         if job.stream:
@@ -187,9 +189,9 @@ class Worker:
             it.close()  # ends the decode early if we broke out; the cache goes back to the prefix
         if stop:
             return self._end(job, *stop)
-        job.emit("done", finish())
+        job.emit("done", finish(queue_s))
         assert gen.result is not None
-        self.metrics.observe(job.endpoint, gen.result, queue_wait_s=started - job.created,
+        self.metrics.observe(job.endpoint, gen.result, queue_wait_s=queue_s,
                              latency_s=time.monotonic() - job.created)
 
     def _end(self, job: Job, outcome: str, error: RequestError) -> None:

@@ -1,4 +1,4 @@
-"""Our forward pass against transformers' own Llama on the same weights (DESIGN invariant 4)."""
+"""Our forward pass against transformers' own Llama on the same weights (docs/ARCHITECTURE.md, invariant 4)."""
 
 import pytest
 import torch

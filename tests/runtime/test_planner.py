@@ -1,9 +1,10 @@
-"""The pinned environment prefix: token identity, suffix-only compute, versions (invariant 2)."""
+"""The pinned environment prefix: token identity, suffix-only compute, versions (ARCHITECTURE.md
+invariant 2), and what a request reports as cached."""
 
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_environment
-from orin_llm.errors import OrinError
+from orin_llm.errors import EnvironmentTooLong, OrinError, PromptTooLong
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 
@@ -134,9 +135,36 @@ def test_oversized_environment_is_refused_and_the_old_one_kept(planner, engine):
     huge = load_environment(EXAMPLE_HOME_PATH).model_dump()
     huge["description"] = "a very large home " * 3000
     before, pin = planner.prefix, planner.pin
-    with pytest.raises(OrinError, match="max_input_len"):
+    with pytest.raises(EnvironmentTooLong) as err:
         planner.set_environment(environment_from_dict(huge))
+    # the message names the environment and the numbers: its tokens, the limit, the room left
+    tokens = err.value.tokens
+    assert tokens > 6144 and f"'example_home' renders to {tokens} prefix tokens" in str(err.value)
+    assert "max_input_len is 6144, which leaves 0 tokens for a task" in str(err.value)
     assert planner.prefix is before and planner.pin is pin and pin in engine.cache.pins
+
+
+def test_an_environment_must_leave_room_for_a_task(planner, engine):
+    """One that fills max_input_len exactly would make every plan a 413: refused up front."""
+    env = load_environment(EXAMPLE_HOME_PATH)
+    n = len(planner.prefix.ids)
+    limit = engine.max_input_len
+    try:
+        engine.max_input_len = n
+        with pytest.raises(EnvironmentTooLong, match=f"renders to {n} prefix tokens; this engine's max_input_len "
+                                                     f"is {n}, which leaves 0 tokens for a task"):
+            planner.set_environment(env)
+        engine.max_input_len = n + 1
+        assert planner.set_environment(env) == planner.version
+    finally:
+        engine.max_input_len = limit
+
+
+def test_a_prompt_over_the_limit_says_how_much_the_environment_takes(planner, engine):
+    n = len(planner.prefix.ids)
+    with pytest.raises(PromptTooLong, match=f"the environment takes {n} of them, which leaves {6144 - n} for "
+                                            "the task and observations"):
+        planner.plan("tidy up", GREEDY, ["x " * 3000] * 3)
 
 
 def test_a_conversation_prefills_only_each_new_turn(planner, engine):

@@ -1,4 +1,4 @@
-"""Speculative decoding is lossless (DESIGN invariant 1): greedy output with any drafter equals
+"""Speculative decoding is lossless (docs/ARCHITECTURE.md, invariant 1): greedy output with any drafter equals
 plain greedy output token for token; sampled output follows the target's distribution."""
 
 import pytest

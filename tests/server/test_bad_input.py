@@ -13,9 +13,28 @@ HI = [{"role": "user", "content": "hi"}]
 
 CASES = [  # (id, method, path, body: dict (JSON) or bytes (raw), status, words the message must contain)
     ("malformed-json", "POST", PLAN, b'{"task": "open the fridge",', 422, "not valid JSON"),
-    ("not-an-object", "POST", PLAN, b'["open the fridge"]', 422, "body"),
+    ("not-an-object", "POST", PLAN, b'["open the fridge"]', 422, "the body must be a JSON object, got a list"),
     ("unknown-field", "POST", PLAN, {"task": "x", "bogus": 1}, 422, "bogus: unknown field"),
     ("wrong-type", "POST", PLAN, {"task": "x", "max_tokens": "lots"}, 422, "max_tokens"),
+    # strict types: no string or boolean for a number, no number for a boolean
+    ("max-tokens-string", "POST", PLAN, {"task": "x", "max_tokens": "8"}, 422,
+     'max_tokens: Input should be a valid integer, got "8" (a string)'),
+    ("max-tokens-bool", "POST", PLAN, {"task": "x", "max_tokens": True}, 422, "got true (a boolean)"),
+    ("max-tokens-float", "POST", PLAN, {"task": "x", "max_tokens": 8.5}, 422, "got 8.5 (a number)"),
+    ("seed-string", "POST", PLAN, {"task": "x", "seed": "1"}, 422, "seed"),
+    ("temperature-string", "POST", PLAN, {"task": "x", "temperature": "0.5"}, 422, 'got "0.5" (a string)'),
+    ("stream-number", "POST", PLAN, {"task": "x", "stream": 1}, 422, "stream: Input should be a valid boolean"),
+    ("task-number", "POST", PLAN, {"task": 5}, 422, "task"),
+    ("chat-max-tokens-bool", "POST", CHAT, {"messages": HI, "max_tokens": False}, 422, "got false (a boolean)"),
+    ("chat-include-usage-string", "POST", CHAT, {"messages": HI, "stream_options": {"include_usage": "yes"}}, 422,
+     "stream_options.include_usage"),
+    # Python's JSON parser reads NaN and ±Infinity although JSON has no such numbers: named, refused
+    ("temperature-nan", "POST", PLAN, b'{"task": "x", "temperature": NaN}', 422,
+     "temperature: must be a finite number, got NaN"),
+    ("top-p-infinity", "POST", PLAN, b'{"task": "x", "top_p": Infinity}', 422, "top_p: must be a finite number, "
+     "got Infinity"),
+    ("chat-temperature-minus-infinity", "POST", CHAT, b'{"messages": [{"role": "user", "content": "hi"}], '
+     b'"temperature": -Infinity}', 422, "got -Infinity"),
     ("missing-task", "POST", PLAN, {"max_tokens": 4}, 422, "task: required"),
     ("empty-task", "POST", PLAN, {"task": ""}, 422, "task"),
     ("blank-task", "POST", PLAN, {"task": "   "}, 422, "blank"),
@@ -40,7 +59,9 @@ CASES = [  # (id, method, path, body: dict (JSON) or bytes (raw), status, words 
     ("chat-unknown-speculation", "POST", CHAT, {"messages": HI, "speculation": "eagle"}, 422, "eagle"),
     ("chat-max-tokens-over-limit", "POST", CHAT, {"messages": HI, "max_completion_tokens": 10**6}, 422,
      "at most 2048"),
-    ("env-not-an-object", "PUT", ENV, b"[1, 2]", 422, "body"),
+    ("env-not-an-object", "PUT", ENV, b"[1, 2]", 422, "must be a mapping"),
+    ("env-not-json", "PUT", ENV, b"name: h\ntext: a flat\n", 422, "a YAML home needs Content-Type: application/yaml"),
+    ("env-empty", "PUT", ENV, b"", 422, "the body is empty"),
     ("env-bad-key", "PUT", ENV, {"name": "h", "rooms": [{"name": "living room"}], "actions": [{"name": "go"}]},
      422, "rooms.0.name"),
     ("env-unknown-key", "PUT", ENV, {"name": "h", "text": "a flat", "garden": 1}, 422, "unknown key 'garden'"),

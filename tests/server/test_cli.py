@@ -9,6 +9,7 @@ import pytest
 from orin_llm.errors import OrinError
 from orin_llm.server.cli import plan_command
 
+from ..conftest import orin_llm
 from .conftest import short_dir
 
 TASK = "Open the fridge."
@@ -20,14 +21,31 @@ def plan(daemon, **kw):
     plan_command(TASK, daemon.socket, **{**opts, **kw})
 
 
+def run_cli(*args: str, check: bool = True):
+    return orin_llm(*args, check=check, timeout=300)
+
+
 def test_plan_prints_the_plan_and_a_summary(daemon, client, capsys):
     expected = client.plan(TASK, max_tokens=4)
     plan(daemon)
     out, err = capsys.readouterr()
     assert out.strip() == expected["plan"] and "prompt tokens" in err
+    assert "queued " in err and "since arrival: TTFT" in err  # the wait for the engine is printed
     plan(daemon, stream=True)
     out, err = capsys.readouterr()
     assert out.strip() == expected["plan"] and f"environment v{expected['environment_version']}" in err
+
+
+def test_plan_speculation(daemon, capsys):
+    plan(daemon, as_json=True, speculation="none")
+    assert json.loads(capsys.readouterr().out)["speculation"]["drafter"] == "none"
+    plan(daemon, as_json=True, speculation="lookup")
+    assert json.loads(capsys.readouterr().out)["speculation"]["drafter"] == "lookup"
+    with pytest.raises(OrinError, match="speculation 'medusa' is not available"):
+        plan(daemon, speculation="medusa")
+    proc = run_cli("plan", "--socket", str(daemon.socket), "--speculation", "none", "--json", "--max-tokens", "3",
+                   TASK)
+    assert json.loads(proc.stdout)["speculation"]["drafter"] == "none"
 
 
 def test_plan_json(daemon, client, capsys):
@@ -44,3 +62,39 @@ def test_plan_errors_are_one_line(daemon):
         plan(daemon, max_tokens=10**6)
     with pytest.raises(OrinError, match="no planner daemon at"):
         plan_command(TASK, short_dir() / "nobody.sock", None, False, False, 4, None, None, 5)
+
+
+def test_plan_environment_without_engine_points_at_environment_push(daemon, tmp_path):
+    proc = run_cli("plan", "--socket", str(daemon.socket), "--environment", "home.yaml", TASK, check=False)
+    assert proc.returncode == 2
+    assert "orin-llm environment push home.yaml" in proc.stderr and "PUT" not in proc.stderr
+
+
+def test_environment_show_and_push(capped_daemon, tmp_path):
+    """`orin-llm environment show` prints the home as YAML; `push FILE` replaces it, YAML or JSON,
+    with --if-match refusing a stale version."""
+    import yaml
+
+    from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+
+    sock = str(capped_daemon.socket)
+    shown = run_cli("environment", "show", "--socket", sock)
+    home, version = yaml.safe_load(shown.stdout), int(shown.stderr.split("version ")[-1])
+    assert home["name"] == capped_daemon.client().health()["environment"]["name"]
+    home["name"] = "pushed_home"
+    (tmp_path / "home.yaml").write_text(yaml.safe_dump(home))
+    pushed = run_cli("environment", "push", str(tmp_path / "home.yaml"), "--socket", sock, "--if-match", str(version))
+    assert f"environment 'pushed_home' is now version {version + 1}" in pushed.stdout
+    stale = run_cli("environment", "push", str(tmp_path / "home.yaml"), "--socket", sock, "--if-match", str(version),
+                    check=False)
+    assert stale.returncode == 2 and f"at version {version + 1}, not {version}" in stale.stderr
+    assert "nothing was changed" in stale.stderr
+    shown = run_cli("environment", "show", "--socket", sock, "--json")
+    assert json.loads(shown.stdout)["name"] == "pushed_home" and f"version {version + 1}" in shown.stderr
+    (tmp_path / "home.json").write_text(json.dumps(load_environment(EXAMPLE_HOME_PATH).model_dump(mode="json")))
+    pushed = run_cli("environment", "push", str(tmp_path / "home.json"), "--socket", sock)
+    assert f"environment 'example_home' is now version {version + 2}" in pushed.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: h\nrooms: [\n")
+    proc = run_cli("environment", "push", str(bad), "--socket", sock, check=False)
+    assert proc.returncode == 2 and f"{bad}: YAML syntax error" in proc.stderr  # checked before it is sent

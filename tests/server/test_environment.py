@@ -89,3 +89,41 @@ def test_switches_land_between_requests_and_answers_match_their_version(capped_d
         t = r["timings"]
         assert (r["plan"], t["prompt_tokens"], t["cached_prompt_tokens"]) == expected[name], (v, name, r)
     assert len(seen) >= 2  # the switches really happened between the requests
+
+
+def test_a_yaml_home_goes_in_as_is(capped_daemon, planner):
+    """PUT with Content-Type: application/yaml takes the home file itself."""
+    import httpx
+    import yaml
+
+    from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+
+    text = EXAMPLE_HOME_PATH.read_text()
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(capped_daemon.socket)), base_url="http://x",
+                      timeout=120) as h:  # each PUT prefills the home: seconds on a busy machine
+        v = planner.get_environment()["version"]
+        for media in ("application/yaml", "application/x-yaml; charset=utf-8", "text/yaml"):
+            r = h.put("/v1/environment", content=text.encode(), headers={"Content-Type": media, "If-Match": f'"{v}"'})
+            assert r.status_code == 200, r.text
+            assert r.json()["version"] == v + 1 and r.json()["name"] == "example_home"
+            v += 1
+        expected = load_environment(EXAMPLE_HOME_PATH).model_dump(mode="json", exclude_none=True)
+        assert planner.get_environment() == {"version": v, "environment": expected}
+        assert yaml.safe_load(text)["name"] == expected["name"]
+        r = h.put("/v1/environment", content=b"name: [broken\n", headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 422 and "not valid YAML at line 2, column 1" in r.json()["error"]["message"]
+        r = h.put("/v1/environment", content=b"name: h\nrooms: 3\n", headers={"Content-Type": "application/yaml"})
+        assert r.status_code == 422 and "rooms" in r.json()["error"]["message"]
+    assert planner.get_environment()["version"] == v  # refused ones change nothing
+
+
+def test_an_environment_over_the_limit_gets_413_with_its_numbers(planner):
+    before = planner.get_environment()
+    with pytest.raises(PlannerError) as err:
+        planner.put_environment({"name": "mansion", "text": "a room with a door. " * 2000})
+    assert err.value.status == 413
+    message = err.value.message
+    assert "the environment 'mansion' renders to" in message and "prefix tokens" in message
+    assert "max_input_len is 6144, which leaves 0 tokens for a task" in message
+    assert "task, observations or messages" not in message  # not the message for a long request
+    assert planner.get_environment() == before

@@ -1,0 +1,64 @@
+"""How request bodies are read: JSON whatever the Content-Type says; YAML too for the environment.
+
+`curl -d '{"task": ...}'` sends `Content-Type: application/x-www-form-urlencoded`, and FastAPI then
+hands the model the raw bytes ("Input should be a valid dictionary"). Like llama.cpp's server, which
+parses every body as JSON, the daemon reads the body of POST /v1/plan and /v1/chat/completions as
+JSON whatever the header says; a body that is not JSON gets the JSON parser's own message.
+
+PUT /v1/environment takes the home as JSON (the shape GET returns) or, with a YAML content type
+(`application/yaml`, RFC 9512, or the older `application/x-yaml`, `text/yaml`, `text/x-yaml`), as the
+YAML file itself.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+JSON_PATHS = frozenset({"/v1/plan", "/v1/chat/completions"})
+YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
+
+
+class JsonBodies:
+    """ASGI middleware: POST bodies of the JSON endpoints are JSON, whatever the Content-Type says."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in JSON_PATHS:
+            headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+            scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
+        await self.app(scope, receive, send)
+
+
+def media_type(content_type: Optional[str]) -> str:
+    """`Application/YAML; charset=utf-8` -> `application/yaml`."""
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def parse_environment_body(body: bytes, content_type: Optional[str]) -> Any:
+    """The PUT /v1/environment body as a Python object; ValueError says what is wrong with it."""
+    import yaml
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"the body is not UTF-8 (byte {e.start})") from None
+    if not text.strip():
+        raise ValueError("the body is empty; send the environment as JSON, or as YAML with "
+                         "Content-Type: application/yaml")
+    if media_type(content_type) in YAML_TYPES:
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            raise ValueError(f"the body is not valid YAML{where}: {getattr(e, 'problem', None) or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
+                         "a YAML home needs Content-Type: application/yaml") from None
