@@ -158,14 +158,18 @@ def serve(
     nice: int = typer.Option(10, help="Add this niceness (0: none): the policy wins a contended CPU."),
     threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch; default: one per "
                                           "daemon CPU)."),
-    prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prefill at most this many tokens per "
-                                                       "engine step (where the runtime can)."),
+    prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prompt tokens a request prefills per engine "
+                                                       "step (default 256): smaller keeps the others decoding."),
+    max_batch: Optional[int] = typer.Option(None, help="Requests that decode together (default: the engine's "
+                                            "max_batch_size)."),
+    state_dir: Optional[str] = typer.Option(None, help="Where the lookup drafter's histories persist (default: "
+                                            "$XDG_STATE_HOME/orin-llm; none: not at all)."),
 ) -> None:
     """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
     from .server.cli import serve_command
 
     serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-                  log_level, cpus, nice, threads, prefill_chunk_tokens)
+                  log_level, cpus, nice, threads, prefill_chunk_tokens, max_batch, state_dir)
 
 
 @app.command()

@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -102,7 +102,7 @@ class Room(_Model):
     name: str
     places: list[str] = Field(default_factory=list)
     objects: list[str] = Field(default_factory=list)
-    devices: list[str] = Field(default_factory=list)
+    devices: Optional[list[str]] = None  # None: the room names none (and the home reads back without the key)
 
     @field_validator("name")
     @classmethod
@@ -125,8 +125,8 @@ class Room(_Model):
 
     @field_validator("devices")
     @classmethod
-    def _devices(cls, v: list[str]) -> list[str]:
-        for d in v:
+    def _devices(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        for d in v or []:
             _check_ident(d, "device name")
         return v
 
@@ -193,7 +193,7 @@ class Environment(_Model):
                 seen[n] = where
         for i, room in enumerate(self.rooms):
             own = set(room.places) | set(room.objects)
-            for d in room.devices:
+            for d in room.devices or []:
                 if d not in own and d in seen:
                     raise ValueError(f"rooms.{i}.devices: {d!r} is used at {seen[d]}, not in this room; a "
                                      "device is a place or object of its room, or a name of its own")
@@ -240,7 +240,7 @@ class Environment(_Model):
         if kind == "object":
             return [o for r in self.rooms for o in r.objects]
         if kind == "device":
-            devices = [d for r in self.rooms for d in r.devices]
+            devices = [d for r in self.rooms for d in r.devices or []]
             if devices:
                 return devices
             return [n for r in self.rooms for n in [*r.places, *r.objects]]  # a home that names none

@@ -95,7 +95,7 @@ def scaled_environment(base_homes: list[Environment], encode: Callable[[str], li
             for room in home.rooms:
                 rooms.append({"name": f"f{floor}_{room.name}", "places": [f"f{floor}_{p}" for p in room.places],
                               "objects": [f"f{floor}_{o}" for o in room.objects],
-                              "devices": [f"f{floor}_{d}" for d in room.devices]})
+                              "devices": [f"f{floor}_{d}" for d in room.devices or []]})
                 candidate = environment_from_dict({
                     "name": f"scaled_{target_tokens}", "description": first.description,
                     "rooms": rooms, "actions": [a.model_dump() for a in first.actions],

@@ -414,8 +414,8 @@ class Engine(EngineText):
         """What the server reports: backend-neutral (TrtllmEngine has the same method)."""
         stats = self.cache.stats()
         pool = self.cache.target_pool
-        used_tokens = (stats["blocks"] - stats["free"] - stats["cached"]) * stats["block_size"]
-        return {"device": str(self.device), "tokens": used_tokens,
+        running = sum(g.kv.target.length for g in self.scheduler.running if g.kv is not None)
+        return {"device": str(self.device), "tokens": stats["pinned_tokens"] + running,  # held: pinned + running
                 "capacity_tokens": self.cache.capacity_tokens,
                 "bytes": pool.nbytes + (self.cache.draft_pool.nbytes if self.cache.draft_pool else 0),
                 "pool": stats, "batch": self.last_batch, "preemptions": self.preemptions}

@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class Timings:
-    """ttft and total count from when the request began: `Generation.started` when the caller sets
-    it (the planner does, before it renders and tokenizes the prompt), else when it was submitted.
-    `queue_s` is the part of it spent waiting for room in the running batch (admission)."""
+    """The engine's own figures: ttft and total count from when the engine took the request (its
+    admission into the running batch). `queue_s` is the wait before that, from when the request
+    began (`Generation.started`: the planner sets it before it renders and tokenizes the prompt; else
+    when it was submitted). The daemon adds its own queue in front of that."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens whose K/V came from the cache: not computed here
@@ -304,7 +305,7 @@ class Generation:
 
     @property
     def _t0(self) -> float:
-        return self.started if self.started is not None else self.admitted
+        return self.admitted if self.admitted is not None else time.perf_counter()
 
     def close_out(self) -> None:
         """Build the result (a finished request) and tell whoever waits; the engine calls it once

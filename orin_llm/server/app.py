@@ -140,8 +140,9 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                 "environment": {"name": prefix.environment.name, "version": prefix.version},
                 "prefix_tokens": len(prefix.ids),
                 "queue": {"depth": worker.depth, "capacity": worker.capacity,
-                          "running": worker.running is not None},
-                "kv_cache": {k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
+                          "running": worker.running},
+                "kv_cache": {**{k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
+                             **({"pool": kv["pool"]} if "pool" in kv else {})},
                 "scheduler": scheduler_info(engine),
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
                            "max_body_bytes": config.max_body_bytes}}
@@ -173,7 +174,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         except (OrinError, ValueError) as e:
             raise RequestError(422, str(e)) from None
         job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop(),
-                  created=arrival(request))
+                  created=arrival(request), exclusive=True)
         return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
 
     @app.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "

@@ -20,6 +20,7 @@ Run it without the CLI: `python -m orin_llm.server.daemon --engine DIR --socket 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -39,13 +40,16 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
           tcp: Optional[str] = None, queue_size: int = 16, grace_s: float = 10.0, device: str = "auto",
           max_tokens_limit: Optional[int] = None, log_level: str = "info",
           where: placement.Placement = placement.Placement(), threads: Optional[int] = None,
-          prefill_chunk_tokens: Optional[int] = None) -> None:
-    """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving."""
+          prefill_chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
+          state_dir: Optional[str | Path] = None) -> None:
+    """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving.
+    `state_dir`: where the lookup drafter's histories persist (None: default_state_dir(); "none": not
+    at all)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if queue_size < 1 or grace_s < 0 or (max_tokens_limit is not None and max_tokens_limit < 1):
         raise OrinError("--queue-size and --max-tokens-limit must be ≥ 1, --grace-s ≥ 0")
-    if (threads is not None and threads < 1) or (prefill_chunk_tokens is not None and prefill_chunk_tokens < 1):
-        raise OrinError("--threads and --prefill-chunk-tokens must be ≥ 1")
+    if any(v is not None and v < 1 for v in (threads, prefill_chunk_tokens, max_batch)):
+        raise OrinError("--threads, --prefill-chunk-tokens and --max-batch must be ≥ 1")
     in_force = placement.apply(where)  # before any thread: the engine's threads inherit it
     if threads is not None:  # read by the torch runtime when it loads (runtime/engine.py apply_thread_setting)
         os.environ["ORIN_LLM_THREADS"] = str(threads)
@@ -69,7 +73,7 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
             sockets.append(bind_tcp(tcp))
             log.warning("also listening on TCP %s: anyone who can reach it can use the planner", tcp)
         server = _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit,
-                               log_level, path, prefill_chunk_tokens)
+                               log_level, path, prefill_chunk_tokens, max_batch, state_dir)
         server.run(sockets=sockets)
     finally:
         for sock in sockets:
@@ -80,21 +84,49 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
             signal.signal(s, handler)
 
 
-def pace_prefill(engine, chunk_tokens: Optional[int]) -> None:
-    """Ask the runtime to prefill at most `chunk_tokens` tokens per engine step, so a long prompt does
-    not hold the CPU or GPU for one long step. The contract: an engine that can do it has a
-    `prefill_chunk_tokens` attribute (None: the whole prompt in one step) that it honours on every
-    prefill. One that has none cannot, and is refused rather than silently ignored."""
-    if chunk_tokens is None:
-        return
-    if not hasattr(engine, "prefill_chunk_tokens"):
-        raise OrinError(f"--prefill-chunk-tokens {chunk_tokens}: this {engine.manifest.backend} runtime prefills a "
-                        "prompt in one step and cannot pace it yet; leave the option out")
-    engine.prefill_chunk_tokens = chunk_tokens
+def default_state_dir() -> Path:
+    """$XDG_STATE_HOME/orin-llm, else ~/.local/state/orin-llm (the systemd unit uses /var/lib/orin-llm)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "orin-llm"
+
+
+def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
+                state_dir: Optional[Path] = None) -> None:
+    """The daemon's settings for the runtime's scheduler and its lookup histories:
+
+    - chunk_tokens: prefill at most this many prompt tokens per request per engine step, so a long
+      prompt does not hold the CPU or GPU for one long step (the engine's `prefill_chunk_tokens`);
+    - max_batch: at most this many requests decode together (at most the engine's max_batch_size);
+    - state_dir: the lookup drafter's histories persist there, one file per environment.
+
+    An engine that cannot honour a setting (TensorRT-LLM batches and paces inside its executor) refuses
+    it rather than ignore it."""
+    backend = engine.manifest.backend
+    if chunk_tokens is not None:
+        if not hasattr(engine, "prefill_chunk_tokens"):
+            raise OrinError(f"--prefill-chunk-tokens {chunk_tokens}: this {backend} runtime prefills a prompt in "
+                            "one step and cannot pace it; leave the option out")
+        engine.prefill_chunk_tokens = chunk_tokens
+    if max_batch is not None:
+        sched = getattr(engine, "scheduler", None)
+        if sched is None:
+            raise OrinError(f"--max-batch {max_batch}: this {backend} runtime batches inside its executor; "
+                            "leave the option out")
+        limit = engine.manifest.limits.get("max_batch_size", 1)
+        if max_batch > limit:
+            raise OrinError(f"--max-batch {max_batch} is over this engine's max_batch_size of {limit} (its KV "
+                            "pool is sized for that many); give at most that, or rebuild with a larger one")
+        sched.config = dataclasses.replace(sched.config, max_running=max_batch)
+    if state_dir is not None and hasattr(engine, "histories"):
+        from ..runtime.history_store import HistoryStore
+
+        engine.histories = HistoryStore(Path(state_dir) / "lookup" / engine.name, engine.histories.identity,
+                                        engine.lookup_seed)
+        log.info("lookup histories persist in %s", engine.histories.directory)
 
 
 def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path,
-                  prefill_chunk_tokens=None):
+                  prefill_chunk_tokens=None, max_batch=None, state_dir=None):
     import uvicorn  # the heavy imports wait until the socket is ours
 
     from ..environment import EXAMPLE_HOME_PATH, load_environment
@@ -122,7 +154,8 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
         engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
-        pace_prefill(engine, prefill_chunk_tokens)
+        state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
+        tune_engine(engine, prefill_chunk_tokens, max_batch, state)
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
@@ -147,6 +180,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--device", default="auto", help="cpu, cuda or auto")
     p.add_argument("--max-tokens-limit", type=int, help="cap max_tokens below the engine's limit")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--max-batch", type=int, help="requests that decode together (default: the engine's "
+                                                  "max_batch_size)")
+    p.add_argument("--state-dir", help=f"where lookup histories persist (default: {default_state_dir()}; none: off)")
     add_placement_args(p)
     a = p.parse_args(argv)
     try:
@@ -154,7 +190,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.threads is None and "ORIN_LLM_THREADS" in os.environ:
             threads = None  # a thread count set in the environment wins over the derived one
         serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
-              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens)
+              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens, a.max_batch, a.state_dir)
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -26,16 +26,22 @@ from .schemas import ChatRequest, PlanRequest
 
 def plan_job(req: PlanRequest, params: SamplingParams):
     def begin(planner: Planner):
-        prefix = planner.prefix
-        assert prefix is not None
-        gen = planner.start(req.task, params, req.observations, req.speculation)
+        prefix = planner.home(req.environment).prefix
+        conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
+        gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
+                            req.environment)
 
         def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
-            steps = [{"action": s.action, "args": list(s.args)} for s in plan.steps]
-            return {"engine": planner.engine.name, "environment_version": plan.environment_version,
-                    "plan": plan.text, "steps": steps,
-                    "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s)}
+            out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
+                   "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
+                   "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
+                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s)}
+            if req.environment:
+                out["environment"] = req.environment
+            if conv is not None:
+                out["conversation"] = {"id": conv.id, "turn": conv.turns}
+            return out
         return gen, finish
     return begin
 
@@ -59,14 +65,26 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
 
 
 def environment_job(env: Environment, if_match: Optional[int]):
+    """A new version of the home: rendered and checked here; its prefix is computed as a request of
+    the engine (in the same steps as the requests running) and pinned when done. Until then plans
+    use the version before it."""
     def begin(planner: Planner):
         if if_match is not None and if_match != planner.version:
             raise RequestError(412, f"the environment is at version {planner.version}, not {if_match} "
                                     "(If-Match); GET it again and retry")
-        version = planner.set_environment(env)  # renders, tokenizes and prefills the new prefix
-        assert planner.prefix is not None and planner.prefix.version == version
-        result = {"version": version, "name": env.name, "prefix_tokens": len(planner.prefix.ids)}
-        return None, lambda queue_s: result
+        engine = planner.engine
+        if not hasattr(engine, "pin_request"):  # the TensorRT-LLM engine pins in one blocking call
+            version = planner.set_environment(env)
+            result = {"version": version, "name": env.name, "prefix_tokens": len(planner.prefix.ids)}
+            return None, lambda queue_s: result
+        prefix = planner.render(env)  # 413/422 here: the version in force stays in force
+        gen = engine.pin_request(list(prefix.ids))
+        gen.started = time.perf_counter()
+
+        def finish(queue_s: float) -> dict:
+            planner.use(prefix, gen.pin, gen.timings.total_s)
+            return {"version": prefix.version, "name": env.name, "prefix_tokens": len(prefix.ids)}
+        return gen, finish
     return begin
 
 

@@ -60,7 +60,17 @@ class Metrics:
             ("kv_cache_capacity_tokens", "KV cache size in tokens"),
             ("kv_cache_bytes", "KV cache size in bytes"),
             ("prefix_tokens", "Tokens of the pinned environment prefix"),
-            ("environment_version", "Version of the current environment"))}
+            ("environment_version", "Version of the current environment"),
+            ("running_requests", "Requests running on the engine (its batch)"),
+            ("batch_size", "Requests in the engine's last step"),
+            ("kv_pool_blocks", "KV blocks in the pool"),
+            ("kv_pool_blocks_used", "KV blocks held by running requests or pins"),
+            ("kv_pool_blocks_pinned", "KV blocks of pinned environments (never evicted)"),
+            ("kv_pool_blocks_cached", "KV blocks nobody holds, kept for prefix reuse (evicted LRU)"),
+            ("kv_pool_blocks_free", "KV blocks never used or evicted"),
+            ("prefix_hit_tokens", "Prompt tokens served from the KV cache since the start (all requests)"),
+            ("kv_pool_evictions", "Cached KV blocks evicted since the start"),
+            ("preemptions", "Requests preempted (their blocks taken back) since the start"))}
 
     def watch(self, worker: Worker) -> None:
         """Gauges read on scrape: an int read from the worker's objects is atomic enough."""
@@ -75,6 +85,15 @@ class Metrics:
         planner = worker.planner
         g["prefix_tokens"].set_function(lambda: len(planner.prefix.ids) if planner.prefix else 0)
         g["environment_version"].set_function(lambda: planner.version)
+        g["running_requests"].set_function(lambda: worker.running)
+        pool = lambda key: (lambda: engine.kv_usage().get("pool", {}).get(key, 0))  # noqa: E731
+        for gauge, key in (("kv_pool_blocks", "blocks"), ("kv_pool_blocks_used", "used"),
+                           ("kv_pool_blocks_pinned", "pinned"), ("kv_pool_blocks_cached", "cached"),
+                           ("kv_pool_blocks_free", "free"), ("prefix_hit_tokens", "hit_tokens"),
+                           ("kv_pool_evictions", "evictions")):
+            g[gauge].set_function(pool(key))
+        g["batch_size"].set_function(lambda: engine.kv_usage().get("batch", 0))
+        g["preemptions"].set_function(lambda: engine.kv_usage().get("preemptions", 0))
 
     def count(self, endpoint: str, outcome: str) -> None:
         self.requests.labels(endpoint, outcome).inc()

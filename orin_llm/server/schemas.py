@@ -73,11 +73,22 @@ class Sampling(_Strict):
         return v
 
 
+Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+
+
 class PlanRequest(Sampling):
     task: Text = Field(min_length=1, max_length=MAX_TASK_CHARS, description="What the robot should do.")
     observations: list[Annotated[Text, Field(max_length=MAX_TASK_CHARS)]] = Field(
         default_factory=list, max_length=MAX_OBSERVATIONS, description="What the robot perceives now.")
     max_tokens: Optional[int] = Field(None, ge=1, description="Default 128; at most the engine's limit.")
+    constrained: bool = Field(True, description="Every line of the plan is a step of the home: an action it "
+                                                "declares, with things of the home of the right types (its "
+                                                "grammar). false: free text, checked line by line afterwards.")
+    conversation: Optional[Name] = Field(None, description="An agent loop's id: this request is its next turn "
+                                         "(the previous turns, plans included, stay cached; only the new turn is "
+                                         "computed). A new environment version starts it over.")
+    environment: Optional[Name] = Field(None, description="A named environment (PUT /v1/environments/NAME) "
+                                        "instead of the default one.")
 
     @field_validator("task")
     @classmethod
@@ -164,11 +175,20 @@ class StepOut(BaseModel):
     args: list[str]
 
 
+class RejectedLine(BaseModel):
+    line: str
+    reason: str = Field(description="Why the line is not a step the home can execute.")
+
+
 class PlanResponse(BaseModel):
     engine: str
     environment_version: int = Field(description="The environment version this plan was made in.")
     plan: str = Field(description="The answer's text, one action call per line.")
-    steps: list[StepOut] = Field(description="The lines that call a declared action with the right arguments.")
+    steps: list[StepOut] = Field(description="The lines that call a declared action with things of the home of "
+                                             "the right types.")
+    rejected_lines: list[RejectedLine] = Field(description="The other lines, each with why (an unconstrained "
+                                                           "plan, or the last line of a plan cut by max_tokens).")
+    constrained: bool = Field(description="Whether the plan was decoded under the home's grammar.")
     finish_reason: Literal["stop", "length"]
     timings: dict[str, float] = Field(description="ttft_ms, total_ms, decode_tokens_per_s, prompt_tokens, "
                                                   "cached_prompt_tokens, completion_tokens")

@@ -1,14 +1,19 @@
-"""The one thread that owns the engine: a bounded FIFO of jobs, run one at a time.
+"""The one thread that owns the engine: a bounded FIFO of jobs, run together (continuous batching).
 
-The engine holds one KV cache and the planner is not thread-safe, so everything that touches
-them (plans, chat completions, environment switches) runs here, in arrival order; a switch
-therefore lands between two requests and no request mixes environment versions.
+The engine and the planner are not thread-safe, so everything that touches them (plans, chat
+completions, environment switches) runs here. Between two engine steps the thread takes every job
+that arrived, starts it (its request joins the engine's scheduler, runtime/scheduler.py), runs one
+step, which advances every running request by one forward pass, and then hands each job what its
+request decided: text deltas, the final answer, or an error. Requests join and leave between
+steps. An environment switch is a request too (it computes and pins the new prefix in the same
+steps); switches run one at a time, and a plan uses the version that was current when it began, so
+no request mixes versions.
 
 A job carries its inputs (a `begin` callable run on this thread), a cancel Event (set when the
 client goes away), a deadline, and an asyncio queue of events that this thread feeds through
 `loop.call_soon_threadsafe`: ("start", None), ("delta", text), then ("done", payload) or
-("error", RequestError). Cancellation, the deadline and a shutdown are checked between tokens;
-the generation is then closed, which crops the cache back to the pinned prefix.
+("error", RequestError). Cancellation, the deadline and a shutdown are checked after every step;
+the request is then ended, and what it computed stays in the KV cache.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import OrinError, PromptTooLong
+from ..runtime.block_manager import NoBlocks
 from ..runtime.generate import Generation
 from ..runtime.planner import Planner
 from .errors import RequestError
@@ -30,9 +36,12 @@ from .metrics import Metrics
 
 log = logging.getLogger("orin_llm.server")
 
-# begin(planner) -> (generation or None, finish(queue_s) -> response payload); queue_s: the job's wait
-# from its arrival to the moment the engine began it
-Begin = Callable[[Planner], "tuple[Optional[Generation], Callable[[float], dict]]"]
+HISTORY_SAVE_S = 5.0  # the lookup histories that changed are saved at most this often (and at the end)
+
+# begin(planner) -> (generation, finish(queue_s) -> response payload); queue_s: the job's wait from its
+# arrival to the moment the engine began its request. `exclusive` jobs (environment switches) start
+# only when no other exclusive job runs.
+Begin = Callable[[Planner], "tuple[Generation, Callable[[float], dict]]"]
 
 
 @dataclass
@@ -45,6 +54,7 @@ class Job:
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancel: threading.Event = field(default_factory=threading.Event)
     created: float = field(default_factory=time.monotonic)  # arrival (time.monotonic())
+    exclusive: bool = False  # an environment switch: one at a time
 
     @property
     def deadline(self) -> Optional[float]:
@@ -60,6 +70,16 @@ class Job:
             pass
 
 
+@dataclass
+class Active:
+    """A started job: its request on the engine, and what builds its answer."""
+
+    job: Job
+    gen: Generation
+    finish: Callable[[float], dict]
+    began: float  # time.monotonic() when the worker started it
+
+
 class Worker:
     """`make_planner` runs on the engine thread itself (it loads the engine and pins the prefix), so
     that one thread does all of the engine's work. With torch on a CPU that matters: OpenMP gives each
@@ -72,12 +92,15 @@ class Worker:
     def __init__(self, make_planner: Callable[[], Planner], queue_size: int = 16, metrics: Optional[Metrics] = None):
         self.capacity = queue_size
         self.metrics = metrics or Metrics()
-        self.running: Optional[Job] = None
+        self.active: list[Active] = []
+        self.held: list[Job] = []  # exclusive jobs waiting for the one in flight
         self.stop_at: Optional[float] = None  # set by drain(): jobs still running then are ended
         self._queue: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
         self._go = threading.Event()  # set by start() (or stop()): the thread may take jobs
         self._built = threading.Event()
         self._build_error: Optional[BaseException] = None
+        self._stopping = False
+        self._saved_at = time.monotonic()
         self._thread = threading.Thread(target=self._main, args=(make_planner,), name="orin-llm-engine",
                                         daemon=True)
         self._thread.start()
@@ -88,7 +111,20 @@ class Worker:
 
     @property
     def depth(self) -> int:
-        return self._queue.qsize()
+        """Requests waiting: in this queue, or admitted by the worker but not yet by the engine."""
+        engine_waiting = len(getattr(self.planner.engine, "scheduler", None).waiting) \
+            if hasattr(self.planner.engine, "scheduler") else 0
+        return self._queue.qsize() + len(self.held) + engine_waiting
+
+    @property
+    def running(self) -> int:
+        return len(self.active)
+
+    @property
+    def max_running(self) -> int:
+        """Requests that run together: the engine's batch (1 for an engine that runs one at a time)."""
+        sched = getattr(self.planner.engine, "scheduler", None)
+        return sched.config.max_running if sched is not None else 1
 
     @property
     def accepting(self) -> bool:
@@ -137,24 +173,168 @@ class Worker:
         finally:
             self._built.set()
         self._go.wait()
-        self._loop()
+        try:
+            self._loop()
+        finally:
+            for a in list(self.active):  # the thread is ending: nothing runs them any more
+                self._stop(a, ("shutdown", RequestError(503, "the daemon is shutting down")))
+            self._save_histories()
 
     def _loop(self) -> None:
-        while (job := self._queue.get()) is not None:
-            self.running = job
+        engine = self.planner.engine
+        if not hasattr(engine, "step"):  # TensorRT-LLM: its executor batches; our generation blocks
+            return self._serial_loop()
+        while not (self._stopping and not self.active):
+            busy = bool(self.active) or getattr(engine, "busy", False)
+            for job in self._take(block=not busy):
+                self._begin(job)
+            if self.active:
+                try:
+                    engine.step()
+                except Exception as e:  # a bug in a step: every request in it fails, the daemon goes on
+                    log.exception("engine step failed")
+                    for a in list(self.active):
+                        self._fail(a, e)
+            self._pump()
+            if time.monotonic() - self._saved_at > HISTORY_SAVE_S:
+                self._save_histories()
+
+    def _save_histories(self) -> None:
+        """Persist the lookup histories that changed (atomic files; runtime/history_store.py)."""
+        self._saved_at = time.monotonic()
+        store = getattr(self.planner.engine, "histories", None)
+        if store is not None and store.directory is not None:
             try:
-                self._run(job)
-            except RequestError as e:
-                self._end(job, "invalid" if e.status < 500 else "error", e)
-            except PromptTooLong as e:  # over max_input_len: 413, as for an oversized body
-                self._end(job, "invalid", RequestError(413, str(e)))
-            except OrinError as e:  # bad input the runtime caught (speculation, empty task, ...)
-                self._end(job, "invalid", RequestError(422, str(e)))
-            except Exception as e:  # a bug: keep serving the others, say so, keep the traceback
-                log.exception("%s request failed", job.endpoint)
-                self._end(job, "error", RequestError(500, f"internal error: {type(e).__name__}: {e}"))
-            finally:
-                self.running = None
+                store.save_dirty()
+            except OSError as e:  # a full disk must not stop the planner
+                log.warning("could not save the lookup histories in %s: %s", store.directory, e)
+
+    def _serial_loop(self) -> None:
+        """One job at a time, each generation iterated to its end (engines without a step loop)."""
+        while (job := self._queue.get()) is not None:
+            if stop := self._why_stop(job):
+                self._end(job, *stop)
+                continue
+            began = time.monotonic()
+            try:
+                gen, finish = job.begin(self.planner)
+                if gen is None:  # an environment switch: done in begin()
+                    job.emit("done", finish(began - job.created))
+                    self.metrics.count(job.endpoint, "ok")
+                    continue
+                a = Active(job, gen, finish, began)
+                if job.stream:
+                    job.emit("start")
+                it = iter(gen)
+                try:
+                    for delta in it:
+                        if job.stream:
+                            job.emit("delta", delta)
+                        if stop := self._why_stop(job):
+                            break
+                finally:
+                    it.close()  # ends the request early if we broke out
+                if stop:
+                    self._end(job, *stop)
+                    continue
+                self.active.append(a)
+                self._pump()
+            except Exception as e:
+                self._end(job, *self._error(job, e))
+
+    def _take(self, block: bool) -> list[Job]:
+        """Jobs that arrived (waiting for one when nothing runs), and held ones whose turn came; only as
+        many as the running batch has room for, so that the rest wait in the bounded queue (which
+        answers 503 when full: --queue-size is the backpressure)."""
+        jobs = []
+        room = self.max_running - len(self.active)
+        if not any(a.job.exclusive for a in self.active) and self.held and room > 0:
+            jobs.append(self.held.pop(0))
+        try:
+            while len(jobs) < room:
+                job = self._queue.get(block=block and not jobs)
+                if job is None:
+                    self._stopping = True
+                    break
+                jobs.append(job)
+                block = False
+        except queue.Empty:
+            pass
+        return jobs
+
+    def _begin(self, job: Job) -> None:
+        if job.exclusive and (any(a.job.exclusive for a in self.active) or
+                              (self.held and job is not self.held[0])):
+            self.held.append(job)  # one environment switch at a time, in order
+            return
+        if stop := self._why_stop(job):
+            return self._end(job, *stop)
+        began = time.monotonic()
+        try:
+            gen, finish = job.begin(self.planner)
+        except Exception as e:
+            return self._end(job, *self._error(job, e))
+        engine = self.planner.engine
+        if gen.status == "new":
+            engine.submit(gen)
+        if job.stream:
+            job.emit("start")
+        self.active.append(Active(job, gen, finish, began))
+
+    def _pump(self) -> None:
+        """Each active job's news since the last step: deltas, then done, failed or stopped."""
+        for a in list(self.active):
+            if a.job.stream:
+                for delta in a.gen.take():
+                    a.job.emit("delta", delta)
+            if a.gen.error is not None:
+                self._fail(a, a.gen.error)
+            elif a.gen.done:
+                self.active.remove(a)
+                queue_s = self._queue_s(a)
+                try:
+                    payload = a.finish(queue_s)
+                except Exception as e:
+                    self._end(a.job, *self._error(a.job, e))
+                    continue
+                a.job.emit("done", payload)
+                if a.gen.result is not None and a.job.endpoint != "environment":
+                    self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,
+                                         latency_s=time.monotonic() - a.job.created)
+                else:
+                    self.metrics.count(a.job.endpoint, "ok")
+            elif stop := self._why_stop(a.job):
+                self._stop(a, stop)
+
+    @staticmethod
+    def _queue_s(a: Active) -> float:
+        """Arrival to the engine taking the request: the wait for this thread, then for a place in
+        the running batch (the generation's own queue_s)."""
+        return (a.began - a.job.created) + a.gen.timings.queue_s
+
+    def _stop(self, a: Active, stop: tuple[str, RequestError]) -> None:
+        self.active.remove(a)
+        self.planner.engine.abort(a.gen)  # what it computed stays cached
+        self._end(a.job, *stop)
+
+    def _fail(self, a: Active, error: BaseException) -> None:
+        if a in self.active:
+            self.active.remove(a)
+        if not a.gen.done:
+            self.planner.engine.abort(a.gen)
+        self._end(a.job, *self._error(a.job, error))
+
+    def _error(self, job: Job, e: BaseException) -> tuple[str, RequestError]:
+        if isinstance(e, RequestError):
+            return ("invalid" if e.status < 500 else "error"), e
+        if isinstance(e, PromptTooLong):  # over max_input_len: 413, as for an oversized body
+            return "invalid", RequestError(413, str(e))
+        if isinstance(e, NoBlocks):  # the KV pool is full right now: come back shortly
+            return "rejected", RequestError(503, str(e), retry_after=1)
+        if isinstance(e, OrinError):  # bad input the runtime caught (speculation, grammar, ...)
+            return "invalid", RequestError(422, str(e))
+        log.error("%s request failed", job.endpoint, exc_info=e)  # a bug: say so, keep serving the others
+        return "error", RequestError(500, f"internal error: {type(e).__name__}: {e}")
 
     def _why_stop(self, job: Job) -> Optional[tuple[str, RequestError]]:
         now = time.monotonic()
@@ -165,34 +345,6 @@ class Worker:
         if self.stop_at is not None and now > self.stop_at:
             return "shutdown", RequestError(503, "the daemon is shutting down")
         return None
-
-    def _run(self, job: Job) -> None:
-        started = time.monotonic()
-        if stop := self._why_stop(job):
-            return self._end(job, *stop)
-        queue_s = started - job.created
-        gen, finish = job.begin(self.planner)
-        if gen is None:  # an environment switch: done in begin()
-            job.emit("done", finish(queue_s))
-            self.metrics.count(job.endpoint, "ok")
-            return
-        if job.stream:
-            job.emit("start")
-        it = iter(gen)
-        try:
-            for delta in it:
-                if job.stream:
-                    job.emit("delta", delta)
-                if stop := self._why_stop(job):
-                    break
-        finally:
-            it.close()  # ends the decode early if we broke out; the cache goes back to the prefix
-        if stop:
-            return self._end(job, *stop)
-        job.emit("done", finish(queue_s))
-        assert gen.result is not None
-        self.metrics.observe(job.endpoint, gen.result, queue_wait_s=queue_s,
-                             latency_s=time.monotonic() - job.created)
 
     def _end(self, job: Job, outcome: str, error: RequestError) -> None:
         job.emit("error", error)

@@ -41,7 +41,8 @@ class Daemon:
         base = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "ORIN_LLM_SOCKET")}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "orin_llm.server.daemon", "--engine", str(engine_dir), "--socket", str(socket),
-             "--device", "cpu", *args],
+             "--device", "cpu", *(() if "--state-dir" in args else ("--state-dir", str(socket.parent / "state"))),
+             *args],
             stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT,
             env={**base, "PYTHONUNBUFFERED": "1", **(env or {})})
 

@@ -41,21 +41,22 @@ def test_a_client_killed_mid_stream_is_cancelled_and_others_are_served(daemon, c
     expected = client.plan("Open the fridge.", max_tokens=4)["plan"]
     cancelled = counter(client, "plan", "cancelled")
     code = ("import sys\nfrom orin_llm.client import PlannerClient\n"
-            f"for event in PlannerClient({str(daemon.socket)!r}).plan_stream({LONG!r}, max_tokens=1000):\n"
+            f"for event in PlannerClient({str(daemon.socket)!r}).plan_stream({LONG!r}, max_tokens=1000,\n"
+            "                                                                constrained=False):\n"
             "    print('delta', flush=True)\n")
     streamer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     try:
         assert streamer.stdout.readline() == b"delta\n"  # it is streaming now
-        other: dict = {}  # a request queued behind the stream
+        other: dict = {}  # a request that runs next to the stream (the engine batches them)
         t = threading.Thread(target=lambda: other.update(daemon.client().plan("Open the fridge.", max_tokens=4)))
         t.start()
-        assert wait_for(lambda: client.health()["queue"]["depth"] == 1)
+        assert wait_for(lambda: client.health()["queue"]["running"] == 2 or bool(other))
         streamer.kill()
     finally:
         streamer.kill()
         streamer.wait()
     t.join(60)
-    assert other.get("plan") == expected  # served right after the cancelled stream, not lost
+    assert other.get("plan") == expected  # served, and the same as alone: the batch changed nothing
     assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)
     assert wait_for(lambda: idle(client))  # the KV cache is back to the pinned prefix
 
@@ -63,7 +64,7 @@ def test_a_client_killed_mid_stream_is_cancelled_and_others_are_served(daemon, c
 def test_a_client_that_hangs_up_while_waiting_is_cancelled(daemon, client):
     cancelled = counter(client, "plan", "cancelled")
     with daemon.client(timeout_s=1.0) as impatient, pytest.raises(PlannerError, match="timed out"):
-        impatient.plan(LONG, max_tokens=1000)
+        impatient.plan(LONG, max_tokens=1000, constrained=False)
     assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)
     assert wait_for(lambda: idle(client))
 
@@ -75,10 +76,10 @@ def test_deadline_exceeded(daemon, client):
     assert r.status_code == 504 and "deadline of 500 ms exceeded" in r.json()["error"]["message"]
     deadlines = counter(client, "plan", "deadline")
     with pytest.raises(PlannerError, match="deadline of 300 ms exceeded") as err:
-        client.plan(LONG, max_tokens=1000, deadline_ms=300)
+        client.plan(LONG, max_tokens=1000, deadline_ms=300, constrained=False)
     assert err.value.status == 504
     with pytest.raises(PlannerError, match="deadline of 700 ms exceeded"):  # after some deltas
-        list(client.plan_stream(LONG, max_tokens=1000, deadline_ms=700))
+        list(client.plan_stream(LONG, max_tokens=1000, deadline_ms=700, constrained=False))
     assert wait_for(lambda: counter(client, "plan", "deadline") == deadlines + 2)
     assert wait_for(lambda: idle(client))
     assert client.plan("Open the fridge.", max_tokens=2, deadline_ms=60_000)["plan"]
@@ -87,10 +88,19 @@ def test_deadline_exceeded(daemon, client):
 def test_metrics_and_health(client):
     client.plan("Open the fridge.", max_tokens=2)
     text, health = client.metrics(), client.health()
+    capacity = health["kv_cache"]["capacity_tokens"]
     for name in ("orin_llm_ttft_seconds_bucket", "orin_llm_request_seconds_count", "orin_llm_queue_wait_seconds_sum",
                  "orin_llm_decode_tokens_per_second_bucket", "orin_llm_completion_tokens_total",
-                 "orin_llm_queue_depth 0.0", "orin_llm_kv_cache_capacity_tokens 8192.0"):
+                 "orin_llm_queue_depth 0.0", f"orin_llm_kv_cache_capacity_tokens {capacity:.1f}"):
         assert name in text
+    # the paged pool: its blocks add up, the home is pinned, prompts were served from it
+    pool = health["kv_cache"]["pool"]
+    assert pool["blocks"] * pool["block_size"] == capacity
+    assert pool["used"] + pool["cached"] + pool["free"] == pool["blocks"] and pool["pinned"] >= 1
+    for gauge, key in (("orin_llm_kv_pool_blocks_pinned", "pinned"), ("orin_llm_kv_pool_blocks", "blocks")):
+        assert f"{gauge} {float(pool[key])}" in text
+    assert float(re.search(r"^orin_llm_prefix_hit_tokens (\S+)$", text, re.M).group(1)) > 0
+    assert health["scheduler"]["max_running"] >= 1 and "orin_llm_batch_size " in text
     assert counter(client, "plan", "ok") >= 1
     cached = re.search(r'^orin_llm_cached_prompt_tokens_total{endpoint="plan"} (\S+)$', text, re.M)
     assert float(cached.group(1)) >= health["prefix_tokens"]  # the pinned prefix was reused

@@ -61,8 +61,9 @@ def test_stale_socket_mode_notify_full_queue_and_sigterm(start_daemon):
     notify.bind(str(where / "notify"))
     notify.settimeout(30)
     group = grp.getgrgid(os.getgid()).gr_name
-    d = start_daemon("--queue-size", "1", "--grace-s", str(GRACE_S), "--socket-group", group, socket=path,
-                     env={"NOTIFY_SOCKET": str(where / "notify")})
+    # one request decodes at a time (--max-batch 1), so the second waits in the queue of 1
+    d = start_daemon("--queue-size", "1", "--max-batch", "1", "--grace-s", str(GRACE_S), "--socket-group", group,
+                     socket=path, env={"NOTIFY_SOCKET": str(where / "notify")})
 
     assert notify.recv(100) == b"READY=1"
     st = os.stat(path)
@@ -75,7 +76,7 @@ def test_stale_socket_mode_notify_full_queue_and_sigterm(start_daemon):
 
     def stream() -> None:
         try:
-            for event in d.client().plan_stream(LONG, max_tokens=1000):
+            for event in d.client().plan_stream(LONG, max_tokens=1000, constrained=False):
                 streamed.append(event)
                 first_delta.set()
         except PlannerError as e:

@@ -62,7 +62,8 @@ def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
     client.plan("Open the fridge.", max_tokens=2)
     before = client.metrics()
     plans = []
-    for task in ("Open the wardrobe.", "Close the fridge.", "Open the wardrobe."):
+    unique = f"{time.time_ns()}"  # prompts no earlier test sent: the first one finds only the home cached
+    for task in (f"Open the wardrobe ({unique}).", f"Close the fridge ({unique}).", f"Open the wardrobe ({unique})."):
         client.chat(CHAT_ELSEWHERE, max_tokens=2)  # other traffic between the plans
         plans.append(client.plan(task, max_tokens=2)["timings"])
     for t in plans:
