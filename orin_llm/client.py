@@ -135,7 +135,8 @@ class PlannerClient:
         return self._request("POST", "/v1/plan", json=_plan_body(task, observations, opts)).json()
 
     def plan_stream(self, task: str, observations: Optional[list[str]] = None, **opts: Any) -> Iterator[dict]:
-        """{"delta": text} events as the plan is decoded, then the full response (as plan())."""
+        """{"delta": text} events as the plan is decoded, {"step": {"index", "action", "args"}} events as its
+        lines complete as steps of the home, then the full response (as plan())."""
         body = {**_plan_body(task, observations, opts), "stream": True}
         yield from self._stream("/v1/plan", body)
 

@@ -14,7 +14,11 @@ What a goal does:
 
 * It streams (`POST /v1/plan`, `stream: true`): every text delta is handed to `on_feedback(delta,
   tokens_so_far)`, where tokens_so_far counts the deltas so far (the daemon sends one per decoded
-  token that completes some text, so it can trail the token count by a token or two).
+  token that completes some text, so it can trail the token count by a token or two), and every
+  line that completes as a step of the home to `on_step({"index", "action", "args"})`, before the
+  rest of the plan is written: the robot can start walking while the planner still plans.
+* A goal is constrained to the home's grammar unless it says `unconstrained`; the outcome lists
+  the plan's steps and, separately, the lines that are not steps with why.
 * `is_cancelled()` is polled every `poll_s` (50 ms). When it turns true the goal returns at once
   with `cancelled=True`, and the stream is closed: the daemon sees its client go and stops
   generating (counted as `outcome="cancelled"` in its /metrics). The close happens on the stream's
@@ -72,6 +76,7 @@ class PlanGoal:
     observations: list[str] = field(default_factory=list)
     max_tokens: int = 0
     deadline_s: float = 0.0
+    unconstrained: bool = False
 
 
 @dataclass
@@ -83,6 +88,7 @@ class PlanOutcome:
     error: str = ""
     plan: str = ""
     steps: list[str] = field(default_factory=list)
+    rejected_lines: list[str] = field(default_factory=list)  # "line -- why"
     timings: dict[str, Any] = field(default_factory=dict)
     environment_version: int = UNKNOWN_VERSION
     cancelled: bool = False
@@ -94,7 +100,7 @@ def _never() -> bool:
     return False
 
 
-def _ignore(delta: str, tokens: int) -> None:
+def _ignore(*args: Any) -> None:
     pass
 
 
@@ -121,20 +127,23 @@ class PlanBridge:
     # -- goals -----------------------------------------------------------------------------
 
     def run_goal(self, goal: PlanGoal, on_feedback: Optional[Callable[[str, int], None]] = None,
-                 is_cancelled: Optional[Callable[[], bool]] = None) -> PlanOutcome:
+                 is_cancelled: Optional[Callable[[], bool]] = None,
+                 on_step: Optional[Callable[[dict], None]] = None) -> PlanOutcome:
         """Run one goal to its outcome; never raises (see the module docstring)."""
         try:
-            return self._run(goal, on_feedback or _ignore, is_cancelled or _never)
+            return self._run(goal, on_feedback or _ignore, is_cancelled or _never, on_step or _ignore)
         except Exception as e:  # a bug here or in a callback: still an outcome, with its message
             log.exception("plan goal failed")
             return PlanOutcome(False, error=f"the planner bridge failed: {type(e).__name__}: {e}")
 
     def _run(self, goal: PlanGoal, on_feedback: Callable[[str, int], None],
-             is_cancelled: Callable[[], bool]) -> PlanOutcome:
+             is_cancelled: Callable[[], bool], on_step: Callable[[dict], None]) -> PlanOutcome:
         start = time.monotonic()
         max_tokens = goal.max_tokens if goal.max_tokens and goal.max_tokens > 0 else self.max_tokens
         deadline_s = goal.deadline_s if goal.deadline_s and goal.deadline_s > 0 else self.deadline_s
         opts: dict[str, Any] = {"max_tokens": int(max_tokens)}
+        if goal.unconstrained:
+            opts["constrained"] = False
         timeout = self.timeout_s
         local_deadline = None
         if deadline_s > 0:
@@ -174,6 +183,8 @@ class PlanBridge:
                 if kind == "delta":
                     tokens += 1
                     on_feedback(value, tokens)
+                elif kind == "step":
+                    on_step(value)
                 elif kind == "done":
                     return _success(value, tokens)
                 else:
@@ -239,7 +250,8 @@ def _read_stream(client: PlannerClient, goal: PlanGoal, opts: dict, events: queu
         for event in stream:
             if stop.is_set():
                 break
-            events.put(("delta", event["delta"]) if "delta" in event else ("done", event))
+            kind = "delta" if "delta" in event else "step" if "step" in event else "done"
+            events.put((kind, event.get(kind, event)))
     except Exception as e:
         events.put(("error", e))
     finally:
@@ -253,7 +265,9 @@ def _read_stream(client: PlannerClient, goal: PlanGoal, opts: dict, events: queu
 def _success(resp: dict, tokens: int) -> PlanOutcome:
     steps = [format_call(s["action"], list(s.get("args", []))) for s in resp.get("steps", [])]
     version = resp.get("environment_version")
-    return PlanOutcome(True, plan=resp.get("plan", ""), steps=steps, timings=dict(resp.get("timings", {})),
+    rejected = [f"{r['line']} -- {r['reason']}" for r in resp.get("rejected_lines", [])]
+    return PlanOutcome(True, plan=resp.get("plan", ""), steps=steps, rejected_lines=rejected,
+                       timings=dict(resp.get("timings", {})),
                        environment_version=int(version) if version is not None else UNKNOWN_VERSION,
                        tokens=tokens, finish_reason=str(resp.get("finish_reason", "")))
 

@@ -47,11 +47,12 @@ def deps(root: ET.Element, tag: str) -> set[str]:
 def test_plan_action_fields():
     goal, result, feedback = interface_sections(IFACES / "action" / "Plan.action")
     assert goal == [("string", "task"), ("string[]", "observations"), ("int32", "max_tokens"),
-                    ("float32", "deadline_s")]
+                    ("float32", "deadline_s"), ("bool", "unconstrained")]
     assert result == [("bool", "success"), ("string", "error"), ("string", "plan"), ("string[]", "steps"),
-                      ("float32", "ttft_ms"), ("float32", "total_ms"), ("float32", "decode_tokens_per_s"),
-                      ("int32", "environment_version")]
-    assert feedback == [("string", "delta"), ("int32", "tokens_so_far")]
+                      ("string[]", "rejected_lines"), ("float32", "ttft_ms"), ("float32", "total_ms"),
+                      ("float32", "decode_tokens_per_s"), ("int32", "environment_version")]
+    assert feedback == [("string", "delta"), ("int32", "tokens_so_far"), ("int32", "step_index"), ("string", "step"),
+                        ("string", "step_action"), ("string[]", "step_args")]
 
 
 def test_set_environment_service_fields():

@@ -40,9 +40,16 @@ def bridge(daemon):
 
 def test_a_goal_streams_feedback_then_a_plan_with_steps(bridge, client):
     feedback: list[tuple[str, int]] = []
+    steps: list[tuple[dict, int]] = []  # each typed step, with how much text had arrived by then
     goal = PlanGoal(TASK, observations=["the mug is on the counter"], max_tokens=48)
-    outcome = bridge.run_goal(goal, lambda delta, n: feedback.append((delta, n)), lambda: False)
+    outcome = bridge.run_goal(goal, lambda delta, n: feedback.append((delta, n)), lambda: False,
+                              lambda step: steps.append((step, len(feedback))))
     assert outcome.success and not outcome.error and not outcome.cancelled, outcome.error
+    # typed steps arrived as their lines completed: the first long before the plan was done
+    assert [format_call(st["action"], st["args"]) for st, _ in steps] == outcome.steps
+    assert [st["index"] for st, _ in steps] == list(range(len(steps)))
+    assert len(steps) >= 2 and steps[0][1] < len(feedback)
+    assert all(r.endswith("unfinished: max_tokens ended the plan inside this line") for r in outcome.rejected_lines)
     assert len(feedback) >= 2 and [n for _, n in feedback] == list(range(1, len(feedback) + 1))
     assert "".join(d for d, _ in feedback).strip() == outcome.plan
     assert outcome.steps and all(re.fullmatch(r"\w+\(.*\)", s) for s in outcome.steps)
@@ -58,7 +65,8 @@ def test_cancel_mid_stream_stops_the_daemon_and_the_next_goal_is_served(bridge, 
     cancelled = counter(client, "plan", "cancelled")
     seen: list[int] = []
     t0 = time.monotonic()
-    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000), lambda d, n: seen.append(n), lambda: len(seen) >= 3)
+    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000, unconstrained=True), lambda d, n: seen.append(n),
+                              lambda: len(seen) >= 3)
     assert outcome.cancelled and not outcome.success and "cancelled after" in outcome.error
     assert 3 <= outcome.tokens < 1000 and time.monotonic() - t0 < 60
     assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)  # the daemon stopped it
@@ -73,7 +81,7 @@ def test_a_failing_feedback_callback_fails_the_goal_and_frees_the_daemon(bridge,
     def publish(delta: str, n: int) -> None:
         raise RuntimeError("the feedback publisher is gone")
 
-    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000), publish)
+    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000, unconstrained=True), publish)
     assert not outcome.success and not outcome.cancelled
     assert "RuntimeError: the feedback publisher is gone" in outcome.error
     assert wait_for(lambda: counter(client, "plan", "cancelled") == cancelled + 1)
@@ -82,14 +90,14 @@ def test_a_failing_feedback_callback_fails_the_goal_and_frees_the_daemon(bridge,
 
 def test_a_deadline_fails_the_goal_with_the_reason(bridge, client):
     t0 = time.monotonic()
-    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000, deadline_s=0.5))
+    outcome = bridge.run_goal(PlanGoal(LONG, max_tokens=1000, deadline_s=0.5, unconstrained=True))
     assert not outcome.success and not outcome.cancelled
     assert "deadline of 0.5 s exceeded" in outcome.error and "raise deadline_s" in outcome.error
     assert time.monotonic() - t0 < 10
     assert wait_for(lambda: idle(client))
     # the bridge's own default deadline applies to goals that give none
     strict = PlanBridge.for_socket(bridge_socket(bridge), timeout_s=60, max_tokens=1000, deadline_s=0.5)
-    assert "deadline of 0.5 s exceeded" in strict.run_goal(PlanGoal(LONG)).error
+    assert "deadline of 0.5 s exceeded" in strict.run_goal(PlanGoal(LONG, unconstrained=True)).error
     assert wait_for(lambda: idle(client))
 
 

@@ -82,3 +82,33 @@ def check_steps(text: str, env: Environment, truncated: bool = False) -> tuple[l
     if truncated and rejected and rejected[-1].line == last and not text.endswith("\n"):
         rejected[-1] = Rejected(last, UNFINISHED)
     return steps, rejected
+
+
+class StepStream:
+    """Steps as a streamed plan completes them: feed the text deltas, get each line as a typed step as
+    soon as its newline arrives (and the last line at the end), so a robot can start the first step
+    while the planner still writes the rest. Lines that are not steps are skipped here (the final
+    answer lists them in rejected_lines); the first one after a step ends the stream of steps, as
+    check_steps ends the plan there."""
+
+    def __init__(self, env: Environment):
+        self.env, self.text, self.count, self._ended = env, "", 0, env.is_text
+
+    def feed(self, delta: str) -> list[dict]:
+        self.text += delta
+        *complete, self.text = self.text.split("\n")
+        return [step for line in complete for step in self._line(line)]
+
+    def finish(self) -> list[dict]:
+        line, self.text = self.text, ""
+        return self._line(line)
+
+    def _line(self, line: str) -> list[dict]:
+        if self._ended or not line.strip():
+            return []
+        checked = check_line(line.strip(), self.env)
+        if not isinstance(checked, Step):
+            self._ended = self.count > 0 and checked.reason.startswith("not an action call")
+            return []
+        self.count += 1
+        return [{"index": self.count - 1, **checked.as_dict()}]

@@ -17,6 +17,7 @@ import uuid
 from typing import Optional
 
 from ..environment import Environment
+from ..home.steps import StepStream
 from ..runtime.generate import Result
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
@@ -30,6 +31,7 @@ def plan_job(req: PlanRequest, params: SamplingParams):
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
         gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
                             req.environment)
+        steps = StepStream(prefix.environment)  # {"step": ...} events for a streamed plan
 
         def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
@@ -42,7 +44,7 @@ def plan_job(req: PlanRequest, params: SamplingParams):
             if conv is not None:
                 out["conversation"] = {"id": conv.id, "turn": conv.turns}
             return out
-        return gen, finish
+        return gen, finish, steps
     return begin
 
 

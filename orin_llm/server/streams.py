@@ -50,7 +50,8 @@ async def first_event(job: Job, request: Request) -> Optional[tuple[str, Any]]:
 
 async def events(job: Job, on_delta: Callable[[str], dict], on_done: Callable[[dict], Iterable[dict]],
                  head: Iterable[dict] = ()) -> AsyncIterator[str]:
-    """SSE lines for a started job: `head`, deltas, the final payload(s) or an error, then [DONE]."""
+    """SSE lines for a started job: `head`, deltas (and a plan's `{"step": ...}` events as its lines
+    complete), the final payload(s) or an error, then [DONE]."""
     try:
         for obj in head:
             yield sse(obj)
@@ -58,6 +59,8 @@ async def events(job: Job, on_delta: Callable[[str], dict], on_done: Callable[[d
             kind, value = await job.events.get()
             if kind == "delta":
                 yield sse(on_delta(value))
+            elif kind == "step":
+                yield sse({"step": value})
             elif kind == "done":
                 for obj in on_done(value):
                     yield sse(obj)

@@ -38,9 +38,10 @@ log = logging.getLogger("orin_llm.server")
 
 HISTORY_SAVE_S = 5.0  # the lookup histories that changed are saved at most this often (and at the end)
 
-# begin(planner) -> (generation, finish(queue_s) -> response payload); queue_s: the job's wait from its
-# arrival to the moment the engine began its request. `exclusive` jobs (environment switches) start
-# only when no other exclusive job runs.
+# begin(planner) -> (generation, finish(queue_s) -> response payload[, steps]); queue_s: the job's wait
+# from its arrival to the moment the engine began its request; steps: a home.steps.StepStream that turns a
+# streamed plan's text into ("step", {...}) events. `exclusive` jobs (environment switches) start only
+# when no other exclusive job runs.
 Begin = Callable[[Planner], "tuple[Generation, Callable[[float], dict]]"]
 
 
@@ -78,6 +79,7 @@ class Active:
     gen: Generation
     finish: Callable[[float], dict]
     began: float  # time.monotonic() when the worker started it
+    steps: Optional[Any] = None  # a StepStream for a streamed plan
 
 
 class Worker:
@@ -217,12 +219,12 @@ class Worker:
                 continue
             began = time.monotonic()
             try:
-                gen, finish = job.begin(self.planner)
+                gen, finish, *steps = job.begin(self.planner)
                 if gen is None:  # an environment switch: done in begin()
                     job.emit("done", finish(began - job.created))
                     self.metrics.count(job.endpoint, "ok")
                     continue
-                a = Active(job, gen, finish, began)
+                a = Active(job, gen, finish, began, steps[0] if steps else None)
                 if job.stream:
                     job.emit("start")
                 it = iter(gen)
@@ -230,6 +232,8 @@ class Worker:
                     for delta in it:
                         if job.stream:
                             job.emit("delta", delta)
+                            for step in a.steps.feed(delta) if a.steps else ():
+                                job.emit("step", step)
                         if stop := self._why_stop(job):
                             break
                 finally:
@@ -237,7 +241,7 @@ class Worker:
                 if stop:
                     self._end(job, *stop)
                     continue
-                self.active.append(a)
+                self.active.append(a)  # iterating took its deltas: _pump sends the last steps and the answer
                 self._pump()
             except Exception as e:
                 self._end(job, *self._error(job, e))
@@ -271,7 +275,7 @@ class Worker:
             return self._end(job, *stop)
         began = time.monotonic()
         try:
-            gen, finish = job.begin(self.planner)
+            gen, finish, *steps = job.begin(self.planner)
         except Exception as e:
             return self._end(job, *self._error(job, e))
         engine = self.planner.engine
@@ -279,7 +283,7 @@ class Worker:
             engine.submit(gen)
         if job.stream:
             job.emit("start")
-        self.active.append(Active(job, gen, finish, began))
+        self.active.append(Active(job, gen, finish, began, steps[0] if steps else None))
 
     def _pump(self) -> None:
         """Each active job's news since the last step: deltas, then done, failed or stopped."""
@@ -287,10 +291,15 @@ class Worker:
             if a.job.stream:
                 for delta in a.gen.take():
                     a.job.emit("delta", delta)
+                    for step in a.steps.feed(delta) if a.steps else ():
+                        a.job.emit("step", step)
             if a.gen.error is not None:
                 self._fail(a, a.gen.error)
             elif a.gen.done:
                 self.active.remove(a)
+                if a.job.stream and a.steps:
+                    for step in a.steps.finish():  # the last line has no newline after it
+                        a.job.emit("step", step)
                 queue_s = self._queue_s(a)
                 try:
                     payload = a.finish(queue_s)

@@ -35,7 +35,7 @@ def test_concurrent_clients_each_get_their_own_answer(daemon, client):
                 if j % 5 == 0:  # some stream: the deltas add up to the final text
                     events = list(c.plan_stream(task, max_tokens=MAX_TOKENS))
                     final = events[-1]
-                    assert "".join(e["delta"] for e in events[:-1]).strip() == final["plan"]
+                    assert "".join(e.get("delta", "") for e in events[:-1]).strip() == final["plan"]
                     r = final
                 else:
                     r = c.plan(task, max_tokens=MAX_TOKENS)

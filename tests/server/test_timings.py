@@ -80,3 +80,17 @@ def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
     assert grew("orin_llm_cached_prompt_tokens_total") == sum(t["cached_prompt_tokens"] for t in plans)
     assert grew("orin_llm_computed_prompt_tokens_total") == sum(t["computed_prompt_tokens"] for t in plans)
     assert grew("orin_llm_prompt_tokens_total") == sum(t["prompt_tokens"] for t in plans)
+
+
+def test_a_streamed_plan_sends_each_step_before_the_end(client):
+    """Typed {"step"} events arrive as each line completes, before the final answer, and add up to its
+    steps: a robot can start the first step while the planner still writes the rest."""
+    events = list(client.plan_stream("Bring the mug from the kitchen to the coffee table.", max_tokens=64))
+    final = events[-1]
+    kinds = ["step" if "step" in e else "delta" if "delta" in e else "final" for e in events]
+    steps = [e["step"] for e in events if "step" in e]
+    assert steps and kinds[-1] == "final" and kinds.index("step") < len(kinds) - 2  # the first step came early
+    assert [{"action": s["action"], "args": s["args"]} for s in steps] == final["steps"]
+    assert [s["index"] for s in steps] == list(range(len(steps)))
+    text_at_first_step = "".join(e["delta"] for e in events[:kinds.index("step")] if "delta" in e)
+    assert len(text_at_first_step) < len(final["plan"])

@@ -24,7 +24,8 @@ from rclpy.callback_groups import ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 
-from orin_llm.ros_bridge import PlanBridge, PlanGoal, PlanOutcome  # noqa: I100 (ruff: first party)
+from orin_llm.environment import format_call  # noqa: I100 (ruff: first party)
+from orin_llm.ros_bridge import PlanBridge, PlanGoal, PlanOutcome
 
 NODE_NAME = 'orin_llm_planner'
 CANCEL_STATE_WAIT_S = 1.0  # a cancel callback runs just before the goal turns CANCELING
@@ -83,18 +84,21 @@ class PlannerNode(Node):
             request = goal_handle.request
             goal = PlanGoal(task=request.task, observations=list(request.observations),
                             max_tokens=int(request.max_tokens),
-                            deadline_s=float(request.deadline_s))
+                            deadline_s=float(request.deadline_s),
+                            unconstrained=bool(request.unconstrained))
+            progress = {'tokens': 0}
 
             def on_feedback(delta, tokens):
-                feedback = Plan.Feedback()
-                feedback.delta = delta
-                feedback.tokens_so_far = tokens
-                goal_handle.publish_feedback(feedback)
+                progress['tokens'] = tokens
+                goal_handle.publish_feedback(to_feedback(delta, tokens))
+
+            def on_step(step):  # a line complete as a step: the robot may start it now
+                goal_handle.publish_feedback(to_feedback('', progress['tokens'], step))
 
             def is_cancelled():
                 return cancelled.is_set() or goal_handle.is_cancel_requested
 
-            outcome = self._bridge().run_goal(goal, on_feedback, is_cancelled)
+            outcome = self._bridge().run_goal(goal, on_feedback, is_cancelled, on_step)
             result = to_result(outcome)
             self._finish(goal_handle, outcome)
             return result
@@ -150,6 +154,19 @@ class PlannerNode(Node):
         return response
 
 
+def to_feedback(delta, tokens, step=None):
+    """A Plan feedback message: text decoded since the last one, or a step that just completed."""
+    feedback = Plan.Feedback()
+    feedback.delta = delta
+    feedback.tokens_so_far = tokens
+    feedback.step_index = int(step['index']) if step else -1
+    if step:
+        feedback.step_action = step['action']
+        feedback.step_args = list(step.get('args', []))
+        feedback.step = format_call(step['action'], list(step.get('args', [])))
+    return feedback
+
+
 def to_result(outcome):
     """Map a PlanOutcome onto a Plan result message."""
     result = Plan.Result()
@@ -157,6 +174,7 @@ def to_result(outcome):
     result.error = outcome.error
     result.plan = outcome.plan
     result.steps = list(outcome.steps)
+    result.rejected_lines = list(outcome.rejected_lines)
     timings = outcome.timings
     result.ttft_ms = float(timings.get('ttft_ms', 0.0))
     result.total_ms = float(timings.get('total_ms', 0.0))
