@@ -18,6 +18,10 @@ from .block_manager import ROOT, BlockManager, Match, NoBlocks
 from .kv_pool import KVPool, PagedView
 
 
+class PinTooLarge(OrinError):
+    """A pin that would not leave room for one full-length request (the daemon answers 507)."""
+
+
 @dataclass
 class SeqKV:
     blocks: list[int] = field(default_factory=list)  # the block table (owned: one reference each)
@@ -150,7 +154,7 @@ class PagedCache:
         room = self.blocks.num_blocks - pinned - self.blocks_for(reserve_tokens)
         if need > room:
             bs = self.block_size
-            raise OrinError(
+            raise PinTooLarge(
                 f"pinning {tokens} tokens needs {need} KV blocks of {bs} tokens, but the pool has "
                 f"{self.blocks.num_blocks} blocks ({self.capacity_tokens} tokens): {pinned} are pinned "
                 f"already and {self.blocks_for(reserve_tokens)} stay free for one request of max_seq_len "

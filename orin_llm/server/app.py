@@ -28,7 +28,7 @@ from ..runtime.sampling import SamplingParams
 from .body_limit import BodyLimit
 from .content import JsonBodies, parse_environment_body
 from .errors import RequestError, error_body
-from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job
+from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job, remove_environment_job
 from .schemas import ChatRequest, EnvironmentVersion, ErrorResponse, PlanRequest, PlanResponse, Sampling, check_utf8
 from .streams import SSE_HEADERS, events, first_event
 from .worker import Job, Worker
@@ -166,16 +166,47 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
     ) -> Response:
         """Replace the home: JSON (the shape GET returns), or the YAML file itself with
         `Content-Type: application/yaml`. Requests already running finish on the old one."""
-        body = await request.body()  # within the body limit (BodyLimit counts it)
-        try:
-            data = parse_environment_body(body, request.headers.get("content-type"))
-            check_utf8(data)
-            env = environment_from_dict(data, source="environment")
-        except (OrinError, ValueError) as e:
-            raise RequestError(422, str(e)) from None
+        env = await environment_of(request)
         job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop(),
                   created=arrival(request), exclusive=True)
         return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
+
+    @app.get("/v1/environments")
+    async def list_environments() -> dict:
+        """The default environment and the named ones, each pinned in the KV cache."""
+        homes = list(planner.homes.items())
+        return {name or "default": {"name": h.prefix.environment.name, "version": h.prefix.version,
+                                    "prefix_tokens": len(h.prefix.ids)} for name, h in homes}
+
+    @app.get("/v1/environments/{name}")
+    async def get_named_environment(name: str) -> Response:
+        home = planner.homes.get(name)
+        if home is None:
+            raise RequestError(404, f"no environment named {name!r}; GET /v1/environments lists them")
+        return JSONResponse(home.prefix.environment.model_dump(mode="json", exclude_none=True),
+                            headers={"ETag": f'"{home.prefix.version}"'})
+
+    @app.put("/v1/environments/{name}", responses={200: {"model": EnvironmentVersion}, **ERRORS},
+             openapi_extra={"requestBody": ENVIRONMENT_BODY})
+    async def put_named_environment(
+        name: str, request: Request,
+        if_match: Optional[str] = Header(None, description='The ETag of GET /v1/environments/NAME, e.g. "3".'),
+    ) -> Response:
+        """Add or replace a named environment, pinned next to the default one (plans choose it with
+        "environment": NAME). Refused with 507 when its prefix would not fit the KV cache next to the
+        others, naming the numbers."""
+        check_name(name)
+        env = await environment_of(request)
+        job = Job("environment", environment_job(env, parse_if_match(if_match), name), asyncio.get_running_loop(),
+                  created=arrival(request), exclusive=True)
+        return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
+
+    @app.delete("/v1/environments/{name}")
+    async def delete_named_environment(name: str, request: Request) -> Response:
+        """Unpin a named environment (requests still running on it finish)."""
+        job = Job("environment", remove_environment_job(name), asyncio.get_running_loop(), created=arrival(request),
+                  exclusive=True)
+        return await respond(job, request, JSONResponse)
 
     @app.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
                                            "text/event-stream ending with this object and [DONE]."}, **ERRORS})
@@ -207,6 +238,25 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                              on_done=on_done, head=[chat_chunk(meta, {"role": "assistant", "content": ""})])
 
     return app
+
+
+async def environment_of(request: Request):
+    """The request's body as an environment: JSON, or YAML with Content-Type: application/yaml."""
+    body = await request.body()  # within the body limit (BodyLimit counts it)
+    try:
+        data = parse_environment_body(body, request.headers.get("content-type"))
+        check_utf8(data)
+        return environment_from_dict(data, source="environment")
+    except (OrinError, ValueError) as e:
+        raise RequestError(422, str(e)) from None
+
+
+def check_name(name: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", name):
+        raise RequestError(422, f"environment name {name!r}: use 1 to 128 letters, digits, '.', '_', ':' or '-', "
+                                "starting with a letter or digit")
 
 
 def scheduler_info(engine) -> dict:

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 KINDS = {400: "invalid_request_error", 404: "not_found", 405: "invalid_request_error",
          412: "precondition_failed", 413: "request_too_large", 422: "invalid_request_error",
          431: "invalid_request_error",
-         499: "client_closed_request", 500: "internal_error", 503: "unavailable",
+         499: "client_closed_request", 500: "internal_error", 503: "unavailable", 507: "insufficient_storage",
          504: "deadline_exceeded"}
 
 

@@ -66,27 +66,40 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
     return begin
 
 
-def environment_job(env: Environment, if_match: Optional[int]):
-    """A new version of the home: rendered and checked here; its prefix is computed as a request of
-    the engine (in the same steps as the requests running) and pinned when done. Until then plans
-    use the version before it."""
+def environment_job(env: Environment, if_match: Optional[int], home: Optional[str] = None):
+    """A new version of a home (None: the default one): rendered and checked here; its prefix is
+    computed as a request of the engine (in the same steps as the requests running) and pinned when
+    done. Until then plans use the version before it."""
     def begin(planner: Planner):
-        if if_match is not None and if_match != planner.version:
-            raise RequestError(412, f"the environment is at version {planner.version}, not {if_match} "
-                                    "(If-Match); GET it again and retry")
+        current = planner.homes.get(home)
+        version = current.prefix.version if current else 0
+        if if_match is not None and if_match != version:
+            where = f"environment {home!r}" if home else "the environment"
+            raise RequestError(412, f"{where} is at version {version}, not {if_match} (If-Match); GET it again "
+                                    "and retry")
         engine = planner.engine
         if not hasattr(engine, "pin_request"):  # the TensorRT-LLM engine pins in one blocking call
-            version = planner.set_environment(env)
-            result = {"version": version, "name": env.name, "prefix_tokens": len(planner.prefix.ids)}
+            version = planner.set_environment(env, home)
+            result = {"version": version, "name": env.name, "prefix_tokens": len(planner.home(home).prefix.ids)}
             return None, lambda queue_s: result
-        prefix = planner.render(env)  # 413/422 here: the version in force stays in force
-        gen = engine.pin_request(list(prefix.ids))
+        prefix = planner.render(env, home)  # 413/422 here: the version in force stays in force
+        gen = engine.pin_request(list(prefix.ids))  # 507 here: it would not fit next to the other pins
         gen.started = time.perf_counter()
 
         def finish(queue_s: float) -> dict:
-            planner.use(prefix, gen.pin, gen.timings.total_s)
-            return {"version": prefix.version, "name": env.name, "prefix_tokens": len(prefix.ids)}
+            planner.use(prefix, gen.pin, gen.timings.total_s, home)
+            return {"version": prefix.version, "name": env.name, "prefix_tokens": len(prefix.ids),
+                    **({"environment": home} if home else {})}
         return gen, finish
+    return begin
+
+
+def remove_environment_job(home: str):
+    def begin(planner: Planner):
+        if home not in planner.homes:
+            raise RequestError(404, f"no environment named {home!r}; GET /v1/environments lists them")
+        planner.remove(home)
+        return None, lambda queue_s: {"removed": home}
     return begin
 
 

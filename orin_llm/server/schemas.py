@@ -74,6 +74,7 @@ class Sampling(_Strict):
 
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+HomeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
 class PlanRequest(Sampling):
@@ -87,7 +88,7 @@ class PlanRequest(Sampling):
     conversation: Optional[Name] = Field(None, description="An agent loop's id: this request is its next turn "
                                          "(the previous turns, plans included, stay cached; only the new turn is "
                                          "computed). A new environment version starts it over.")
-    environment: Optional[Name] = Field(None, description="A named environment (PUT /v1/environments/NAME) "
+    environment: Optional[HomeName] = Field(None, description="A named environment (PUT /v1/environments/NAME) "
                                         "instead of the default one.")
 
     @field_validator("task")

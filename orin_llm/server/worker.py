@@ -29,6 +29,7 @@ from typing import Any, Optional
 
 from ..errors import OrinError, PromptTooLong
 from ..runtime.block_manager import NoBlocks
+from ..runtime.cache import PinTooLarge
 from ..runtime.generate import Generation
 from ..runtime.planner import Planner
 from .errors import RequestError
@@ -276,6 +277,10 @@ class Worker:
         began = time.monotonic()
         try:
             gen, finish, *steps = job.begin(self.planner)
+            if gen is None:  # done in begin() (e.g. unpinning a home)
+                job.emit("done", finish(began - job.created))
+                self.metrics.count(job.endpoint, "ok")
+                return
         except Exception as e:
             return self._end(job, *self._error(job, e))
         engine = self.planner.engine
@@ -340,6 +345,8 @@ class Worker:
             return "invalid", RequestError(413, str(e))
         if isinstance(e, NoBlocks):  # the KV pool is full right now: come back shortly
             return "rejected", RequestError(503, str(e), retry_after=1)
+        if isinstance(e, PinTooLarge):  # the pins would leave no room for a request: not now, not later
+            return "invalid", RequestError(507, str(e))
         if isinstance(e, OrinError):  # bad input the runtime caught (speculation, grammar, ...)
             return "invalid", RequestError(422, str(e))
         log.error("%s request failed", job.endpoint, exc_info=e)  # a bug: say so, keep serving the others

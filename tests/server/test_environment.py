@@ -128,3 +128,44 @@ def test_an_environment_over_the_limit_gets_413_with_its_numbers(planner):
     assert "max_input_len is 6144, which leaves 0 tokens for a task" in message
     assert "task, observations or messages" not in message  # not the message for a long request
     assert planner.get_environment() == before
+
+
+def test_named_environments_are_pinned_next_to_the_default_one(capped_daemon, planner):
+    """A fleet sharing one planner: a second home is PUT under a name, plans choose it, both stay pinned
+    (each plan finds its own home's blocks cached), and DELETE unpins it."""
+    import httpx
+
+    home = planner.get_environment()["environment"]
+    transport = httpx.HTTPTransport(uds=str(capped_daemon.socket))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=300) as http:
+        put = http.put("/v1/environments/flat-2", json=bigger(home))
+        assert put.status_code == 200 and put.json()["version"] == 1 and put.headers["etag"] == '"1"'
+        listed = http.get("/v1/environments").json()
+        assert listed["flat-2"]["name"] == "home_with_garage" and listed["default"]["name"] == home["name"]
+        there = planner.plan("Put the drill on the workbench.", max_tokens=8, environment="flat-2")
+        here = planner.plan("Put the mug on the counter.", max_tokens=8)
+        assert there["environment"] == "flat-2" and "environment" not in here
+        for r, key in ((there, "flat-2"), (here, "default")):
+            assert r["timings"]["cached_prompt_tokens"] >= listed[key]["prefix_tokens"] // 16 * 16
+        names = {n for r in bigger(home)["rooms"] for n in [r["name"], *r["places"], *r["objects"]]}
+        text_actions = {a["name"] for a in home["actions"] if a["args"] == ["text"]}
+        typed = [s for s in there["steps"] if s["action"] not in text_actions]
+        assert there["steps"] and all(set(s["args"]) <= names for s in typed)  # things of the second home
+        stale = http.put("/v1/environments/flat-2", json=bigger(home), headers={"If-Match": '"7"'})
+        assert stale.status_code == 412 and "environment 'flat-2' is at version 1, not 7" in stale.text
+        assert http.get("/v1/environments/flat-2").json()["name"] == "home_with_garage"
+        assert http.delete("/v1/environments/flat-2").json() == {"removed": "flat-2"}
+        gone = http.delete("/v1/environments/flat-2")
+        assert gone.status_code == 404 and "no environment named 'flat-2'" in gone.text
+        assert http.put("/v1/environments/bad name", json=home).status_code == 422
+    with pytest.raises(PlannerError, match="no home named 'flat-2'") as err:
+        planner.plan("Open the fridge.", max_tokens=2, environment="flat-2")
+    assert err.value.status == 422
+
+
+def test_a_pin_that_does_not_fit_is_a_507():
+    from orin_llm.runtime.cache import PinTooLarge
+    from orin_llm.server.worker import Job, Worker
+
+    outcome, error = Worker._error(None, Job("environment", None, None), PinTooLarge("pinning 6000 tokens ..."))
+    assert (outcome, error.status, error.message) == ("invalid", 507, "pinning 6000 tokens ...")
