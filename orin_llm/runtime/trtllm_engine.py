@@ -17,15 +17,20 @@ which counts what the policy model has not allocated yet, and the default (neith
 of it (R≡J cpp/include/tensorrt_llm/executor/executor.h L439-455).
 
 Prefix reuse: with the profile's `prefix_reuse`, both executors run with
-`KvCacheConfig(enable_block_reuse=True)`. `pin(ids)` runs the prefix once (max_new_tokens=1) so its
-KV blocks are stored; a later prompt that starts with the same tokens reuses them. Reuse is in
-whole blocks of `tokens_per_block` tokens (the engine's `--tokens_per_block`, build/trtllm.py):
-the tail of the prefix that does not fill a block is recomputed for every request, so
-`cached_prompt_tokens` reports floor(len(prefix) / tokens_per_block) * tokens_per_block. Blocks live
-in TensorRT-LLM's cache and are evicted least-recently-used when it is full, so that figure is what
-the prefix *can* reuse, an upper bound; an evicted prefix is recomputed and stored again by the next
-request that uses it (correctness never depends on it). Without reuse, pin only records the ids
-and every request prefills its whole prompt (cached_prompt_tokens = 0).
+`KvCacheConfig(enable_block_reuse=True)` (and `ExecutorConfig(enable_chunked_context=True)` with its
+`chunked_context`); before creating them, `load` checks the engines against TensorRT-LLM 0.12's rules
+(orin_llm/trtllm_rules.py) and refuses a combination 0.12 would refuse, naming the rule. `pin(ids)`
+runs the prefix once (max_new_tokens=1) so its KV blocks are stored; a later prompt that starts with
+the same tokens reuses them, in whole blocks of `tokens_per_block` (the engine's `--tokens_per_block`,
+build/trtllm.py), never its last token. `cached_prefix()` is what the pinned prefix *can* serve.
+What a request was really served is measured: `cached_prompt_tokens` is the growth of the target
+executor's `KvCacheStats.reused_blocks` over the request × tokens_per_block (capped at the prompt
+length − 1). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` starts at 0 and only
+grows, once per block matched when a request is added (open kvCacheManager.cpp of the 0.11/0.12
+series, loadOrAllocateBlocks), and the iteration stats copy it as it is (first open
+trtGptModelInflightBatching.cpp, getCurrentIterationStats); get_latest_iteration_stats() returns the
+iterations since its last call (J executor.h). The engine serves one request at a time, so the growth
+belongs to that request. Without reuse nothing is stored and every request prefills its whole prompt.
 
 Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
 ours, one request per step, as the reference Triton BLS orchestrator does it (tensorrtllm_backend
@@ -45,8 +50,12 @@ v0.12.0 all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/decode.py L214-29
   derived), and stays right if the target ever decoded on past that iteration.
 
 Each step re-sends the whole context. With block reuse that costs the blocks not yet stored (the
-last partial block and the newest tokens); without it every step re-prefills the whole prompt, which
-costs more than speculation saves, so "auto" resolves to "none" when prefix_reuse is off.
+last partial block and the newest tokens, docs/trtllm-0.12-jetson.md §9); without it every step would
+re-prefill the whole prompt, and 0.12 does not load a draft-tokens target without block reuse anyway.
+
+The end-of-turn ids other than the Request's one `end_id` (Llama 3's <|eot_id|>, <|end_of_text|>,
+<|eom_id|>) and a request's stop_token_ids go into Request(stop_words=[[id], ...]), so the engine stops
+by itself there.
 """
 
 from __future__ import annotations
@@ -54,13 +63,14 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal, Optional
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest, read_json_object
+from ..trtllm_rules import EngineSetup, broken_rules
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .generate import Result, SpecStats, Timings
 from .sampling import SamplingParams
@@ -136,11 +146,29 @@ def _max_kv_tokens(manifest: Manifest, role: str, engine_dir: Path) -> int:
     return tokens
 
 
-def _make_executor(module: Any, path: Path, role: str, block_reuse: bool, max_kv_tokens: int) -> Any:
+# config.json's build_config.speculative_decoding_mode is BuildConfig's IntFlag written as its int
+# (R≡J builder.py BuildConfig.to_dict); SpeculativeDecodingMode: NONE = auto() = 1,
+# DRAFT_TOKENS_EXTERNAL = auto() = 2 (R≡J tensorrt_llm/models/modeling_utils.py L65-86).
+DRAFT_TOKENS_EXTERNAL = 2
+
+
+def _engine_setup(role: str, kv_cache: str, cfg: dict, block_reuse: bool, chunked: bool) -> EngineSetup:
+    """What this engine was built with (its config.json) and is about to be loaded with: the facts
+    TensorRT-LLM 0.12's load-time rules are about."""
+    paged = _build_value(cfg, "plugin_config", "use_paged_context_fmha")
+    mode = _build_value(cfg, "speculative_decoding_mode")
+    max_draft = _build_value(cfg, "max_draft_len")
+    external = mode == DRAFT_TOKENS_EXTERNAL if isinstance(mode, int) else isinstance(max_draft, int) and max_draft > 0
+    return EngineSetup(role=role, kv_cache=kv_cache, paged_context_fmha=bool(paged), draft_tokens_external=external,
+                       block_reuse=block_reuse, chunked_context=chunked)
+
+
+def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int) -> Any:
     # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
-    # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), ...) (R≡J L518-547).
-    kv = module.KvCacheConfig(enable_block_reuse=block_reuse, max_tokens=max_kv_tokens)
-    config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv)
+    # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...)
+    # (R≡J L518-547; J model_runner_cpp.py from_dir sets enable_chunked_context the same way).
+    kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
+    config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context)
     try:
         # Executor(model_path, model_type, executor_config) (R≡J: executor.cpp initBindings; the jetson
         # overload with use_mmap is not used: mmap only helps static batching, README4Jetson §3).
@@ -157,10 +185,17 @@ class TrtllmEngine(EngineText):
     backend = "trtllm"
 
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, module: Any, target: Any,
-                 draft: Optional[Any] = None, *, block_reuse: bool, tokens_per_block: int, draft_len: int):
+                 draft: Optional[Any] = None, *, block_reuse: bool, tokens_per_block: int, draft_len: int,
+                 chunked_context: bool = False):
         self.dir, self.manifest, self.tokenizer, self.module = engine_dir, manifest, tokenizer, module
         self.target_executor, self.draft_executor = target, draft
         self.block_reuse, self.tokens_per_block = block_reuse, tokens_per_block
+        self.chunked_context = chunked_context
+        # The target's cumulative KvCacheStats.reused_blocks as last read (module doc), whether a target
+        # request ran since, and whether its iteration stats carry KV stats at all.
+        self._reused_blocks = 0
+        self._reuse_unread = False
+        self._kv_stats = True
         self.draft_len = draft_len  # 0: the target engine takes no external draft tokens
         self.max_input_len = manifest.limits["max_input_len"]
         self.max_seq_len = manifest.limits["max_seq_len"]
@@ -169,8 +204,7 @@ class TrtllmEngine(EngineText):
         if not self.eos_ids:
             raise OrinError(f"{engine_dir}/tokenizer: no EOS token id (tokenizer_config.json or "
                             "generation_config.json); rebuild the engine")
-        # Request takes one end_id (R≡J bindings.cpp L226-240); the other EOS ids and the request's
-        # stop_token_ids end the text here, and the request is then cancelled.
+        # Request takes one end_id (R≡J bindings.cpp L226-240); the other EOS ids go in its stop_words.
         eos = tokenizer.eos_token_id
         self.end_id = eos if eos in self.eos_ids else min(self.eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
@@ -193,23 +227,33 @@ class TrtllmEngine(EngineText):
             roles["draft"] = manifest.draft
         configs = {role: _engine_config(engine_dir / entry.dir, role) for role, entry in roles.items()}
         kv_tokens = {role: _max_kv_tokens(manifest, role, engine_dir) for role in roles}
-        # The build turns prefix reuse on with paged context FMHA (build/trtllm.py _engine_step); a
-        # profile without the key means the Profile default, True.
+        # The build turns prefix reuse and chunked context on with paged context FMHA
+        # (trtllm_rules.engine_setups); a profile without a key means the Profile default of the time it
+        # was built: prefix_reuse True, chunked_context False.
         block_reuse = bool(manifest.profile.get("prefix_reuse", True))
+        chunked = bool(manifest.profile.get("chunked_context", False))
+        setups = {role: _engine_setup(role, entry.kv_cache.dtype, configs[role], block_reuse, chunked)
+                  for role, entry in roles.items()}
+        for role, setup in setups.items():  # what 0.12 would refuse at Executor(...), said before trying
+            for rule in broken_rules(setup):
+                raise OrinError(f"{engine_dir / roles[role].dir}: TensorRT-LLM 0.12 refuses to load this {role} "
+                                f"engine with this manifest's profile ({rule.cite()}); rebuild it with orin-llm "
+                                f"build from a profile that passes the build's checks: {rule.fix}")
         # The target verifies at most --max_draft_len tokens per request; more is an error (R≡J
         # cpp/include/tensorrt_llm/batch_manager/llmRequest.h L258-266), so k never exceeds it.
         max_draft = _build_value(configs["target"], "max_draft_len")
         max_draft = max_draft if isinstance(max_draft, int) and max_draft > 0 else 0
+        if not setups["target"].draft_tokens_external:
+            max_draft = 0
         draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
         tokenizer = load_tokenizer(engine_dir / "tokenizer")
         executors: dict[str, Any] = {}
         try:
             for role, entry in roles.items():
-                executors[role] = _make_executor(module, engine_dir / entry.dir, role, block_reuse,
-                                                 kv_tokens[role])
+                executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role])
             return cls(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
                        block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
-                       draft_len=draft_len)
+                       draft_len=draft_len, chunked_context=chunked)
         except BaseException:
             for ex in executors.values():
                 ex.shutdown()
@@ -234,12 +278,14 @@ class TrtllmEngine(EngineText):
         if ids and self.block_reuse:
             for executor in self.executors:  # the draft re-reads the context every step too
                 request = self.request(ids, 1, streaming=False, sampling=self.greedy_config())
-                for _ in _results(executor, _enqueue(executor, request)):
+                for _ in _results(executor, self.enqueue(executor, request)):
                     pass
         self.pinned = ids
 
     def cached_prefix(self, prompt_ids: list[int]) -> int:
-        """Prompt tokens whose KV blocks the pinned prefix stored: whole blocks of it only."""
+        """Prompt tokens whose KV blocks the pinned prefix stored: whole blocks of it only. What a
+        request was really served is measured (TrtllmGeneration: timings.cached_prompt_tokens); this is
+        what the pin can serve at most (TensorRT-LLM evicts blocks least-recently-used when full)."""
         n = len(self.pinned)
         if not self.block_reuse or not (0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned):
             return 0
@@ -281,14 +327,14 @@ class TrtllmEngine(EngineText):
         if not prompt_ids:
             raise OrinError("empty prompt")
         self.check_prompt(len(prompt_ids))
-        return TrtllmGeneration(self, prompt_ids, params, mode, cached=self.cached_prefix(prompt_ids))
+        return TrtllmGeneration(self, prompt_ids, params, mode)
 
     def stream(self, executor: Any, ids: list[int], max_new_tokens: int) -> Iterator[list[int]]:
         """Plain greedy decoding of `ids` on one executor, the target's or the draft's, streamed: each
         response's new tokens as they arrive (the benchmark times each engine with it; a Generation runs
         the target only). Read it to the end: an abandoned request is not cancelled."""
         request = self.request(ids, max_new_tokens, streaming=True, sampling=self.greedy_config())
-        for tokens, _final in _results(executor, _enqueue(executor, request)):
+        for tokens, _final in _results(executor, self.enqueue(executor, request)):
             yield tokens
 
     def kv_usage(self) -> dict:
@@ -314,6 +360,35 @@ class TrtllmEngine(EngineText):
 
     # ------------------------------------------------------------------ requests
 
+    def enqueue(self, executor: Any, request: Any) -> int:
+        """enqueue_request, noting that the target's KV stats may have moved (reused_blocks)."""
+        request_id = _enqueue(executor, request)
+        if executor is self.target_executor:
+            self._reuse_unread = True
+        return request_id
+
+    def reused_blocks(self, read: bool = False) -> Optional[int]:
+        """The target executor's cumulative KvCacheStats.reused_blocks (module doc), read from its
+        iteration stats when a request ran since the last read (or `read`); None when its stats carry
+        no KV stats. Reading drains the executor's stats: only this engine reads them."""
+        if read or self._reuse_unread:
+            self._reuse_unread = False
+            # get_latest_iteration_stats() -> list[IterationStats], the iterations since the last call
+            # (J executor.h); IterationStats.kv_cache_stats is Optional[KvCacheStats] whose reused_blocks
+            # is an int (R≡J bindings.cpp L88-132; tensorrtllm_backend v0.12.0 model.py L893-901 reads them
+            # the same way).
+            for stats in reversed(list(self.target_executor.get_latest_iteration_stats())):
+                kv = stats.kv_cache_stats
+                if kv is None:
+                    if self._kv_stats:
+                        log.warning("TensorRT-LLM iteration stats carry no kv_cache_stats: cached prompt tokens "
+                                    "cannot be measured and are reported as 0")
+                    self._kv_stats = False
+                    break
+                self._reused_blocks = int(kv.reused_blocks)
+                break
+        return self._reused_blocks if self._kv_stats else None
+
     def greedy_config(self) -> Any:
         # SamplingConfig(beam_width=1, top_k=None, top_p=None, ..., random_seed=None, temperature=None, ...)
         # (R≡J bindings.cpp L161-196). top_k=1 is greedy (argmax); run.py's default too (R examples/utils.py
@@ -328,19 +403,21 @@ class TrtllmEngine(EngineText):
                                           random_seed=seed)
 
     def request(self, ids: list[int], max_new_tokens: int, streaming: bool, sampling: Any,
-                draft: Optional[list[int]] = None) -> Any:
+                draft: Optional[list[int]] = None, stop_ids: Iterable[int] = ()) -> Any:
         """Request(input_token_ids, max_new_tokens, streaming=False, sampling_config, output_config, end_id,
         pad_id, bad_words, stop_words, embedding_bias, external_draft_tokens_config, ...) (R≡J bindings.cpp
         L226-264)."""
         m = self.module
+        # stop_words is list[list[int]], one token sequence per stop word (R≡J bindings.cpp L226-264; J
+        # examples/run.py passes GLM-4's end ids as [[151329], [151336], [151338]]). Stop strings stay
+        # TextStream's (they need text, not ids); a hit cancels the request.
+        stops = [[t] for t in sorted(set(stop_ids) - {self.end_id})]
         kwargs: dict[str, Any] = dict(
             input_token_ids=list(ids), max_new_tokens=max_new_tokens, streaming=streaming,
             sampling_config=sampling,
             # Only the new tokens, streamed or not (OutputConfig, R≡J bindings.cpp L198-206).
             output_config=m.OutputConfig(exclude_input_from_output=True),
-            end_id=self.end_id, pad_id=self.pad_id,
-            # Stop strings are TextStream's (they need text, not ids); a hit cancels the request.
-            stop_words=None)
+            end_id=self.end_id, pad_id=self.pad_id, stop_words=stops or None)
         if draft:
             # ExternalDraftTokensConfig(tokens, logits=None, acceptance_threshold=None) (R≡J L208-213):
             # no logits, so the target accepts by token id.
@@ -415,7 +492,7 @@ class EngineDrafter:
         executor = self.engine.draft_executor
         request = self.engine.request(context, k, streaming=False, sampling=self.engine.greedy_config())
         tokens: list[int] = []
-        for new, _final in _results(executor, _enqueue(executor, request)):
+        for new, _final in _results(executor, self.engine.enqueue(executor, request)):
             tokens += new
         return tokens[:k], None
 
@@ -434,15 +511,16 @@ class TrtllmGeneration:
     early (or an error) cancels the request in flight."""
 
     def __init__(self, engine: TrtllmEngine, prompt_ids: list[int], params: SamplingParams, mode: str,
-                 cached: int = 0, on_done: Optional[Callable[[], None]] = None):
+                 on_done: Optional[Callable[[], None]] = None):
         self.engine, self.prompt_ids, self.params, self.mode = engine, list(prompt_ids), params, mode
-        self.cached = cached
         self.stream = TextStream(engine.tokenizer, params.stop)
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
         self.started: Optional[float] = None  # as Generation.started: when the request began
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
+        self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
+        self._measured = False
         self._seed_calls = 0
         self._rng: Optional[random.Random] = None
 
@@ -490,7 +568,8 @@ class TrtllmGeneration:
 
     def _decode(self, n: int) -> Generator[str, None, int]:
         """Up to n tokens of plain decoding, streamed; returns how many the engine produced."""
-        request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling())
+        request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling(),
+                                      stop_ids=self.stop_ids)
         produced = 0
         for tokens, _final in self._run(self.engine.target_executor, request):
             for tok in tokens:
@@ -509,7 +588,7 @@ class TrtllmGeneration:
     def _verify(self, draft: list[int]) -> Generator[str, None, int]:
         """One speculative step: the target checks `draft`; returns how many draft tokens it accepted."""
         request = self.engine.request(self._ctx, len(draft) + 1, streaming=False, sampling=self._sampling(),
-                                      draft=draft)
+                                      draft=draft, stop_ids=self.stop_ids)
         new: list[int] = []
         for tokens, _final in self._run(self.engine.target_executor, request):
             new += tokens
@@ -527,14 +606,36 @@ class TrtllmGeneration:
 
     def _run(self, executor: Any, request: Any) -> Iterator[tuple[list[int], bool]]:
         """Enqueue `request` and follow it; while it may still produce responses it is `_active`, the
-        request that closing the iterator (or a stop) cancels."""
-        request_id = _enqueue(executor, request)
+        request that closing the iterator (or a stop) cancels. The generation's first request is the one
+        that reads the prompt: once its first response is in, its blocks were matched, and what the
+        cache served is measured."""
+        engine = self.engine
+        first = not self._measured and executor is engine.target_executor
+        if first and engine.block_reuse:
+            self._reused_before = engine.reused_blocks()
+        request_id = engine.enqueue(executor, request)
         self._active = (executor, request_id)
 
         def received_last() -> None:  # the final (or an error) response is in: nothing left to cancel
             self._active = None
 
-        yield from _results(executor, request_id, on_last=received_last)
+        for item in _results(executor, request_id, on_last=received_last):
+            if first:
+                first = False
+                self._measure_cached()
+            yield item
+
+    def _measure_cached(self) -> None:
+        """timings.cached_prompt_tokens = the blocks the target reused for the first request, in tokens
+        (module doc). A matched block counts whole even when it is a stored partial block, so the figure
+        is capped at the prompt length - 1: the last prompt token is never served from the cache."""
+        self._measured = True
+        if not self.engine.block_reuse or self._reused_before is None:
+            return
+        after = self.engine.reused_blocks(read=True)
+        if after is not None:
+            blocks = max(0, after - self._reused_before)
+            self._timings.cached_prompt_tokens = min(blocks * self.engine.tokens_per_block, len(self.prompt_ids) - 1)
 
     def _cancel(self) -> None:
         if self._active is not None:
@@ -584,7 +685,7 @@ class TrtllmGeneration:
 
     def __iter__(self) -> Iterator[str]:
         self._t0 = time.perf_counter() if self.started is None else self.started
-        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=self.cached)
+        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0)
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []
         self._finish: Literal["stop", "length"] = "length"
