@@ -26,10 +26,10 @@ build/trtllm.py), never its last token. `cached_prefix()` is what the pinned pre
 What a request was really served is measured: `cached_prompt_tokens` is the growth of the target
 executor's `KvCacheStats.reused_blocks` over the request × tokens_per_block (capped at the prompt
 length − 1). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` starts at 0 and only
-grows, once per block matched when a request is added (open kvCacheManager.cpp of the 0.11/0.12
-series, loadOrAllocateBlocks), and the iteration stats copy it as it is (first open
+grows, once per block matched when a request is added (loadOrAllocateBlocks in the code index's copy
+of kvCacheManager.cpp of that series), and the iteration stats copy it as it is (first open
 trtGptModelInflightBatching.cpp, getCurrentIterationStats); get_latest_iteration_stats() returns the
-iterations since its last call (J executor.h). The engine serves one request at a time, so the growth
+iterations since its last call (J executor.h). docs/trtllm-0.12-jetson.md §4 and §7. The engine serves one request at a time, so the growth
 belongs to that request. Without reuse nothing is stored and every request prefills its whole prompt.
 
 Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
