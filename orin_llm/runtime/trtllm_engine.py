@@ -29,8 +29,9 @@ length − 1). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` 
 grows, once per block matched when a request is added (loadOrAllocateBlocks in the code index's copy
 of kvCacheManager.cpp of that series), and the iteration stats copy it as it is (first open
 trtGptModelInflightBatching.cpp, getCurrentIterationStats); get_latest_iteration_stats() returns the
-iterations since its last call (J executor.h). docs/trtllm-0.12-jetson.md §4 and §7. The engine serves one request at a time, so the growth
-belongs to that request. Without reuse nothing is stored and every request prefills its whole prompt.
+iterations since its last call (J executor.h); docs/trtllm-0.12-jetson.md §4, §7. The engine serves one
+request at a time, so the growth belongs to that request. Without reuse nothing is stored and every
+request prefills its whole prompt.
 
 Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
 ours, one request per step, as the reference Triton BLS orchestrator does it (tensorrtllm_backend
