@@ -105,6 +105,9 @@ class Profile(_Strict):
         if self.cached_prefix_tokens and not self.prefix_reuse:
             raise ValueError(f"cached_prefix_tokens = {self.cached_prefix_tokens} keeps prefixes cached, "
                              "which needs prefix_reuse = true; set cached_prefix_tokens = 0 or prefix_reuse = true")
+        if self.cached_prefix_tokens and self.backend != "trtllm":
+            raise ValueError(f"cached_prefix_tokens = {self.cached_prefix_tokens} sizes TensorRT-LLM's KV block pool; "
+                             f"the {self.backend} runtime keeps one pinned prefix: set cached_prefix_tokens = 0")
         return self
 
 

@@ -432,7 +432,7 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
                      f"{tokens // lim.max_seq_len} full-length sequences at once")
     warm = max(0, tokens - running) // HOME_TOKENS
     dep = deployment(profile)
-    if budget > 0 and dep.prefix_reuse:
+    if budget > 0 and dep.prefix_reuse and profile.backend == "trtllm":  # its KV pool keeps every stored block
         spare = max(0, budget // bpt - running)
         notes.append(f"the KV budget could keep {spare // HOME_TOKENS} homes of {HOME_TOKENS:,} tokens warm "
                      f"(cached_prefix_tokens = {spare // HOME_TOKENS * HOME_TOKENS:,}); this profile keeps {warm}")
@@ -476,11 +476,12 @@ def format_plan(plan: MemoryPlan) -> str:
         lines.append(row(f"  {name} KV ({m.kv_cache}, {m.kv_bytes_per_token:,} B/token)", m.kv_bytes,
                          f"{m.max_kv_tokens:,} tokens"))
     cached = f" + cached_prefix_tokens {plan.cached_prefix_tokens:,}" if plan.cached_prefix_tokens else ""
-    lines += [f"  {'KV tokens per engine (useful max)':<{w}}{plan.max_kv_tokens:>9,}"
-              f"     of {plan.useful_kv_tokens:,} = max_batch_size × max_seq_len {plan.running_kv_tokens:,}{cached}",
-              f"  {f'homes of {plan.home_tokens:,} tokens kept warm':<{w}}{plan.warm_homes:>9,}"
-              "     next to the running requests and the policy",
-              row("total allocated", plan.total_bytes),
+    lines.append(f"  {'KV tokens per engine (useful max)':<{w}}{plan.max_kv_tokens:>9,}"
+                 f"     of {plan.useful_kv_tokens:,} = max_batch_size × max_seq_len {plan.running_kv_tokens:,}{cached}")
+    if plan.backend == "trtllm":  # the torch runtime keeps one pinned prefix, not a pool of cached blocks
+        lines.append(f"  {f'homes of {plan.home_tokens:,} tokens kept warm':<{w}}{plan.warm_homes:>9,}"
+                     "     next to the running requests and the policy")
+    lines += [row("total allocated", plan.total_bytes),
               row("headroom", plan.headroom_bytes)]
     lines.append("  status: " + ("fits" if plan.feasible else "DOES NOT FIT"))
     lines += [f"  problem: {p}" for p in plan.problems]

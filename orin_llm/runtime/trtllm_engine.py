@@ -46,9 +46,11 @@ v0.12.0 all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/decode.py L214-29
   (acceptDraftTokensByIds, L934-954); every position counts one step towards max_new_tokens
   (L931-932), so the request ends after that one iteration with accepted + 1 new tokens. (Read in
   the open runtime sources; the 0.12 batch manager that drives it is a closed library.) The Result
-  carries no acceptance count (doc §4), so `accepted` = the length of the common prefix of the draft
-  and the returned tokens, which is returned − 1 whenever the target added its own token (doc §5:
-  derived), and stays right if the target ever decoded on past that iteration.
+  carries no acceptance count (doc §4), but the accepted tokens are in it: the decoder accepts a draft
+  token exactly when the target's own token at that position has the same id, so the common prefix of
+  the draft and the returned tokens *is* the engine's acceptance, not an estimate of it (returned − 1
+  whenever the target added its own token, and still right if it ever decoded on past that iteration).
+  SpecStats counts that per step.
 
 Each step re-sends the whole context. With block reuse that costs the blocks not yet stored (the
 last partial block and the newest tokens, docs/trtllm-0.12-jetson.md §9); without it every step would

@@ -189,6 +189,11 @@ def test_cached_prefix_tokens_that_do_not_fit_are_refused_with_what_fits(tmp_pat
         check_feasible(plan)
 
 
+def test_cached_prefix_tokens_are_a_trtllm_setting(tmp_path):
+    with pytest.raises(OrinError, match="the torch runtime keeps one pinned prefix: set cached_prefix_tokens = 0"):
+        load_profile(orin_variant(tmp_path, __backend='"torch"'))
+
+
 def test_cached_prefix_tokens_need_prefix_reuse(tmp_path):
     with pytest.raises(OrinError, match="cached_prefix_tokens = 6144 keeps prefixes cached, which needs prefix_reuse"):
         load_profile(orin_variant(tmp_path, ORIN_INT8KV, __prefix_reuse="false\ncached_prefix_tokens = 6144"))
