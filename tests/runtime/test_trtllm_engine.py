@@ -408,7 +408,6 @@ def test_without_kv_stats_cached_tokens_are_zero_not_guessed(make, fake, monkeyp
     eng = make()
     prefix = prompt(eng, "You are a home robot. " * 12)
     eng.pin(prefix)
-    monkeypatch.setattr(fake.KvCacheStats, "__init__", fake.KvCacheStats.__init__)
     target = target_executor(fake)
     latest = target.get_latest_iteration_stats
 
