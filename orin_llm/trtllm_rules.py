@@ -95,11 +95,11 @@ RULES: tuple[Rule, ...] = (INT8_KV_PAGED_CONTEXT_FMHA, BLOCK_REUSE_NEEDS_PAGED_C
                            DRAFT_TARGET_NEEDS_BLOCK_REUSE, CHUNKED_CONTEXT_NEEDS_PAGED_CONTEXT_FMHA)
 
 # Not a refusal but an absence: 0.12 has the LookaheadDecodingConfig binding and the build choice
-# `--speculative_decoding_mode lookahead_decoding`, but no runtime for it; "Supported lookahead decoding
-# (experimental)" is new in the 0.13.0 release notes (docs/source/release-notes.md), and 0.12's
-# ModelRunnerCpp/run.py take no lookahead config (J tensorrt_llm/runtime/model_runner_cpp.py from_dir).
-LOOKAHEAD_NOT_IN_012 = ("TensorRT-LLM 0.12 has the binding but no runtime for it (new, experimental, in 0.13: "
-                        "release notes); docs/trtllm-0.12-jetson.md §9")
+# `--speculative_decoding_mode lookahead_decoding`, but does not support lookahead yet: "Supported lookahead
+# decoding (experimental)" is new in the 0.13.0 release notes (docs/source/release-notes.md), and 0.12's
+# ModelRunnerCpp.from_dir takes no lookahead config, nor does run.py pass one (J model_runner_cpp.py, run.py).
+LOOKAHEAD_NOT_IN_012 = ("TensorRT-LLM 0.12 has the binding and the build flag but supports lookahead only from "
+                        "0.13 (experimental, release notes); docs/trtllm-0.12-jetson.md §9")
 
 
 @dataclass(frozen=True)
