@@ -19,7 +19,8 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime.loader import load_engine
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_bindings import executor_module, set_executor_module
-from orin_llm.runtime.trtllm_engine import TrtllmEngine, TrtllmGeneration
+from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm_generation import TrtllmGeneration
 
 WORDS = " kitchen table robot cup moves apple towards sink door opens"
 
