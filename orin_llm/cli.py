@@ -81,13 +81,16 @@ def memory(
     plan = plan_memory(load_profile(profile), profile.parent)
     typer.echo(json.dumps(memory_json(plan), indent=2) if as_json else format_plan(plan))
     check_feasible(plan)  # infeasible: one line with the numbers that do not fit, exit 2
+    if plan.deployment.get("refused"):  # a combination TensorRT-LLM 0.12 refuses: the rule and the fix, exit 2
+        raise OrinError(plan.deployment["refused"])
 
 
 def memory_json(plan) -> dict:
     d = plan.as_dict()
     keep = ("kv_bytes_per_token", "weights_bytes", "max_kv_tokens", "kv_bytes")
     out = {m: ({k: d[m][k] for k in keep} if d[m] else None) for m in ("target", "draft")}
-    out.update({k: d[k] for k in ("total_bytes", "budget_bytes", "headroom_bytes", "feasible", "problems")})
+    out.update({k: d[k] for k in ("total_bytes", "budget_bytes", "headroom_bytes", "feasible", "problems",
+                                  "warm_homes", "deployment")})
     out["detail"] = d
     return out
 

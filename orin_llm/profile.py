@@ -93,8 +93,23 @@ class Profile(_Strict):
     calibration_size: Optional[int] = Field(default=None, gt=0)  # items used (None: the whole split)
     lookup_seed: Literal["none", "calib"] = "none"  # reference plans that seed the lookup drafter's history
     # Keep the environment prefix's K/V across requests. TensorRT-LLM 0.12 does this with paged
-    # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache.
+    # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache
+    # (orin_llm/trtllm_rules.py has every such rule).
     prefix_reuse: bool = True
+    # Prefill long prompts in chunks of blocks, interleaved with decoding (TensorRT-LLM's
+    # ExecutorConfig(enable_chunked_context=True); it needs paged context FMHA too). Default off: a
+    # profile or manifest without the key keeps the behaviour it was built with.
+    chunked_context: bool = False
+    # Prefix tokens to keep cached beyond the running sequences: with prefix reuse, the KV pool is also
+    # where homes and conversations stay warm between requests, so the plan sizes it for both.
+    cached_prefix_tokens: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _cached_needs_reuse(self) -> Profile:
+        if self.cached_prefix_tokens and not self.prefix_reuse:
+            raise ValueError(f"cached_prefix_tokens = {self.cached_prefix_tokens} keeps prefixes cached, "
+                             "which needs prefix_reuse = true; set cached_prefix_tokens = 0 or prefix_reuse = true")
+        return self
 
 
 def _where(loc: tuple) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 from ..arch import Arch, arch_from_config_file
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
+from ..trtllm_rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from .source import resolve_source
 
 GIB = 1024**3
@@ -47,6 +48,10 @@ FLOAT_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 # compute dtype's width (16 × 2 B = 32 B per hidden unit per token in fp16).
 # Llama 3.2 3B: 4096 tokens × 3072 × 32 B = 0.375 GiB; the 1B draft: 0.25 GiB.
 ACTIVATION_ELEMENTS_PER_HIDDEN = 16
+
+# A home as the planner sees it: system prompt, the home's rooms, places, objects and devices, and the
+# few-shot examples. The plan reports how many homes of this size stay warm in the KV pool.
+HOME_TOKENS = 6144
 
 
 # --------------------------------------------------------------------------------------- arch
@@ -309,14 +314,19 @@ class MemoryPlan(BaseModel):
     workspace_source: str
     fixed_bytes: int  # everything but the KV cache
     budget_bytes: int  # what is left for KV after everything else (negative: over by that much)
-    useful_kv_tokens: int  # max_batch_size × max_seq_len: more KV than this is never used
+    running_kv_tokens: int  # max_batch_size × max_seq_len: the requests in flight
+    cached_prefix_tokens: int  # the profile's cached_prefix_tokens: prefixes kept warm between requests
+    useful_kv_tokens: int  # running + cached: more KV than this is never asked for
     max_kv_tokens: int  # tokens each engine caches (same for target and draft)
+    home_tokens: int  # HOME_TOKENS
+    warm_homes: int  # homes of home_tokens the KV pool keeps warm next to the running requests
     kv_bytes: int
     total_bytes: int  # everything the plan allocates, KV included
     headroom_bytes: int  # device - total
     feasible: bool
     problems: list[str]
     notes: list[str]
+    deployment: dict  # what the engines get: KV dtype, prefix reuse, chunked context, speculation modes
 
     def as_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -341,6 +351,23 @@ def _model_plan(profile: Profile, spec: ModelSpec, profile_dir: Path | None, sec
         max_kv_tokens=0, kv_bytes=0,
         activation_bytes=activation_bytes(a, spec, profile.limits.max_num_tokens),
     )
+
+
+def torch_deployment(profile: Profile) -> Deployment:
+    """The torch runtime reuses cached prefixes (its paged KV pool) whatever the KV dtype, prefills a
+    prompt in chunks next to running decodes, and speculates with any drafter it has
+    (runtime/engine.py speculation_modes)."""
+    models = [(r, s) for r, s in (("draft", profile.draft), ("target", profile.target)) if s is not None]
+    engines = tuple(EngineSetup(role=r, kv_cache=s.kv_cache, paged_context_fmha=False, draft_tokens_external=False,
+                                block_reuse=True, chunked_context=True) for r, s in models)
+    speculation = ("none", "lookup") + (("draft_model", "combined") if profile.draft else ())
+    why = [("draft_model, combined", "no [draft] in the profile")] if profile.draft is None else []
+    return Deployment(backend=profile.backend, engines=engines, kv_cache=profile.target.kv_cache, prefix_reuse=True,
+                      chunked_context=True, speculation=speculation, why_not=tuple(why))
+
+
+def deployment(profile: Profile) -> Deployment:
+    return trtllm_deployment(profile) if profile.backend == "trtllm" else torch_deployment(profile)
 
 
 def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan:
@@ -378,7 +405,9 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     budget = device - fixed
 
     bpt = sum(m.kv_bytes_per_token for m in models)
-    useful = lim.max_batch_size * lim.max_seq_len
+    running = lim.max_batch_size * lim.max_seq_len
+    cached = profile.cached_prefix_tokens
+    useful = running + cached
     tokens = min(budget // bpt, useful) if budget > 0 else 0
     for m in models:
         m.max_kv_tokens = tokens
@@ -400,16 +429,29 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
             f"({bpt:,} B/token for target+draft) but one full sequence needs "
             f"max_seq_len = {lim.max_seq_len}; free {_gib((lim.max_seq_len - tokens) * bpt)} "
             f"or lower limits.max_seq_len, or use kv_cache = \"int8\"")
+    elif tokens < useful and cached:
+        problems.append(
+            f"the KV budget {_gib(budget)} holds {tokens:,} tokens per engine ({bpt:,} B/token for "
+            f"target+draft) but max_batch_size × max_seq_len = {running:,} running tokens plus "
+            f"cached_prefix_tokens = {cached:,} need {useful:,}; lower cached_prefix_tokens to "
+            f"{max(0, tokens - running):,} or free {_gib((useful - tokens) * bpt)}")
     elif tokens < useful:
         notes.append(f"KV holds {tokens} tokens, fewer than max_batch_size × max_seq_len = {useful}: "
                      f"{tokens // lim.max_seq_len} full-length sequences at once")
+    warm = max(0, tokens - running) // HOME_TOKENS
+    dep = deployment(profile)
+    if budget > 0 and dep.prefix_reuse:  # the KV pool keeps every stored block (both runtimes)
+        spare = max(0, budget // bpt - running)
+        notes.append(f"the KV budget could keep {spare // HOME_TOKENS} homes of {HOME_TOKENS:,} tokens warm "
+                     f"(cached_prefix_tokens = {spare // HOME_TOKENS * HOME_TOKENS:,}); this profile keeps {warm}")
     return MemoryPlan(
         profile=profile.name, backend=profile.backend, device_bytes=device, reserved_bytes=reserved,
         num_engines=engines, cuda_context_bytes=cuda, policy_bytes=policy, policy_source=policy_source,
         target=target, draft=draft, workspace_bytes=workspace, workspace_source=workspace_source,
-        fixed_bytes=fixed, budget_bytes=budget, useful_kv_tokens=useful, max_kv_tokens=tokens,
+        fixed_bytes=fixed, budget_bytes=budget, running_kv_tokens=running, cached_prefix_tokens=cached,
+        useful_kv_tokens=useful, max_kv_tokens=tokens, home_tokens=HOME_TOKENS, warm_homes=warm,
         kv_bytes=kv, total_bytes=total, headroom_bytes=device - total,
-        feasible=not problems, problems=problems, notes=notes,
+        feasible=not problems, problems=problems, notes=notes, deployment=dep.as_dict(),
     )
 
 
@@ -441,11 +483,15 @@ def format_plan(plan: MemoryPlan) -> str:
     for name, m in models:
         lines.append(row(f"  {name} KV ({m.kv_cache}, {m.kv_bytes_per_token:,} B/token)", m.kv_bytes,
                          f"{m.max_kv_tokens:,} tokens"))
-    lines += [f"  {'KV tokens per engine (useful max)':<{w}}{plan.max_kv_tokens:>9,}"
-              f"     of {plan.useful_kv_tokens:,} = max_batch_size × max_seq_len",
-              row("total allocated", plan.total_bytes),
+    cached = f" + cached_prefix_tokens {plan.cached_prefix_tokens:,}" if plan.cached_prefix_tokens else ""
+    lines.append(f"  {'KV tokens per engine (useful max)':<{w}}{plan.max_kv_tokens:>9,}"
+                 f"     of {plan.useful_kv_tokens:,} = max_batch_size × max_seq_len {plan.running_kv_tokens:,}{cached}")
+    lines.append(f"  {f'homes of {plan.home_tokens:,} tokens kept warm':<{w}}{plan.warm_homes:>9,}"
+                 "     next to the running requests and the policy")
+    lines += [row("total allocated", plan.total_bytes),
               row("headroom", plan.headroom_bytes)]
     lines.append("  status: " + ("fits" if plan.feasible else "DOES NOT FIT"))
     lines += [f"  problem: {p}" for p in plan.problems]
     lines += [f"  note: {n}" for n in plan.notes]
+    lines += format_deployment(plan.deployment)
     return "\n".join(lines)

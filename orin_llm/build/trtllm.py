@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
+from ..trtllm_rules import EngineSetup, engine_setups, profile_refusal
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
 DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
@@ -95,19 +96,11 @@ def check_trtllm_profile(profile: Profile) -> None:
             raise OrinError(
                 f"{role} needs calibration ({spec.weights} weights, {spec.kv_cache} KV cache) but the "
                 "profile sets calibration = \"none\"; set calibration = \"calib\"")
-    # The builder refuses paged context FMHA with an INT8 KV cache: "Paged Context FMHA doesn't work
-    # with int8 kv cache currently" (doc §3, R≡J tensorrt_llm/builder.py L919-933), and KV block
-    # reuse (prefix_reuse) needs paged context FMHA (doc §3, R≡J docs/source/speculative_decoding.md
-    # L52-59).
-    int8 = [role for role, spec in _models(profile) if spec.kv_cache == "int8"]
-    if profile.prefix_reuse and int8:
-        where = " and ".join(f"[{r}]" for r in int8)
-        raise OrinError(
-            f"profile {profile.name!r}: prefix_reuse = true needs paged context FMHA, which TensorRT-LLM "
-            f"0.12 refuses with an int8 KV cache ({' and '.join(int8)}; tensorrt_llm/builder.py: "
-            "\"Paged Context FMHA doesn't work with int8 kv cache currently\"); either set "
-            f"kv_cache = \"fp16\" under {where} to keep prefix reuse, or set prefix_reuse = false to "
-            "keep the INT8 KV cache")
+    # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
+    # context without it, a draft-tokens target without block reuse): orin_llm/trtllm_rules.py.
+    refusal = profile_refusal(profile)
+    if refusal is not None:
+        raise OrinError(refusal)
     limits = profile.limits
     if profile.draft is not None:
         k = limits.draft_len
@@ -140,39 +133,42 @@ def _checkpoint_step(role: str, spec: ModelSpec, model_dir: Path, profile: Profi
                      trtllm_root: str, python: str, calib_size: int) -> Step:
     ckpt = out / "ckpt" / role
     lim = profile.limits
-    if spec.weights in _QFORMAT or spec.kv_cache == "int8":
-        # examples/quantization/quantize.py (doc §2, R≡J quantize.py L10-104): --model_dir L12-14,
-        # --calib_dataset L30-36 (a local *directory*: train split, "text" column, doc §2.1 /
-        # L218-256), --dtype L52, --qformat L53-61 (int4_awq | int8_wo | int4_wo | full_prec),
-        # --tokenizer_max_seq_length L68-71, --batch_size L73-76, --calib_size L77-80,
-        # --calib_max_seq_length L81-84, --output_dir L85, --awq_block_size L88,
-        # --kv_cache_dtype L89-92 (int8 | fp8; fp8 needs SM89+, Orin is SM87).
-        # Unquantized weights with an int8 KV cache use quantize.py too (--qformat full_prec):
-        # convert_checkpoint.py --int8_kv_cache calibrates through load_calib_dataset, which
-        # cannot read a local directory (doc §1, R≡J tensorrt_llm/models/convert_utils.py L214-242).
-        qformat = _QFORMAT.get(spec.weights, "full_prec")
-        argv = [python, f"{trtllm_root}/examples/quantization/quantize.py",
-                "--model_dir", str(model_dir), "--output_dir", str(ckpt),
-                "--dtype", spec.dtype, "--qformat", qformat]
-        if spec.kv_cache == "int8":
-            argv += ["--kv_cache_dtype", "int8"]
+    # Every checkpoint goes through examples/quantization/quantize.py (doc §2, R≡J quantize.py L10-104):
+    # --model_dir L12-14, --calib_dataset L30-36 (a local *directory*: train split, "text" column, doc §2.1
+    # / L218-256), --dtype L52, --qformat L53-61 (int4_awq | int8_wo | int4_wo | full_prec),
+    # --tokenizer_max_seq_length L68-71, --batch_size L73-76, --calib_size L77-80,
+    # --calib_max_seq_length L81-84, --output_dir L85, --awq_block_size L88, --kv_cache_dtype L89-92
+    # (int8 | fp8; fp8 needs SM89+, Orin is SM87). Unquantized weights too (--qformat full_prec):
+    # * with an int8 KV cache, convert_checkpoint.py --int8_kv_cache would calibrate through
+    #   load_calib_dataset, which cannot read a local directory (doc §1, R≡J convert_utils.py L214-242);
+    # * Llama 3.2 ties lm_head to the embeddings (tie_word_embeddings; its safetensors hold no
+    #   lm_head.weight). quantize.py loads the model with transformers' AutoModelForCausalLM (R≡J
+    #   quantize_by_modelopt.py get_model), which ties lm_head to embed_tokens itself, and ModelOpt
+    #   exports that module. convert_checkpoint.py reads the files with one of two 0.12 loaders, and the
+    #   sources we could read do not settle that a missing lm_head.weight is handled (NVIDIA/TensorRT-LLM
+    #   issues #1733, #2677: KeyError 'lm_head.weight'). So fp16 weights take quantize.py too. doc §10.
+    qformat = _QFORMAT.get(spec.weights, "full_prec")
+    argv = [python, f"{trtllm_root}/examples/quantization/quantize.py",
+            "--model_dir", str(model_dir), "--output_dir", str(ckpt),
+            "--dtype", spec.dtype, "--qformat", qformat]
+    if spec.kv_cache == "int8":
+        argv += ["--kv_cache_dtype", "int8"]
+    if _needs_calibration(spec):
         # calib_max_seq_length: the default 512 would cut the longer planning prompts (~600 tokens)
         # before the task; with --batch_size 1 nothing is padded, so the cap costs no memory.
         argv += ["--calib_dataset", str(out / "calib_dataset"), "--calib_size", str(calib_size),
                  "--calib_max_seq_length", str(lim.max_input_len)]
         if spec.weights == "int4_awq":
             argv += ["--awq_block_size", str(spec.int4_group_size)]
-        argv += ["--batch_size", "1", "--tokenizer_max_seq_length", str(lim.max_input_len)]
-        return Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")
-    # examples/llama/convert_checkpoint.py (doc §1, R≡J convert_checkpoint.py): --model_dir L22,
-    # --dtype L47-50 (float32 | bfloat16 | float16), --output_dir L189-192. Only unquantized weights
-    # with an fp16 KV cache come here: nothing to calibrate.
-    argv = [python, f"{trtllm_root}/examples/llama/convert_checkpoint.py",
-            "--model_dir", str(model_dir), "--output_dir", str(ckpt), "--dtype", spec.dtype]
+        argv += ["--batch_size", "1"]
+    # Without AWQ or an int8 KV cache quantize.py calibrates nothing and reads no dataset: "No quantization
+    # applied, export {dtype} model" for int8_wo/int4_wo/full_prec without --kv_cache_dtype (doc §2, R≡J
+    # quantize_by_modelopt.py L404-405).
+    argv += ["--tokenizer_max_seq_length", str(lim.max_input_len)]
     return Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")
 
 
-def _engine_step(role: str, spec: ModelSpec, profile: Profile, out: Path) -> Step:
+def _engine_step(role: str, setup: EngineSetup, spec: ModelSpec, profile: Profile, out: Path) -> Step:
     lim = profile.limits
     argv = ["trtllm-build", "--checkpoint_dir", str(out / "ckpt" / role), "--output_dir", str(out / role)]
     # Plugins take a dtype or `disable` (choices auto,float16,float32,bfloat16,int32,disable; doc §3,
@@ -182,10 +178,10 @@ def _engine_step(role: str, spec: ModelSpec, profile: Profile, out: Path) -> Ste
     argv += ["--gemm_plugin", spec.dtype, "--gpt_attention_plugin", spec.dtype]
     # Feature switches take the strings enable|disable (doc §3, R≡J plugin.py L175-187, generator
     # L318-347). Draft/target decoding needs paged KV + removed padding on both engines (doc §3,
-    # R≡J docs/source/speculative_decoding.md L52-59). Paged context FMHA (needed for KV block reuse,
-    # i.e. prefix_reuse) is refused with an int8 KV cache (R≡J builder.py L919-933), so it is on only
-    # for prefix_reuse with an fp16 KV cache; check_trtllm_profile refuses prefix_reuse + int8.
-    paged_ctx = "enable" if profile.prefix_reuse and spec.kv_cache != "int8" else "disable"
+    # R≡J docs/source/speculative_decoding.md L52-59). Paged context FMHA is on where block reuse
+    # (prefix_reuse) or chunked context needs it (trtllm_rules.engine_setups); check_trtllm_profile
+    # has already refused it with an int8 KV cache.
+    paged_ctx = "enable" if setup.paged_context_fmha else "disable"
     argv += ["--paged_kv_cache", "enable", "--remove_input_padding", "enable", "--context_fmha", "enable",
              "--use_paged_context_fmha", paged_ctx, "--tokens_per_block", str(TOKENS_PER_BLOCK)]
     # Engine limits (doc §3, R≡J tensorrt_llm/commands/build.py): --max_batch_size L77-81,
@@ -194,7 +190,7 @@ def _engine_step(role: str, spec: ModelSpec, profile: Profile, out: Path) -> Ste
     # max_seq_len itself (builder.py L898-916).
     argv += ["--max_batch_size", str(lim.max_batch_size), "--max_input_len", str(lim.max_input_len),
              "--max_seq_len", str(lim.max_seq_len), "--max_num_tokens", str(lim.max_num_tokens)]
-    if role == "target" and profile.draft is not None:
+    if setup.draft_tokens_external:
         # The target verifies the draft's tokens: --max_draft_len (build.py L147-153) and
         # --speculative_decoding_mode draft_tokens_external (L228-236); doc §3, R≡J
         # docs/source/speculative_decoding.md L71-81.
@@ -222,10 +218,10 @@ def trtllm_steps(profile: Profile, out: Path, trtllm_root: str = DEFAULT_TRTLLM_
         raise OrinError(f"output path {out} contains 'cnn_dailymail', which quantize.py mistakes for "
                         "the Hugging Face dataset of that name; choose another output directory")
     steps: list[Step] = []
-    for role, spec in _models(profile):
+    for (role, spec), setup in zip(_models(profile), engine_setups(profile), strict=True):
         model_dir = _model_dir(spec.model, profile_dir)
         steps.append(_checkpoint_step(role, spec, model_dir, profile, out, trtllm_root, python, calib_size))
-        steps.append(_engine_step(role, spec, profile, out))
+        steps.append(_engine_step(role, setup, spec, profile, out))
     return steps
 
 

@@ -1,8 +1,8 @@
 """The import boundary to TensorRT-LLM: the only module that imports `tensorrt_llm`.
 
-Everything the TensorRT-LLM runtime (runtime/trtllm_engine.py) uses comes from the module this
-returns: `tensorrt_llm.bindings.executor` of TensorRT-LLM 0.12.0-jetson, whose classes and keyword
-names are listed, with citations, in docs/trtllm-0.12-jetson.md §4. The import is lazy, so the
+Everything the TensorRT-LLM runtime (runtime/trtllm_engine.py, runtime/trtllm_generation.py) uses
+comes from the module this returns: `tensorrt_llm.bindings.executor` of TensorRT-LLM 0.12.0-jetson,
+whose classes and keyword names are listed, with citations, in docs/trtllm-0.12-jetson.md §4. The import is lazy, so the
 package (CLI, build, torch runtime) imports and runs on machines without TensorRT-LLM; only
 loading a "trtllm" engine needs it, and there a missing install is an OrinError that says how to
 install it. There is no fallback to torch: a trtllm engine holds TensorRT plans, not weights.

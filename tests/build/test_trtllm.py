@@ -124,8 +124,8 @@ def check_golden(name: str, text: str) -> None:
                     f"`{regen}` and review `git diff tests/build/golden`.")
 
 
-INLINE_ORIN = """
-name = "agx-orin-64gb"
+INLINE_INT8KV = """
+name = "agx-orin-64gb-int8kv"
 backend = "trtllm"
 calibration = "calib"
 prefix_reuse = false
@@ -139,29 +139,26 @@ model = "/opt/orin-llm/models/Llama-3.2-3B-Instruct"
 weights = "int4_awq"
 kv_cache = "int8"
 
-[draft]
-model = "/opt/orin-llm/models/Llama-3.2-1B-Instruct"
-weights = "int4_awq"
-kv_cache = "int8"
-
 [limits]
 max_input_len = 4096
 max_seq_len = 4608
 max_batch_size = 2
 max_num_tokens = 4096
-draft_len = 4
 """
+
+SHIPPED = sorted(ROOT.glob("jetson/profiles/*.toml"))
 
 
 def profile(draft: bool = True, **top) -> Profile:
-    """A trtllm profile from a dict; `target__kv_cache="fp16"`-style keys edit a section."""
-    data: dict = {"name": "t", "backend": "trtllm", "calibration": "calib", "prefix_reuse": False,
+    """A trtllm profile from a dict, by default the shipped Orin deployment (FP16 KV, prefix reuse, a
+    draft-target pair); `target__kv_cache="int8"`-style keys edit a section."""
+    data: dict = {"name": "t", "backend": "trtllm", "calibration": "calib", "prefix_reuse": True,
                   "device": {"memory_gib": 61.4},
-                  "target": {"model": "/m/3b", "weights": "int4_awq", "kv_cache": "int8"},
+                  "target": {"model": "/m/3b", "weights": "int4_awq", "kv_cache": "fp16"},
                   "limits": {"max_input_len": 4096, "max_seq_len": 4608, "max_batch_size": 2,
                              "max_num_tokens": 4096, "draft_len": 4}}
     if draft:
-        data["draft"] = {"model": "/m/1b", "weights": "int4_awq", "kv_cache": "int8"}
+        data["draft"] = {"model": "/m/1b", "weights": "int4_awq", "kv_cache": "fp16"}
     for key, value in top.items():
         section, _, field = key.partition("__")
         if field:
@@ -169,6 +166,11 @@ def profile(draft: bool = True, **top) -> Profile:
         else:
             data[section] = value
     return parse_profile(data, "test")
+
+
+def int8kv(**top) -> Profile:
+    """The INT8 KV deployment: no block reuse, no draft (what 0.12 allows with an INT8 KV cache)."""
+    return profile(draft=False, prefix_reuse=False, target__kv_cache="int8", **top)
 
 
 def step(steps: list[Step], name: str) -> Step:
@@ -179,20 +181,33 @@ def step(steps: list[Step], name: str) -> Step:
 # Golden command lists
 
 
-def test_golden_inline_orin_profile(tmp_path):
-    path = tmp_path / "agx-orin-64gb.toml"
-    path.write_text(INLINE_ORIN)
+def test_golden_inline_int8kv_profile(tmp_path):
+    path = tmp_path / "agx-orin-64gb-int8kv.toml"
+    path.write_text(INLINE_INT8KV)
     steps = trtllm_steps(load_profile(path), OUT)
     assert_allowed(steps)
-    check_golden("inline-int4awq-int8kv-draft.commands.txt", format_steps(steps))
+    check_golden("inline-int4awq-int8kv.commands.txt", format_steps(steps))
 
 
-def test_golden_agx_orin_64gb_profile():
-    if not ORIN.is_file():
-        pytest.skip(f"{ORIN} not written yet")
-    steps = trtllm_steps(load_profile(ORIN), OUT, profile_dir=ORIN.parent)
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_golden_shipped_profiles(path):
+    steps = trtllm_steps(load_profile(path), OUT, profile_dir=path.parent)
     assert_allowed(steps)
-    check_golden("agx-orin-64gb.commands.txt", format_steps(steps))
+    check_golden(f"{path.stem}.commands.txt", format_steps(steps))
+
+
+def test_the_shipped_orin_profile_reuses_prefixes_and_the_int8kv_one_builds_no_draft_target():
+    orin = trtllm_steps(load_profile(ORIN), OUT, profile_dir=ORIN.parent)
+    assert [s.name for s in orin] == ["draft-checkpoint", "draft-engine", "target-checkpoint", "target-engine"]
+    for name in ("draft-engine", "target-engine"):
+        assert flags(step(orin, name))["--use_paged_context_fmha"] == "enable"
+    assert flags(step(orin, "target-engine"))["--speculative_decoding_mode"] == "draft_tokens_external"
+    int8 = ROOT / "jetson" / "profiles" / "agx-orin-64gb-int8kv.toml"
+    steps = trtllm_steps(load_profile(int8), OUT, profile_dir=int8.parent)
+    assert [s.name for s in steps] == ["target-checkpoint", "target-engine"]
+    engine = flags(step(steps, "target-engine"))
+    assert engine["--use_paged_context_fmha"] == "disable" and "--speculative_decoding_mode" not in engine
+    assert flags(step(steps, "target-checkpoint"))["--kv_cache_dtype"] == "int8"
 
 
 def test_dry_run_returns_the_steps_and_writes_nothing(tmp_path):
@@ -218,23 +233,25 @@ def test_dry_run_makes_a_relative_out_absolute(tmp_path, monkeypatch):
 @pytest.mark.parametrize("kv", ["fp16", "int8"])
 @pytest.mark.parametrize("draft", [True, False])
 def test_every_flag_is_a_verified_flag(weights, kv, draft):
-    prefix_reuse = kv == "fp16"
+    prefix_reuse = kv == "fp16"  # 0.12: no paged context FMHA (so no block reuse) with an int8 KV cache
     edits = {"target__weights": weights, "target__kv_cache": kv}
     if draft:
         edits.update(draft__weights=weights, draft__kv_cache=kv)
     p = profile(draft=draft, prefix_reuse=prefix_reuse, **edits)
+    if kv == "int8" and draft:  # a draft-tokens target needs block reuse: refused before anything runs
+        with pytest.raises(OrinError, match="rule draft-target-needs-block-reuse"):
+            trtllm_steps(p, OUT)
+        return
     steps = trtllm_steps(p, OUT)
     assert_allowed(steps)
     ckpt = flags(step(steps, "target-checkpoint"))
-    if weights == "fp16" and kv == "fp16":
-        assert tool(step(steps, "target-checkpoint")) == "convert_checkpoint.py"
-        assert "--calib_dataset" not in ckpt
-    else:
-        assert tool(step(steps, "target-checkpoint")) == "quantize.py"
-        assert ckpt["--qformat"] == {"fp16": "full_prec"}.get(weights, weights)
-        assert ckpt["--calib_dataset"] == str(OUT / "calib_dataset")
-        assert ckpt.get("--kv_cache_dtype") == ("int8" if kv == "int8" else None)
-        assert ("--awq_block_size" in ckpt) == (weights == "int4_awq")
+    # every checkpoint through quantize.py, fp16 weights too (--qformat full_prec): Llama 3.2's tied lm_head
+    assert tool(step(steps, "target-checkpoint")) == "quantize.py"
+    assert ckpt["--qformat"] == {"fp16": "full_prec"}.get(weights, weights)
+    assert ckpt.get("--kv_cache_dtype") == ("int8" if kv == "int8" else None)
+    calibrates = weights == "int4_awq" or kv == "int8"  # nothing else reads a dataset (quantize_by_modelopt)
+    assert ckpt.get("--calib_dataset") == (str(OUT / "calib_dataset") if calibrates else None)
+    assert ("--awq_block_size" in ckpt) == (weights == "int4_awq")
     engine = flags(step(steps, "target-engine"))
     assert engine["--use_paged_context_fmha"] == ("enable" if prefix_reuse else "disable")
     assert engine["--tokens_per_block"] == str(TOKENS_PER_BLOCK)
@@ -242,34 +259,54 @@ def test_every_flag_is_a_verified_flag(weights, kv, draft):
 
 def test_int8_kv_with_prefix_reuse_is_refused_with_both_fixes():
     with pytest.raises(OrinError) as e:
-        trtllm_steps(profile(prefix_reuse=True), OUT)
+        trtllm_steps(profile(target__kv_cache="int8", draft__kv_cache="int8"), OUT)
     msg = str(e.value)
     assert "\n" not in msg
     assert "Paged Context FMHA doesn't work with int8 kv cache" in msg and "builder.py" in msg
+    assert "rule int8-kv-paged-context-fmha" in msg and "rule block-reuse-needs-paged-context-fmha" in msg
     assert 'kv_cache = "fp16" under [draft] and [target]' in msg and "prefix_reuse = false" in msg
+    assert "remove [draft] (rule draft-target-needs-block-reuse)" in msg  # no reuse: no draft-target pair
 
 
 def test_int8_kv_on_the_draft_alone_is_refused_too():
-    p = profile(prefix_reuse=True, target__kv_cache="fp16")
-    with pytest.raises(OrinError, match=r'set kv_cache = "fp16" under \[draft\] to keep prefix reuse'):
-        trtllm_steps(p, OUT)
+    with pytest.raises(OrinError, match=r'either set kv_cache = "fp16" under \[draft\], or set prefix_reuse'):
+        trtllm_steps(profile(draft__kv_cache="int8"), OUT)
+
+
+def test_int8_kv_with_chunked_context_is_refused_naming_its_rule():
+    with pytest.raises(OrinError) as e:
+        trtllm_steps(int8kv(chunked_context=True), OUT)
+    msg = str(e.value)
+    assert "chunked_context = true (rule chunked-context-needs-paged-context-fmha)" in msg
+    assert "rule int8-kv-paged-context-fmha" in msg and "chunked_context = false" in msg
+
+
+def test_a_draft_target_pair_without_block_reuse_is_refused_naming_its_rule():
+    with pytest.raises(OrinError) as e:
+        trtllm_steps(profile(prefix_reuse=False), OUT)
+    msg = str(e.value)
+    assert "rule draft-target-needs-block-reuse" in msg and "must be enabled for speculative decoding" in msg
+    assert "prefix_reuse = true" in msg and "remove [draft]" in msg and "\n" not in msg
 
 
 def test_fp16_kv_with_prefix_reuse_enables_paged_context_fmha():
-    p = profile(prefix_reuse=True, target__kv_cache="fp16", draft__kv_cache="fp16")
-    steps = trtllm_steps(p, OUT)
+    steps = trtllm_steps(profile(), OUT)
     for name in ("draft-engine", "target-engine"):
         assert flags(step(steps, name))["--use_paged_context_fmha"] == "enable"
 
 
+def test_chunked_context_alone_enables_paged_context_fmha_too():
+    steps = trtllm_steps(profile(draft=False, prefix_reuse=False, chunked_context=True), OUT)
+    assert flags(step(steps, "target-engine"))["--use_paged_context_fmha"] == "enable"
+
+
 def test_int8_kv_without_prefix_reuse_disables_paged_context_fmha():
-    steps = trtllm_steps(profile(), OUT)
-    for name in ("draft-engine", "target-engine"):
-        assert flags(step(steps, name))["--use_paged_context_fmha"] == "disable"
+    steps = trtllm_steps(int8kv(), OUT)
+    assert flags(step(steps, "target-engine"))["--use_paged_context_fmha"] == "disable"
 
 
 def test_no_draft_no_speculative_decoding():
-    steps = trtllm_steps(profile(draft=False), OUT)
+    steps = trtllm_steps(int8kv(), OUT)
     assert [s.name for s in steps] == ["target-checkpoint", "target-engine"]
     text = format_steps(steps)
     assert "--speculative_decoding_mode" not in text and "--max_draft_len" not in text
@@ -305,7 +342,7 @@ def test_relative_model_paths_resolve_against_the_profile_dir(tmp_path):
 
 
 def test_trtllm_root_and_python_are_used():
-    steps = trtllm_steps(profile(draft=False), OUT, trtllm_root="/src/trtllm", python="/usr/bin/python3.10")
+    steps = trtllm_steps(int8kv(), OUT, trtllm_root="/src/trtllm", python="/usr/bin/python3.10")
     assert step(steps, "target-checkpoint").argv[:2] == (
         "/usr/bin/python3.10", "/src/trtllm/examples/quantization/quantize.py")
 

@@ -6,13 +6,27 @@ and executor.cpp at v0.12.0, see docs/trtllm-0.12-jetson.md §4), in the same or
 missing keyword is a TypeError, as pybind11 makes it, so a typo in the runtime fails a test. Every
 construction is recorded in CALLS with the arguments the caller passed.
 
-The Executor reads the engine's config.json (build_config: max_input_len, max_seq_len, max_draft_len)
-like the real one, and runs the scripted model MODELS[<engine dir name>] (a callable
-`model(context) -> token`, with `.sample(context, rng)` for sampled requests). Draft tokens are
-checked the way 0.12's decoder does it: the target's token at each draft position is compared by id,
-the matching prefix is accepted and the target's own next token follows; each position counts one
-step towards max_new_tokens (gptDecoderBatched.cpp), and a request with steps left decodes on plainly.
+The Executor reads the engine's config.json (build_config: max_input_len, max_seq_len, max_draft_len,
+speculative_decoding_mode, plugin_config) like the real one, and refuses at construction what 0.12's
+batch manager refuses (its TrtGptModelInflightBatching constructor, docs/trtllm-0.12-jetson.md §8),
+with 0.12's message text. These checks are written here, from the sources, and deliberately NOT
+imported from orin_llm/trtllm_rules.py: a rule written wrongly there disagrees with this fake, and a
+test shows it.
+
+It runs the scripted model MODELS[<engine dir name>] (a callable `model(context) -> token`, with
+`.sample(context, rng)` for sampled requests). Draft tokens are checked the way 0.12's decoder does
+it: the target's token at each draft position is compared by id, the matching prefix is accepted and
+the target's own next token follows; each position counts one step towards max_new_tokens
+(gptDecoderBatched.cpp), and a request with steps left decodes on plainly. A request stops at its
+end_id or at one of its stop_words (the stop word's tokens are in the output: INCLUDE_STOP_WORDS).
 Streaming responses carry one iteration's new tokens each, several of them per await_responses call.
+
+KV block reuse is modelled like 0.12's BlockManager (kvCacheManager.cpp of the 0.11/0.12 series): a
+request's tokens but the last are cut into blocks of tokens_per_block (the last one partial), matched
+from the first block on against the blocks stored by earlier requests, one `reused_blocks` count per
+matched block (a cumulative counter); a finished request stores the blocks of its tokens but the
+last. The fake never evicts. Every iteration is recorded as an IterationStats whose kv_cache_stats
+carries that counter; get_latest_iteration_stats() returns the ones since its last call.
 """
 
 from __future__ import annotations
@@ -34,15 +48,17 @@ EXECUTORS: list[Executor] = []
 MODELS: dict[str, Callable] = {}  # engine dir name ("target", "draft") -> scripted model
 LOAD_ERRORS: dict[str, str] = {}  # engine dir name -> Executor() raises RuntimeError(message)
 INCLUDE_END_ID = False  # whether an output ends with the end_id token (0.12: unverified; both handled)
+INCLUDE_STOP_WORDS = True  # whether an output ends with the stop word that ended it (0.12: unverified)
 
 
 def reset() -> None:
-    global INCLUDE_END_ID
+    global INCLUDE_END_ID, INCLUDE_STOP_WORDS
     CALLS.clear()
     EXECUTORS.clear()
     MODELS.clear()
     LOAD_ERRORS.clear()
     INCLUDE_END_ID = False
+    INCLUDE_STOP_WORDS = True
 
 
 def calls(name: str) -> list[dict]:
@@ -168,6 +184,29 @@ class Request(_Bound):  # bindings.cpp L226-264
             self.output_config = OutputConfig()
 
 
+class KvCacheStats:  # bindings.cpp L88-96: py::init<>() and read/write fields
+    def __init__(self):
+        self.max_num_blocks = self.free_num_blocks = self.used_num_blocks = 0
+        self.tokens_per_block = self.alloc_total_blocks = self.alloc_new_blocks = self.reused_blocks = 0
+
+
+class InflightBatchingStats:  # bindings.cpp L106-114
+    def __init__(self):
+        self.num_scheduled_requests = self.num_context_requests = self.num_gen_requests = 0
+        self.num_paused_requests = self.num_ctx_tokens = self.micro_batch_id = 0
+        self.avg_num_decoded_tokens_per_iter = 0.0
+
+
+class IterationStats:  # bindings.cpp L116-132
+    def __init__(self):
+        self.timestamp, self.iter, self.iter_latency_ms = "", 0, 0.0
+        self.num_active_requests = self.num_queued_requests = self.max_num_active_requests = 0
+        self.gpu_mem_usage = self.cpu_mem_usage = self.pinned_mem_usage = 0
+        self.kv_cache_stats: Optional[KvCacheStats] = None
+        self.static_batching_stats = None
+        self.inflight_batching_stats: Optional[InflightBatchingStats] = None
+
+
 class Result:  # bindings.cpp L266-274
     def __init__(self, output_token_ids: list[list[int]], is_final: bool):
         self.output_token_ids, self.is_final = output_token_ids, is_final
@@ -274,7 +313,14 @@ class Executor:
         build = json.loads((self.path / "config.json").read_text())["build_config"]
         self.max_input_len, self.max_seq_len = build["max_input_len"], build["max_seq_len"]
         self.max_draft_len = build.get("max_draft_len", 0)
+        plugins = build.get("plugin_config", {})
+        self.tokens_per_block = plugins.get("tokens_per_block", 64)  # PluginConfig default (plugin.py L182)
         self.config = passed["executor_config"]
+        kv_config = self.config.kv_cache_config or KvCacheConfig()
+        self.block_reuse = bool(kv_config.enable_block_reuse)
+        self._check_load(plugins.get("use_paged_context_fmha", False), build.get("speculative_decoding_mode", 1),
+                         kv_config)
+        self.max_kv_blocks = (kv_config.max_tokens or 0) // self.tokens_per_block
         self.runs: dict[int, Run] = {}
         self.cancelled: list[int] = []
         self.timeouts: list[Any] = []
@@ -282,7 +328,28 @@ class Executor:
         self.is_shut_down = False
         self._next_id = 1
         self._batch = 0
+        self.stored: dict = {}  # the block tree: block tokens -> the blocks stored after it
+        self.kv = KvCacheStats()
+        self.kv.tokens_per_block, self.kv.max_num_blocks = self.tokens_per_block, self.max_kv_blocks
+        self.kv.free_num_blocks = self.max_kv_blocks
+        self.iteration_stats: list[IterationStats] = []
+        self._iter = 0
         EXECUTORS.append(self)
+
+    def _check_load(self, paged_context_fmha: bool, speculative_decoding_mode: int, kv_config) -> None:
+        """What 0.12's batch manager asserts when the Executor builds it, in its order
+        (TrtGptModelInflightBatching constructor; closed at 0.12, read in its first open copy)."""
+        def refuse(text: str):
+            raise RuntimeError(f"[TensorRT-LLM][ERROR] Assertion failed: {text} "
+                               f"(cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp)\n"
+                               "1       0x7fa3c0e0b4 tensorrt_llm::common::throwRuntimeError(...)")
+
+        if kv_config.enable_block_reuse and not paged_context_fmha:
+            refuse("When KV cache block reuse is set, model has to be built with paged context FMHA support")
+        if speculative_decoding_mode == 2 and not kv_config.enable_block_reuse:  # DRAFT_TOKENS_EXTERNAL
+            refuse("KV cache block reuse must be enabled for speculative decoding target model")
+        if self.config.enable_chunked_context and not paged_context_fmha:
+            refuse("Chunked context requires the engine to be built with paged FMHA enabled.")
 
     # -------------------------------------------------------------- the model run
 
@@ -300,6 +367,18 @@ class Executor:
 
         ctx = list(req.input_token_ids)
         end_id = req.end_id
+        stops = [list(w) for w in req.stop_words or []]
+        out: list[int] = []  # every token generated so far, for the stop words
+
+        def stopped(new: list[int]) -> bool:
+            """`new` (this iteration's tokens) ends a stop word: drop it from the output unless included."""
+            for word in stops:
+                if word and (out + new)[-len(word):] == word:
+                    if not INCLUDE_STOP_WORDS:
+                        del new[len(new) - min(len(word), len(new)):]
+                    return True
+            return False
+
         steps, ended = 0, False
         if run.draft:  # one iteration over the draft positions: accept by id, then the target's own token
             new: list[int] = []
@@ -312,20 +391,28 @@ class Executor:
                         new.append(t)
                     break
                 new.append(t)
+                if stopped(new):
+                    ended = True
+                    break
                 if i == len(run.draft) or t != run.draft[i]:
                     break  # the bonus token, or the target's correction
                 run.accepted += 1
             steps = len(run.draft) + 1  # every position is a decoding step (gptDecoderBatched.cpp L931-932)
             run.iterations.append(new)
             ctx += new
+            out += new
         while not ended and steps < run.max_new:
             t = step(ctx)
             if t == end_id:
                 if INCLUDE_END_ID:
                     run.iterations.append([t])
                 break
-            run.iterations.append([t])
+            new = [t]
+            ended = stopped(new)
+            if new:
+                run.iterations.append(new)
             ctx.append(t)
+            out.append(t)
             steps += 1
 
     def enqueue_request(self, request: Request) -> int:
@@ -354,8 +441,57 @@ class Executor:
             per_step = len(run.draft) if run.draft else self.max_draft_len
             if len(ids) + run.max_new + per_step > self.max_seq_len:
                 run.max_new = self.max_seq_len - len(ids) - per_step
+            reused = self._add_sequence(ids)
             self._simulate(run)
+            self._release(ids + [t for it in run.iterations for t in it])
+            self._record_iterations(run, reused)
         return request_id
+
+    # -------------------------------------------------------------- KV blocks and stats
+
+    def _blocks(self, tokens: list[int]) -> list[tuple[int, ...]]:
+        """chopVectorIntoBlocks(tokens, len - 1, tokens_per_block, partial): the last token is never stored."""
+        n, k = len(tokens) - 1, self.tokens_per_block
+        return [tuple(tokens[i:i + k]) for i in range(0, max(n, 0), k)]
+
+    def _add_sequence(self, ids: list[int]) -> int:
+        """loadOrAllocateBlocks: match stored blocks from the first on; count each match."""
+        matched, node = 0, self.stored
+        for block in self._blocks(ids) if self.block_reuse else []:
+            if block not in node:
+                break
+            node = node[block]
+            matched += 1
+        need = -(-(len(ids)) // self.tokens_per_block)
+        self.kv.reused_blocks += matched
+        self.kv.alloc_total_blocks += need
+        self.kv.alloc_new_blocks += need - matched
+        return matched
+
+    def _release(self, tokens: list[int]) -> None:
+        """releaseBlocks -> storeBlocks: a finished request's blocks become reusable."""
+        node = self.stored
+        for block in self._blocks(tokens) if self.block_reuse else []:
+            node = node.setdefault(block, {})
+
+    def _record_iterations(self, run: Run, reused: int) -> None:
+        """One IterationStats per iteration the request ran (the first is its context iteration), each
+        with the KV counters as they stand; at most iter_stats_max_iterations are kept."""
+        for i, tokens in enumerate(run.iterations or [[]]):
+            self._iter += 1
+            stats = IterationStats()
+            stats.iter, stats.num_active_requests, stats.max_num_active_requests = self._iter, 1, 1
+            kv = KvCacheStats()
+            kv.__dict__.update(self.kv.__dict__)
+            stats.kv_cache_stats = kv
+            ifb = InflightBatchingStats()
+            ifb.num_scheduled_requests = 1
+            ifb.num_context_requests, ifb.num_gen_requests = (1, 0) if i == 0 else (0, 1)
+            ifb.num_ctx_tokens = run.input_len - reused * self.tokens_per_block if i == 0 else 0
+            ifb.avg_num_decoded_tokens_per_iter = float(len(tokens))
+            stats.inflight_batching_stats = ifb
+            self.iteration_stats.append(stats)
+        del self.iteration_stats[:-self.config.iter_stats_max_iterations or None]
 
     # -------------------------------------------------------------- responses
 
@@ -412,7 +548,9 @@ class Executor:
             run.cancelled = True
 
     def get_latest_iteration_stats(self) -> list:
-        return []
+        """getLatestIterationStats: the iterations since the last call (J executor.h)."""
+        out, self.iteration_stats = self.iteration_stats, []
+        return out
 
     def shutdown(self) -> None:
         self.is_shut_down = True

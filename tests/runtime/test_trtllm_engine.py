@@ -19,16 +19,20 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime.loader import load_engine
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_bindings import executor_module, set_executor_module
-from orin_llm.runtime.trtllm_engine import TrtllmEngine, TrtllmGeneration
+from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm_generation import TrtllmGeneration
 
 WORDS = " kitchen table robot cup moves apple towards sink door opens"
 
 
 def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: bool = True,
                     max_draft_len: int = 4, limits: dict | None = None, kv_tokens=(4096, 2048),
-                    tokens_per_block: int = 32, lookup_seed: bool = False) -> Path:
-    """A trtllm engine dir from the torch one: tokenizer, adapted manifest, engine config.json files
-    (and the lookup seed plans, if asked: without them the lookup history starts empty)."""
+                    tokens_per_block: int = 32, lookup_seed: bool = False, chunked_context: bool = False,
+                    paged_context_fmha: bool | None = None, kv_cache: str = "fp16") -> Path:
+    """A trtllm engine dir from the torch one: tokenizer, adapted manifest, engine config.json files as
+    trtllm-build writes them (and the lookup seed plans, if asked: without them the lookup history starts
+    empty). Paged context FMHA is built in where prefix reuse or chunked context needs it, as the build
+    does, unless `paged_context_fmha` says otherwise."""
     dst.mkdir(parents=True)
     shutil.copytree(src / "tokenizer", dst / "tokenizer")
     data = json.loads((src / "manifest.json").read_text())
@@ -37,24 +41,29 @@ def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: b
     else:
         data["lookup_seed"] = None
     data["backend"] = "trtllm"
-    data["profile"] = {**data["profile"], "backend": "trtllm", "prefix_reuse": prefix_reuse}
+    data["profile"] = {**data["profile"], "backend": "trtllm", "prefix_reuse": prefix_reuse,
+                       "chunked_context": chunked_context}
     data["limits"] = {**data["limits"], "max_input_len": 512, "max_seq_len": 1024, "draft_len": 4,
                       **(limits or {})}
     data["target"]["files"] = []
+    data["target"]["kv_cache"] = {"dtype": kv_cache}
     if draft:
         data["draft"]["files"] = []
+        data["draft"]["kv_cache"] = {"dtype": kv_cache}
     else:
         data["draft"] = None
     data["memory_plan"] = {"max_kv_tokens": kv_tokens[0], "target": {"max_kv_tokens": kv_tokens[0]},
                            **({"draft": {"max_kv_tokens": kv_tokens[1]}} if draft else {})}
     (dst / "manifest.json").write_text(json.dumps(data, indent=2))
     lim = data["limits"]
+    paged = prefix_reuse or chunked_context if paged_context_fmha is None else paged_context_fmha
     for role in ("target", "draft") if draft else ("target",):
-        plugins = {"tokens_per_block": tokens_per_block, "use_paged_context_fmha": prefix_reuse}
+        plugins = {"tokens_per_block": tokens_per_block, "use_paged_context_fmha": paged}
         build = {"max_input_len": lim["max_input_len"], "max_seq_len": lim["max_seq_len"],
-                 "plugin_config": plugins}
+                 "plugin_config": plugins, "speculative_decoding_mode": 1}  # SpeculativeDecodingMode.NONE
         if role == "target" and max_draft_len:
             build["max_draft_len"] = max_draft_len
+            build["speculative_decoding_mode"] = 2  # DRAFT_TOKENS_EXTERNAL (modeling_utils.py L65-86)
             build["max_seq_len"] += max_draft_len  # the builder adds it (builder.py L898-916)
         (dst / role).mkdir()
         (dst / role / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": build}))
@@ -113,8 +122,8 @@ def test_executors_get_the_exact_kv_and_executor_config(make, fake, tmp_path):
     assert kv == [{"enable_block_reuse": True, "max_tokens": 4096},  # the target's memory plan
                   {"enable_block_reuse": True, "max_tokens": 2048}]  # the draft's
     ex_cfgs = fake.calls("ExecutorConfig")
-    assert [set(c) for c in ex_cfgs] == [{"max_beam_width", "kv_cache_config"}] * 2
-    assert all(c["max_beam_width"] == 1 for c in ex_cfgs)
+    assert [set(c) for c in ex_cfgs] == [{"max_beam_width", "kv_cache_config", "enable_chunked_context"}] * 2
+    assert all(c["max_beam_width"] == 1 and c["enable_chunked_context"] is False for c in ex_cfgs)
     assert [c["kv_cache_config"].max_tokens for c in ex_cfgs] == [4096, 2048]
     executors = fake.calls("Executor")
     assert [c["model_path"] for c in executors] == [str(eng.dir / "target"), str(eng.dir / "draft")]
@@ -125,9 +134,36 @@ def test_executors_get_the_exact_kv_and_executor_config(make, fake, tmp_path):
 
 
 def test_block_reuse_follows_the_profile(make, fake):
-    make(prefix_reuse=False)
+    make(prefix_reuse=False, draft=False, max_draft_len=0)
     assert {c["enable_block_reuse"] for c in fake.calls("KvCacheConfig")} == {False}
     assert all("free_gpu_memory_fraction" not in c for c in fake.calls("KvCacheConfig"))
+
+
+def test_chunked_context_follows_the_profile(make, fake):
+    eng = make(chunked_context=True)
+    assert [c["enable_chunked_context"] for c in fake.calls("ExecutorConfig")] == [True, True]
+    assert eng.chunked_context
+
+
+# Engines whose profile asks for what TensorRT-LLM 0.12 refuses at Executor(...), each named by the rule the
+# runtime cites: the build refuses such profiles, so these dirs stand for engines built by hand or by an
+# older orin-llm (the old default: an INT8 KV draft-target pair without block reuse).
+REFUSED_AT_LOAD = {
+    "block-reuse-needs-paged-context-fmha": dict(prefix_reuse=True, paged_context_fmha=False, draft=False,
+                                                 max_draft_len=0),
+    "draft-target-needs-block-reuse": dict(prefix_reuse=False, kv_cache="int8"),
+    "chunked-context-needs-paged-context-fmha": dict(prefix_reuse=False, chunked_context=True,
+                                                     paged_context_fmha=False, draft=False, max_draft_len=0),
+    "int8-kv-paged-context-fmha": dict(prefix_reuse=True, kv_cache="int8", draft=False, max_draft_len=0),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(REFUSED_AT_LOAD))
+def test_what_012_refuses_is_refused_before_any_executor(tmp_path, engine_dir, fake, rule):
+    d = make_engine_dir(engine_dir, tmp_path / "trt", **REFUSED_AT_LOAD[rule])
+    with pytest.raises(OrinError, match=rf"refuses to load this target engine .*rule {rule}: .*rebuild") as e:
+        TrtllmEngine.load(d)
+    assert "\n" not in str(e.value) and fake.calls("Executor") == []
 
 
 def test_eos_ids_come_from_the_tokenizer_dir(make):
@@ -285,14 +321,23 @@ def test_stop_string_cuts_the_text_and_cancels_the_request(make, fake):
     assert all_read(fake)  # its last response was read after cancel_request
 
 
-def test_other_stop_token_ids_end_the_text_and_cancel(make, fake):
+@pytest.mark.parametrize("included", [True, False])
+@pytest.mark.parametrize("mode", ["none", "lookup"])
+def test_other_stop_ids_go_in_stop_words_and_the_engine_stops_by_itself(make, fake, monkeypatch, included, mode):
+    monkeypatch.setattr(fake, "INCLUDE_STOP_WORDS", included)  # whether 0.12 returns the stop word: both handled
     eng = make()
     ids = prompt(eng)
     free = eng.generate(ids, SamplingParams(max_tokens=20), speculation="none").run().token_ids
+    other_eos = next(t for t in range(3, 1000) if t not in free and t != eng.end_id)
+    eng.eos_ids = eng.eos_ids | {other_eos}  # a second end-of-turn id, as Llama 3 has three
     cut = free[6]
-    res = eng.generate(ids, SamplingParams(max_tokens=20, stop_token_ids=[cut]), speculation="none").run()
+    res = eng.generate(ids, SamplingParams(max_tokens=20, stop_token_ids=[cut]), speculation=mode).run()
     assert res.token_ids == free[: free.index(cut)] and res.finish_reason == "stop"
-    assert target_executor(fake).cancelled == [2]
+    target = target_executor(fake)
+    requests = target.requests[1:]
+    assert requests and all(sorted(r.stop_words) == sorted([[cut], [other_eos]]) for r in requests)
+    assert all(eng.end_id not in sum(r.stop_words, []) for r in requests)  # end_id is the Request's own
+    assert target.cancelled == [] and all_read(fake)  # stopped by the engine, nothing cancelled
 
 
 def test_closing_the_iterator_early_cancels_the_request(make, fake):
@@ -341,12 +386,46 @@ def test_pin_stores_the_prefix_blocks_and_reports_whole_blocks(make, fake):
     whole = len(prefix) // 32 * 32
     assert len(prefix) % 32 and eng.cached_prefix(ids) == whole
     res = eng.generate(ids, SamplingParams(max_tokens=4), speculation="none").run()
-    assert res.timings.cached_prompt_tokens == whole
+    assert res.timings.cached_prompt_tokens == whole  # measured: the executor matched the pin's whole blocks
     assert eng.cached_prefix(prefix) == 0 and eng.cached_prefix(ids[1:]) == 0
 
 
+@pytest.mark.parametrize("mode", ["none", "lookup", "draft_model"])
+def test_cached_prompt_tokens_are_what_the_executor_reused(make, fake, mode):
+    """Not what the pin predicts: the growth of the target's cumulative reused_blocks over the first request."""
+    eng = make()
+    ids = prompt(eng, "Tidy up the kitchen table and then open the door. " * 4)
+    first = eng.generate(ids, SamplingParams(max_tokens=6), speculation=mode).run()
+    assert eng.cached_prefix(ids) == 0 and first.timings.cached_prompt_tokens == 0  # nothing stored yet
+    again = eng.generate(ids, SamplingParams(max_tokens=6), speculation=mode).run()
+    # the first run stored its blocks; the same prompt now finds all of its whole blocks but the last token's
+    assert eng.cached_prefix(ids) == 0 and again.timings.cached_prompt_tokens == (len(ids) - 1) // 32 * 32 > 0
+    other = eng.generate(eng.encode("Unrelated words"), SamplingParams(max_tokens=3), speculation=mode).run()
+    assert other.timings.cached_prompt_tokens == 0
+    assert again.token_ids == first.token_ids == eng.reference.greedy_run(ids, 6)
+
+
+def test_without_kv_stats_cached_tokens_are_zero_not_guessed(make, fake, monkeypatch, caplog):
+    eng = make()
+    prefix = prompt(eng, "You are a home robot. " * 12)
+    eng.pin(prefix)
+    target = target_executor(fake)
+    latest = target.get_latest_iteration_stats
+
+    def no_kv():
+        stats = latest()
+        for it in stats:
+            it.kv_cache_stats = None
+        return stats
+
+    monkeypatch.setattr(target, "get_latest_iteration_stats", no_kv)
+    res = eng.generate(prefix + eng.encode("Go."), SamplingParams(max_tokens=2), speculation="none").run()
+    assert eng.cached_prefix(prefix + [1]) > 0 and res.timings.cached_prompt_tokens == 0
+    assert "no kv_cache_stats" in caplog.text
+
+
 def test_without_block_reuse_pin_only_records(make, fake):
-    eng = make(prefix_reuse=False)
+    eng = make(prefix_reuse=False, draft=False, max_draft_len=0)
     prefix = prompt(eng)[:-2]
     eng.pin(prefix)
     assert eng.pinned == prefix and all(not ex.requests for ex in fake.EXECUTORS)
@@ -449,7 +528,7 @@ def test_auto_resolves_to_lookup_only_with_block_reuse_and_greedy(make, fake):
     greedy, sampled = SamplingParams(), SamplingParams(temperature=1.0)
     assert eng.resolve_speculation("auto", greedy) == "lookup"
     assert eng.resolve_speculation("auto", sampled) == "none"
-    assert make(prefix_reuse=False).resolve_speculation("auto", greedy) == "none"
+    assert make(prefix_reuse=False, draft=False, max_draft_len=0).resolve_speculation("auto", greedy) == "none"
     with pytest.raises(OrinError, match="available: auto, none, lookup, draft_model, combined"):
         eng.generate([1, 2, 3], greedy, speculation="medusa")
 

@@ -1,0 +1,370 @@
+"""A planning call on TensorRT-LLM 0.12.0-jetson executors: plain or speculative decoding, streamed.
+
+`TrtllmGeneration` mirrors runtime/generate.py's `Generation` (iterate for text deltas, `.result`,
+`.on_done`, closing the iterator cancels). Text comes out through the same TextStream (incremental
+detokenization, stop strings). The engine (runtime/trtllm_engine.py) makes the requests (`request`) and
+holds the executors; this module sends them and follows their responses. Citations as there.
+
+Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
+ours, one request per step, as the reference Triton BLS orchestrator does it (tensorrtllm_backend
+v0.12.0 all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/decode.py L214-292):
+
+* draft: up to k tokens from `LookupDrafter` (model-free, as for torch) or from the draft engine
+  (a non-streaming greedy request on the context with max_new_tokens=k);
+* verify: a target request with input = the whole context, `ExternalDraftTokensConfig(tokens=draft)`
+  and max_new_tokens = len(draft) + 1 (the BLS's choice, …/lib/triton_decoder.py L352-358). The
+  decoder samples the target's token at every draft position with the request's sampling config
+  (R cpp/tensorrt_llm/runtime/gptDecoderBatched.cpp L913) and then compares ids
+  (acceptDraftTokensByIds, L934-954); every position counts one step towards max_new_tokens
+  (L931-932), so the request ends after that one iteration with accepted + 1 new tokens. (Read in
+  the open runtime sources; the 0.12 batch manager that drives it is a closed library.) The Result
+  carries no acceptance count (doc §4), but the accepted tokens are in it: the decoder accepts a draft
+  token exactly when the target's own token at that position has the same id, so the common prefix of
+  the draft and the returned tokens *is* the engine's acceptance, not an estimate of it (returned − 1
+  whenever the target added its own token, and still right if it ever decoded on past that iteration).
+  SpecStats counts that per step.
+
+Each step re-sends the whole context. With block reuse the executor finds every block of it stored
+by the previous step, its partial last block included, so a step costs the target K + 1 tokens (the
+last context token and the K drafts) and a round trip (docs/trtllm-0.12-jetson.md §9); without reuse
+every step would re-prefill the whole prompt, and 0.12 does not load a draft-tokens target without it.
+
+The end-of-turn ids other than the Request's one `end_id` (Llama 3's <|eot_id|>, <|end_of_text|>,
+<|eom_id|>) and a request's stop_token_ids go into Request(stop_words=[[id], ...]), so the engine stops
+by itself there.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Iterator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+from ..errors import OrinError
+from .generate import Result, SpecStats, Timings
+from .sampling import SamplingParams
+from .speculative import AdaptiveK, CombinedDrafter
+from .text import TextStream
+
+if TYPE_CHECKING:
+    from .trtllm_engine import TrtllmEngine
+
+log = logging.getLogger(__name__)
+
+# await_responses(id, timeout) returns as soon as a response is ready, else [] after the timeout
+# (a std::chrono::milliseconds; pybind11/chrono.h takes a timedelta, J executor.cpp). Never call it
+# without a timeout: it then blocks, forever if that id's responses were all delivered (doc §4).
+POLL = timedelta(milliseconds=100)
+DRAIN_POLLS = 20  # after cancel_request: wait at most this many POLLs for the request's last response
+
+
+def first_line(text: str) -> str:
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    return lines[0] if lines else "(no message)"
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------------------------- responses
+
+
+def enqueue_request(executor: Any, request: Any) -> int:
+    try:
+        return executor.enqueue_request(request)  # -> request id (R≡J executor.cpp initBindings)
+    except RuntimeError as e:
+        raise OrinError(f"TensorRT-LLM refused the request: {first_line(str(e))}") from None
+
+
+def follow(executor: Any, request_id: int,
+             on_last: Optional[Callable[[], None]] = None) -> Iterator[tuple[list[int], bool]]:
+    """(new tokens, is_final) per response of one request, until its final one. `on_last` is called
+    as soon as the final (or an error) response has been *received*, before the responses of that
+    batch are handed out: a consumer that stops early must then not wait for more.
+
+    Response.has_error() is a method, error_msg/result properties (R≡J bindings.cpp L276-282);
+    Result.output_token_ids is one list per beam, is_final a field (L266-274). With
+    exclude_input_from_output, each streamed response holds that iteration's new tokens only
+    (R≡J tensorrt_llm/runtime/model_runner_cpp.py L522-585 appends them).
+    """
+    while True:
+        responses = executor.await_responses(request_id, timeout=POLL)
+        if on_last is not None and any(r.has_error() or r.result.is_final for r in responses):
+            on_last()
+        for response in responses:
+            if response.has_error():
+                raise OrinError(f"TensorRT-LLM request failed: {first_line(response.error_msg)}")
+            result = response.result
+            beams = result.output_token_ids
+            tokens = [int(t) for t in beams[0]] if beams else []
+            yield tokens, bool(result.is_final)
+            if result.is_final:
+                return
+
+
+def cancel_request(executor: Any, request_id: int) -> None:
+    """cancel_request(id) (R≡J executor.cpp), then read the request's last response so it does not
+    stay queued in the executor. Bounded: a slow executor is left to finish on its own."""
+    try:
+        executor.cancel_request(request_id)
+        for _ in range(DRAIN_POLLS):
+            responses = executor.await_responses(request_id, timeout=POLL)
+            if any(r.has_error() or r.result.is_final for r in responses):
+                return
+    except RuntimeError as e:  # never mask the reason we are cancelling
+        log.warning("cancelling TensorRT-LLM request %s: %s", request_id, first_line(str(e)))
+
+
+# ---------------------------------------------------------------------------------- drafters
+
+
+class EngineDrafter:
+    """The draft engine: greedy, non-streaming, max_new_tokens=k on the current context."""
+
+    name = "draft_model"
+
+    def __init__(self, engine: TrtllmEngine):
+        self.engine = engine
+
+    def begin(self, context: list[int]) -> None:
+        pass
+
+    def propose(self, context, k, params, gen):
+        executor = self.engine.draft_executor
+        request = self.engine.request(context, k, streaming=False, sampling=self.engine.greedy_config())
+        tokens: list[int] = []
+        for new, _final in follow(executor, self.engine.enqueue(executor, request)):
+            tokens += new
+        return tokens[:k], None
+
+    def rollback(self, valid: int) -> None:
+        pass
+
+    def finish(self, output: list[int]) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------- generation
+
+
+class TrtllmGeneration:
+    """Iterate for text deltas as they are decided; `.result` once exhausted. Closing the iterator
+    early (or an error) cancels the request in flight."""
+
+    def __init__(self, engine: TrtllmEngine, prompt_ids: list[int], params: SamplingParams, mode: str,
+                 on_done: Optional[Callable[[], None]] = None):
+        self.engine, self.prompt_ids, self.params, self.mode = engine, list(prompt_ids), params, mode
+        self.stream = TextStream(engine.tokenizer, params.stop)
+        self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
+        self.result: Optional[Result] = None
+        self.on_done = on_done  # called once the request is over (done, failed or abandoned)
+        self.started: Optional[float] = None  # as Generation.started: when the request began
+        self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
+        self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
+        self._measured = False
+        self._seed_calls = 0
+        self._rng: Optional[random.Random] = None
+
+    # ---------------------------------------------------------------- pieces
+
+    def _seed(self) -> int:
+        """The request's random_seed. 0.12's default seed is 0 (R defaultDecodingParams.h L58-61), so an
+        unseeded request gets a fresh one; a seeded generation passes its seed, and its later requests
+        (speculative steps) get seeds drawn from it, so that no two steps replay the same random stream."""
+        self._seed_calls += 1
+        if self.params.seed is not None and self._seed_calls == 1:
+            return self.params.seed
+        if self._rng is None:
+            seed = self.params.seed
+            self._rng = random.Random(seed) if seed is not None else random.SystemRandom()
+        return self._rng.getrandbits(63)
+
+    def _sampling(self) -> Any:
+        if self.params.greedy:
+            return self.engine.greedy_config()
+        return self.engine.sampled_config(self.params, self._seed())
+
+    def _take(self, tok: int) -> tuple[str, bool]:
+        """One decided token through the stop checks: (text to emit, whether generation is over)."""
+        if not self._out:
+            self._timings.ttft_s = time.perf_counter() - self._t0
+        if tok in self.stop_ids:
+            self._finish = "stop"
+            return "", True
+        self._out.append(tok)
+        self._ctx.append(tok)
+        delta, stopped = self.stream.push(tok)
+        if stopped:
+            self._finish = "stop"
+            return delta, True
+        if len(self._out) >= self.params.max_tokens:
+            self._finish = "length"
+            return delta, True
+        return delta, False
+
+    def _ended_by_engine(self) -> None:
+        """The engine finished a request early: its end_id, or its max_seq_len cap (llmRequest.h L281-290)."""
+        self._finish = "length" if len(self._ctx) >= self.engine.max_seq_len else "stop"
+        self._done = True
+
+    def _decode(self, n: int) -> Generator[str, None, int]:
+        """Up to n tokens of plain decoding, streamed; returns how many the engine produced."""
+        request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling(),
+                                      stop_ids=self.stop_ids)
+        produced = 0
+        for tokens, _final in self._run(self.engine.target_executor, request):
+            for tok in tokens:
+                produced += 1
+                delta, done = self._take(tok)
+                if delta:
+                    yield delta
+                if done:
+                    self._done = True
+                    self._cancel()  # stop string, extra stop id or max_tokens: nothing more is wanted
+                    return produced
+        if produced < n:
+            self._ended_by_engine()
+        return produced
+
+    def _verify(self, draft: list[int]) -> Generator[str, None, int]:
+        """One speculative step: the target checks `draft`; returns how many draft tokens it accepted."""
+        request = self.engine.request(self._ctx, len(draft) + 1, streaming=False, sampling=self._sampling(),
+                                      draft=draft, stop_ids=self.stop_ids)
+        new: list[int] = []
+        for tokens, _final in self._run(self.engine.target_executor, request):
+            new += tokens
+        accepted = _common_prefix(draft, new)
+        for tok in new:
+            delta, done = self._take(tok)
+            if delta:
+                yield delta
+            if done:
+                self._done = True
+                return accepted
+        if len(new) <= len(draft) and accepted == len(new):
+            self._ended_by_engine()  # no token of its own after the accepted ones: it hit end_id
+        return accepted
+
+    def _run(self, executor: Any, request: Any) -> Iterator[tuple[list[int], bool]]:
+        """Enqueue `request` and follow it; while it may still produce responses it is `_active`, the
+        request that closing the iterator (or a stop) cancels. The generation's first request is the one
+        that reads the prompt: once its first response is in, its blocks were matched, and what the
+        cache served is measured."""
+        engine = self.engine
+        first = not self._measured and executor is engine.target_executor
+        if first and engine.block_reuse:
+            self._reused_before = engine.reused_blocks()
+        request_id = engine.enqueue(executor, request)
+        self._active = (executor, request_id)
+
+        def received_last() -> None:  # the final (or an error) response is in: nothing left to cancel
+            self._active = None
+
+        for item in follow(executor, request_id, on_last=received_last):
+            if first:
+                first = False
+                self._measure_cached()
+            yield item
+
+    def _measure_cached(self) -> None:
+        """timings.cached_prompt_tokens = the blocks the target reused for the first request, in tokens
+        (module doc). A matched block counts whole even when it is a stored partial block, so the figure
+        is capped at the prompt length - 1: the last prompt token is never served from the cache."""
+        self._measured = True
+        if not self.engine.block_reuse or self._reused_before is None:
+            return
+        after = self.engine.reused_blocks(read=True)
+        if after is not None:
+            blocks = max(0, after - self._reused_before)
+            self._timings.cached_prompt_tokens = min(blocks * self.engine.tokens_per_block, len(self.prompt_ids) - 1)
+            # the executor computes the rest of the prompt (its own prefill; no per-chunk count at 0.12)
+            self._timings.computed_prompt_tokens = len(self.prompt_ids) - self._timings.cached_prompt_tokens
+
+    def _cancel(self) -> None:
+        if self._active is not None:
+            executor, request_id = self._active
+            self._active = None
+            cancel_request(executor, request_id)
+
+    def _drafter(self):
+        engine = self.engine
+        if self.mode == "lookup":
+            return engine.lookup
+        if self.mode == "draft_model":
+            return EngineDrafter(engine)
+        if self.mode == "combined":
+            return CombinedDrafter(engine.lookup, EngineDrafter(engine))
+        return None
+
+    def _speculate(self, drafter, stats: SpecStats) -> Generator[str, None, None]:
+        engine, params = self.engine, self.params
+        k_max = engine.draft_len
+        adapt = AdaptiveK(k_max, k_max)  # k_max = the engine's --max_draft_len: more is refused
+        while not self._done:
+            remaining = params.max_tokens - len(self._out)
+            # A request's input plus its draft must fit max_input_len (R≡J llmRequest.h L247-278); each
+            # step re-sends the context as input, so once it nears max_input_len, the rest is plain.
+            room = engine.max_input_len - len(self._ctx)
+            if room <= 1:
+                stats.steps += yield from self._decode(remaining)
+                break
+            k = min(adapt.next_k(), k_max, remaining - 1, room - 1)
+            draft = drafter.propose(self._ctx, k, params, None)[0][:k] if k > 0 else []
+            if draft:
+                accepted = yield from self._verify(draft)
+                adapt.update(len(draft), accepted)
+                stats.drafted += len(draft)
+                stats.accepted += accepted
+                stats.steps += 1
+                continue
+            # No draft: the drafter found nothing, AdaptiveK paused drafting, or one token is left. Every
+            # request re-sends the context, so decode a few tokens per request rather than one: the rest
+            # of the pause, else k_max tokens; never past max_input_len (the next step's input).
+            chunk = adapt.paused + 1 if adapt.paused else k_max
+            adapt.paused = 0
+            stats.steps += yield from self._decode(max(1, min(remaining, room, chunk)))
+
+    # ---------------------------------------------------------------- the loop
+
+    def __iter__(self) -> Iterator[str]:
+        self._t0 = time.perf_counter() if self.started is None else self.started
+        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0,
+                                computed_prompt_tokens=len(self.prompt_ids))
+        self._ctx: list[int] = list(self.prompt_ids)
+        self._out: list[int] = []
+        self._finish: Literal["stop", "length"] = "length"
+        self._done = False
+        stats = SpecStats(drafter=self.mode)
+        drafter = self._drafter()
+        try:
+            if drafter is None:
+                yield from self._decode(self.params.max_tokens)
+                stats.steps = max(0, len(self._out) - 1)  # as torch: decode steps after the prefill's token
+            else:
+                drafter.begin(self._ctx)
+                yield from self._speculate(drafter, stats)
+            tail = self.stream.flush()
+            if tail:
+                yield tail
+        finally:
+            self._cancel()  # closed early, or failed: the request in flight is not wanted any more
+            if drafter is not None:
+                drafter.finish(self._out)
+            if self.on_done is not None:
+                self.on_done()
+        self._timings.completion_tokens = len(self._out)
+        self._timings.total_s = time.perf_counter() - self._t0
+        self.result = Result(self.stream.text, self._out, self._finish, self._timings, stats)
+
+    def run(self) -> Result:
+        for _ in self:
+            pass
+        assert self.result is not None
+        return self.result

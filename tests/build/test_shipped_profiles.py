@@ -1,0 +1,102 @@
+"""Every shipped Orin profile (jetson/profiles/*.toml, a new one is covered by being there) plans, builds
+and loads: the memory plan fits and its deployment passes TensorRT-LLM 0.12's rules; the build's commands
+run through the fake 0.12 tools (quantize.py, trtllm-build: tests/build/fake_trtllm_tools.py), whose
+engine config.json files the fake 0.12 Executor (tests/runtime/fake_trtllm.py) then loads with what the
+runtime asks for; and a planning call gets what the deployment promised: block reuse measured by the
+executor, speculation with the modes it lists."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from orin_llm.build.memory import check_feasible, plan_memory
+from orin_llm.build.trtllm import format_steps, run_steps, trtllm_steps, write_calib_dataset
+from orin_llm.profile import Profile, load_profile
+from orin_llm.runtime.sampling import SamplingParams
+from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from tests.build import fake_trtllm_tools as tools
+from tests.runtime.test_trtllm_engine import install_models
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted(ROOT.glob("jetson/profiles/*.toml"))
+
+
+def test_there_are_shipped_profiles():
+    assert {p.stem for p in SHIPPED} >= {"agx-orin-64gb", "agx-orin-64gb-int8kv"}
+
+
+def local_models(profile: Profile, path: Path, tmp_path: Path) -> Profile:
+    """The profile with its models in tmp_path: each an HF dir holding the config.json the profile plans from."""
+    update = {}
+    for role in ("target", "draft"):
+        spec = getattr(profile, role)
+        if spec is not None:
+            model = tmp_path / "models" / role
+            model.mkdir(parents=True)
+            shutil.copy((path.parent / spec.config).resolve(), model / "config.json")
+            update[role] = spec.model_copy(update={"model": str(model)})
+    return profile.model_copy(update=update)
+
+
+def write_manifest(out: Path, src: Path, profile: Profile, plan) -> None:
+    """What build/pipeline.py _build_trtllm writes next to the engines, from the session's engine (its
+    tokenizer and manifest layout): the profile, its limits and memory plan, the engines' KV dtypes."""
+    shutil.copytree(src / "tokenizer", out / "tokenizer")
+    data = json.loads((src / "manifest.json").read_text())
+    data.update(backend="trtllm", name=profile.name, lookup_seed=None, profile=profile.model_dump(mode="json"),
+                limits=profile.limits.model_dump(), memory_plan=plan.as_dict())
+    for role in ("target", "draft"):
+        spec = getattr(profile, role)
+        if spec is None:
+            data[role] = None
+        else:
+            data[role] = {**data["target"], "dir": role, "files": [], "kv_cache": {"dtype": spec.kv_cache},
+                          "weights": spec.weights, "dtype": spec.dtype}
+    (out / "manifest.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+def test_shipped_profile_plans_builds_and_loads(path, tmp_path, engine_dir, fake, monkeypatch):
+    shipped = load_profile(path)
+    plan = check_feasible(plan_memory(shipped, path.parent))
+    dep = plan.deployment
+    assert dep["refused"] is None and dep["backend"] == "trtllm"
+
+    # build: the real commands, run by the fake 0.12 tools
+    profile = local_models(shipped, path, tmp_path)
+    out = tmp_path / profile.name
+    root = tools.install(tmp_path, monkeypatch)
+    steps = trtllm_steps(profile, out, trtllm_root=str(root), python=sys.executable)
+    if "--calib_dataset" in format_steps(steps):
+        write_calib_dataset(out)
+    run_steps(steps, out, quiet=True, runner=tools.run)
+    built = {role: json.loads((out / role / "config.json").read_text())["build_config"] for role in dep["engines"]}
+    for role, engine in dep["engines"].items():
+        assert built[role]["plugin_config"]["use_paged_context_fmha"] == engine["paged_context_fmha"]
+        assert (built[role]["speculative_decoding_mode"] == 2) == engine["draft_tokens_external"]
+
+    # load: the runtime's executors, through the fake 0.12 Executor and its load-time checks
+    write_manifest(out, engine_dir, profile, plan)
+    with TrtllmEngine.load(out) as eng:
+        assert sorted(ex.path.name for ex in fake.EXECUTORS) == sorted(dep["engines"])
+        assert [c["max_tokens"] for c in fake.calls("KvCacheConfig")] == [plan.max_kv_tokens] * len(dep["engines"])
+        assert {c["enable_block_reuse"] for c in fake.calls("KvCacheConfig")} == {dep["prefix_reuse"]}
+        assert {c["enable_chunked_context"] for c in fake.calls("ExecutorConfig")} == {dep["chunked_context"]}
+        assert [m for m in eng.speculation_modes if m != "auto"] == dep["speculation"]
+
+        # a planning call: the pinned prefix is reused (or not) as the deployment says, measured
+        install_models(fake, eng)
+        prefix = eng.chat_ids([{"role": "system", "content": "You plan for a home robot. " * 40}])
+        eng.pin(prefix)
+        ids = prefix + eng.encode("Bring the mug to the sofa.")
+        expected = eng.cached_prefix(ids) if dep["prefix_reuse"] else 0
+        for mode in dep["speculation"]:
+            res = eng.generate(ids, SamplingParams(max_tokens=12), speculation=mode).run()
+            assert res.token_ids == fake.MODELS["target"].greedy_run(ids, 12) and res.speculation.drafter == mode
+            assert res.timings.cached_prompt_tokens >= expected
+        assert (expected > 0) == dep["prefix_reuse"]
