@@ -38,8 +38,9 @@ def _run_mode(engine, items, mode: str, max_tokens: int) -> dict:
     tokens = drafted = accepted = steps = 0
     outputs = {}
     for it in items:
+        # free-text plans, as before the grammar: the constrained scenario measures drafters under it
         res = Planner(engine, load_home(it.home)).plan(it.task, SamplingParams(max_tokens=max_tokens),
-                                                       speculation=mode).result
+                                                       speculation=mode, constrained=False).result
         decode_s += res.timings.total_s - res.timings.ttft_s
         tokens += max(0, res.timings.completion_tokens - 1)
         drafted += res.speculation.drafted
@@ -112,7 +113,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     for label, options in passes.items():
         with loaded(engine_dir, **options) as engine:
             warm = items[0]
-            Planner(engine, load_home(warm.home)).plan(warm.task, SamplingParams(max_tokens=8))  # warm-up
+            Planner(engine, load_home(warm.home)).plan(warm.task, SamplingParams(max_tokens=8),
+                                                       constrained=False)  # warm-up
             modes = [m for m in engine.speculation_modes if m not in ("auto",)]
             if engine.lookup_seed and "lookup" in modes:
                 modes.insert(modes.index("lookup") + 1, EMPTY_HISTORY)

@@ -46,11 +46,13 @@ from typing import Any, Optional
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest, read_json_object
 from ..trtllm_rules import EngineSetup, broken_rules
+from .constraint import Constraint, Vocabulary
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .sampling import SamplingParams
 from .speculative import LookupDrafter
 from .trtllm_bindings import executor_module
 from .trtllm_generation import TrtllmGeneration, enqueue_request, first_line, follow
+from .trtllm_grammar import PROCESSOR, GrammarProcessor, processor_map
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +118,16 @@ def _engine_setup(role: str, kv_cache: str, cfg: dict, block_reuse: bool, chunke
                        block_reuse=block_reuse, chunked_context=chunked)
 
 
-def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int) -> Any:
+def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int,
+                   grammar: Optional[GrammarProcessor] = None) -> Any:
     # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
-    # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...)
-    # (R≡J L518-547; J model_runner_cpp.py from_dir sets enable_chunked_context the same way).
+    # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...,
+    # logits_post_processor_map=None, ...) (R≡J L518-547; J model_runner_cpp.py from_dir sets
+    # enable_chunked_context the same way). The grammar's post-processor: runtime/trtllm_grammar.py.
     kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
-    config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context)
+    extra = {"logits_post_processor_map": processor_map(grammar)} if grammar is not None else {}
+    config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context,
+                                   **extra)
     try:
         # Executor(model_path, model_type, executor_config) (R≡J: executor.cpp initBindings; the jetson
         # overload with use_mmap is not used: mmap only helps static batching, README4Jetson §3).
@@ -164,6 +170,8 @@ class TrtllmEngine(EngineText):
         self.pinned: list[int] = []  # the prefix whose KV blocks pin() stored (block reuse) or recorded
         self.lookup_seed = lookup_seed(engine_dir, manifest)
         self.lookup = LookupDrafter(seed=self.lookup_seed)  # one per engine: its history is the point
+        self.grammar: Optional[GrammarProcessor] = None  # set by load(): the target's logits post-processor
+        self._vocab: Optional[Vocabulary] = None
         self._closed = False
 
     @classmethod
@@ -201,12 +209,16 @@ class TrtllmEngine(EngineText):
         draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
         tokenizer = load_tokenizer(engine_dir / "tokenizer")
         executors: dict[str, Any] = {}
+        grammar = GrammarProcessor()  # the target's: constrained plans (runtime/trtllm_grammar.py)
         try:
             for role, entry in roles.items():
-                executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role])
-            return cls(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
-                       block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
-                       draft_len=draft_len, chunked_context=chunked)
+                executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
+                                                 grammar if role == "target" else None)
+            engine = cls(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
+                         block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
+                         draft_len=draft_len, chunked_context=chunked)
+            engine.grammar = grammar
+            return engine
         except BaseException:
             for ex in executors.values():
                 ex.shutdown()
@@ -273,14 +285,33 @@ class TrtllmEngine(EngineText):
                 "speculation \"lookup\" or \"none\"")
         return speculation
 
-    def generate(self, prompt_ids: list[int], params: SamplingParams,
-                 speculation: str = "auto") -> TrtllmGeneration:
+    def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
+                 constraint: Optional[Constraint] = None, history: Optional[str] = None) -> TrtllmGeneration:
+        """`constraint`: the request's grammar, applied by the target's logits post-processor on every
+        step. A constrained request decodes without a drafter: how 0.12 post-processes the logits of
+        external draft positions is not verified, so "auto" resolves to none and a named drafter is
+        refused. `history` is the torch engine's (one lookup history per engine here)."""
+        if constraint is not None:
+            if speculation not in ("auto", "none"):
+                raise OrinError(f"speculation {speculation!r} with a grammar is not available on TensorRT-LLM 0.12 "
+                                "(its logits post-processor is verified for plain decoding steps only); use "
+                                "speculation \"auto\" or \"none\", or \"constrained\": false")
+            if self.grammar is None:
+                raise OrinError("this TensorRT-LLM engine was loaded without its grammar post-processor")
+            speculation = "none"
         mode = self.resolve_speculation(speculation, params)
         prompt_ids = list(prompt_ids)
         if not prompt_ids:
             raise OrinError("empty prompt")
         self.check_prompt(len(prompt_ids))
-        return TrtllmGeneration(self, prompt_ids, params, mode)
+        return TrtllmGeneration(self, prompt_ids, params, mode, constraint=constraint)
+
+    def vocabulary(self) -> Vocabulary:
+        """The tokenizer as the grammar library sees it (built on first use), for the planner's grammar."""
+        if self._vocab is None:
+            vocab_size = self.manifest.target.arch.vocab_size
+            self._vocab = Vocabulary(self.tokenizer, vocab_size, self.eos_ids)
+        return self._vocab
 
     def stream(self, executor: Any, ids: list[int], max_new_tokens: int) -> Iterator[list[int]]:
         """Plain greedy decoding of `ids` on one executor, the target's or the draft's, streamed: each
@@ -356,7 +387,8 @@ class TrtllmEngine(EngineText):
                                           random_seed=seed)
 
     def request(self, ids: list[int], max_new_tokens: int, streaming: bool, sampling: Any,
-                draft: Optional[list[int]] = None, stop_ids: Iterable[int] = ()) -> Any:
+                draft: Optional[list[int]] = None, stop_ids: Iterable[int] = (),
+                grammar_client: Optional[int] = None) -> Any:
         """Request(input_token_ids, max_new_tokens, streaming=False, sampling_config, output_config, end_id,
         pad_id, bad_words, stop_words, embedding_bias, external_draft_tokens_config, ...) (R≡J bindings.cpp
         L226-264)."""
@@ -375,4 +407,9 @@ class TrtllmEngine(EngineText):
             # ExternalDraftTokensConfig(tokens, logits=None, acceptance_threshold=None) (R≡J L208-213):
             # no logits, so the target accepts by token id.
             kwargs["external_draft_tokens_config"] = m.ExternalDraftTokensConfig(tokens=list(draft))
+        if grammar_client is not None:
+            # logits_post_processor_name and client_id are Request keywords (R≡J bindings.cpp L226-264): the
+            # named post-processor masks every step; the client_id finds the request's grammar state.
+            kwargs["logits_post_processor_name"] = PROCESSOR
+            kwargs["client_id"] = grammar_client
         return m.Request(**kwargs)

@@ -159,8 +159,9 @@ class TrtllmGeneration:
     early (or an error) cancels the request in flight."""
 
     def __init__(self, engine: TrtllmEngine, prompt_ids: list[int], params: SamplingParams, mode: str,
-                 on_done: Optional[Callable[[], None]] = None):
+                 on_done: Optional[Callable[[], None]] = None, constraint=None):
         self.engine, self.prompt_ids, self.params, self.mode = engine, list(prompt_ids), params, mode
+        self.constraint = constraint  # the plan grammar, applied by the target's post-processor (trtllm_grammar.py)
         self.stream = TextStream(engine.tokenizer, params.stop)
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
         self.result: Optional[Result] = None
@@ -216,22 +217,29 @@ class TrtllmGeneration:
 
     def _decode(self, n: int) -> Generator[str, None, int]:
         """Up to n tokens of plain decoding, streamed; returns how many the engine produced."""
-        request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling(),
-                                      stop_ids=self.stop_ids)
-        produced = 0
-        for tokens, _final in self._run(self.engine.target_executor, request):
-            for tok in tokens:
-                produced += 1
-                delta, done = self._take(tok)
-                if delta:
-                    yield delta
-                if done:
-                    self._done = True
-                    self._cancel()  # stop string, extra stop id or max_tokens: nothing more is wanted
-                    return produced
-        if produced < n:
-            self._ended_by_engine()
-        return produced
+        client = None
+        if self.constraint is not None:  # registered before the request exists: its first step is masked
+            client = self.engine.grammar.register(self.constraint, len(self._ctx))
+        try:
+            request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling(),
+                                          stop_ids=self.stop_ids, grammar_client=client)
+            produced = 0
+            for tokens, _final in self._run(self.engine.target_executor, request):
+                for tok in tokens:
+                    produced += 1
+                    delta, done = self._take(tok)
+                    if delta:
+                        yield delta
+                    if done:
+                        self._done = True
+                        self._cancel()  # stop string, extra stop id or max_tokens: nothing more is wanted
+                        return produced
+            if produced < n:
+                self._ended_by_engine()
+            return produced
+        finally:
+            if client is not None:
+                self.engine.grammar.release(client)
 
     def _verify(self, draft: list[int]) -> Generator[str, None, int]:
         """One speculative step: the target checks `draft`; returns how many draft tokens it accepted."""

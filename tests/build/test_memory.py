@@ -20,7 +20,7 @@ from orin_llm.build.memory import (
     weights_bytes,
 )
 from orin_llm.errors import OrinError
-from orin_llm.profile import ModelSpec, load_profile
+from orin_llm.profile import ModelSpec, embedded_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 ORIN = ROOT / "jetson" / "profiles" / "agx-orin-64gb.toml"
@@ -189,9 +189,15 @@ def test_cached_prefix_tokens_that_do_not_fit_are_refused_with_what_fits(tmp_pat
         check_feasible(plan)
 
 
-def test_cached_prefix_tokens_are_a_trtllm_setting(tmp_path):
-    with pytest.raises(OrinError, match="the torch runtime keeps one pinned prefix: set cached_prefix_tokens = 0"):
-        load_profile(orin_variant(tmp_path, __backend='"torch"'))
+def test_cached_prefix_tokens_size_the_torch_pool_too():
+    """The torch runtime's paged KV pool keeps cached prefixes next to the running requests, as
+    TensorRT-LLM's block pool does: the embedded profile sizes it for both."""
+    profile = embedded_profile()
+    plan = plan_memory(profile)
+    lim = profile.limits
+    assert profile.cached_prefix_tokens > 0
+    assert plan.max_kv_tokens == lim.max_batch_size * lim.max_seq_len + profile.cached_prefix_tokens
+    assert plan.deployment["prefix_reuse"] and plan.deployment["chunked_context"]
 
 
 def test_cached_prefix_tokens_need_prefix_reuse(tmp_path):

@@ -207,6 +207,16 @@ class IterationStats:  # bindings.cpp L116-132
         self.inflight_batching_stats: Optional[InflightBatchingStats] = None
 
 
+def _scores(vocab_size: int, best: int):
+    """Deterministic logits over the vocabulary ([1, vocab]): every token a different small score, `best`
+    far on top, so that masking it makes the decoder take the best token the mask leaves."""
+    import torch
+
+    scores = -(torch.arange(vocab_size, dtype=torch.float32) * 0.618034 % 1.0)
+    scores[best] = 10.0
+    return scores.unsqueeze(0)
+
+
 class Result:  # bindings.cpp L266-274
     def __init__(self, output_token_ids: list[list[int]], is_final: bool):
         self.output_token_ids, self.is_final = output_token_ids, is_final
@@ -310,8 +320,11 @@ class Executor:
         self.path = Path(passed["model_path"])
         if self.path.name in LOAD_ERRORS:
             raise RuntimeError(LOAD_ERRORS[self.path.name])
-        build = json.loads((self.path / "config.json").read_text())["build_config"]
+        engine_config = json.loads((self.path / "config.json").read_text())
+        build = engine_config["build_config"]
         self.max_input_len, self.max_seq_len = build["max_input_len"], build["max_seq_len"]
+        # a real engine's logits span the model's vocabulary (config.json pretrained_config.vocab_size)
+        self.vocab_size = engine_config.get("pretrained_config", {}).get("vocab_size")
         self.max_draft_len = build.get("max_draft_len", 0)
         plugins = build.get("plugin_config", {})
         self.tokens_per_block = plugins.get("tokens_per_block", 64)  # PluginConfig default (plugin.py L182)
@@ -361,9 +374,20 @@ class Executor:
         req = run.request
         sc = req.sampling_config
         rng = random.Random(sc.random_seed or 0)  # 0.12's default seed is 0
+        processor = None
+        if req.logits_post_processor_name is not None:
+            processor = (self.config.logits_post_processor_map or {}).get(req.logits_post_processor_name)
 
         def step(ctx: list[int]) -> int:
-            return self.model(ctx) if sc.greedy else self.model.sample(ctx, rng)
+            t = self.model(ctx) if sc.greedy else self.model.sample(ctx, rng)
+            if processor is None:
+                return t
+            # the step's logits, the model's choice on top; the named post-processor edits them in place
+            # (request id, logits, token ids per beam: prompt and output so far, stream, client_id), then
+            # the decoder picks from what is left
+            logits = _scores(self.vocab_size or max(t, req.end_id or 0) + 1, t)
+            processor(run.request_id, logits, [list(ctx)], 0, req.client_id)
+            return int(logits[0].argmax())
 
         ctx = list(req.input_token_ids)
         end_id = req.end_id
@@ -418,6 +442,9 @@ class Executor:
     def enqueue_request(self, request: Request) -> int:
         if not isinstance(request, Request):
             raise TypeError("enqueue_request(): incompatible function arguments")
+        name = request.logits_post_processor_name
+        if name is not None and name not in (self.config.logits_post_processor_map or {}):
+            raise RuntimeError(f"[TensorRT-LLM][ERROR] Assertion failed: LogitsPostProcessor {name} not found.")
         if self.is_shut_down:
             raise RuntimeError("[TensorRT-LLM][ERROR] Shutdown called, cannot enqueue request")
         request_id = self._next_id

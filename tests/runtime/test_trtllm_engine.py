@@ -66,7 +66,9 @@ def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: b
             build["speculative_decoding_mode"] = 2  # DRAFT_TOKENS_EXTERNAL (modeling_utils.py L65-86)
             build["max_seq_len"] += max_draft_len  # the builder adds it (builder.py L898-916)
         (dst / role).mkdir()
-        (dst / role / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": build}))
+        vocab = {"vocab_size": data[role]["arch"]["vocab_size"]}
+        (dst / role / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": build,
+                                                            "pretrained_config": vocab}))
     return dst
 
 
@@ -122,7 +124,8 @@ def test_executors_get_the_exact_kv_and_executor_config(make, fake, tmp_path):
     assert kv == [{"enable_block_reuse": True, "max_tokens": 4096},  # the target's memory plan
                   {"enable_block_reuse": True, "max_tokens": 2048}]  # the draft's
     ex_cfgs = fake.calls("ExecutorConfig")
-    assert [set(c) for c in ex_cfgs] == [{"max_beam_width", "kv_cache_config", "enable_chunked_context"}] * 2
+    common = {"max_beam_width", "kv_cache_config", "enable_chunked_context"}  # the target's has the grammar too
+    assert [set(c) for c in ex_cfgs] == [common | {"logits_post_processor_map"}, common]
     assert all(c["max_beam_width"] == 1 and c["enable_chunked_context"] is False for c in ex_cfgs)
     assert [c["kv_cache_config"].max_tokens for c in ex_cfgs] == [4096, 2048]
     executors = fake.calls("Executor")
