@@ -106,9 +106,11 @@ class EngineText:
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    def chat_text(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    def chat_text(self, messages: list[dict], add_generation_prompt: bool = True,
+                  tools: Optional[list[dict]] = None) -> str:
+        """`tools`: function tools for a chat template that renders them itself (server/tool_calls.py)."""
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         return self.encode(self.chat_text(messages))

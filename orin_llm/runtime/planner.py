@@ -169,11 +169,13 @@ class Planner:
                  home: Optional[str] = None) -> list[dict[str, str]]:
         return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations)]
 
-    def prompt_ids(self, messages: list[dict[str, str]], home: Optional[str] = None) -> list[int]:
-        """Ids for a conversation: the pinned prefix's ids + the rest, when it starts with the prefix."""
+    def prompt_ids(self, messages: list[dict], home: Optional[str] = None,
+                   tools: Optional[list[dict]] = None) -> list[int]:
+        """Ids for a conversation: the pinned prefix's ids + the rest, when it starts with the prefix.
+        `tools`: for a chat template that renders function tools itself."""
         prefix = self.home(home).prefix if home in self.homes else self.prefix
         assert prefix is not None
-        full = self.engine.chat_text(messages)
+        full = self.engine.chat_text(messages, tools=tools)
         if not full.startswith(prefix.text):
             return self.engine.encode(full)
         rest = full[len(prefix.text):]

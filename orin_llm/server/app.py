@@ -31,6 +31,8 @@ from .errors import RequestError, error_body
 from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job, remove_environment_job
 from .schemas import ChatRequest, EnvironmentVersion, ErrorResponse, PlanRequest, PlanResponse, Sampling, check_utf8
 from .streams import SSE_HEADERS, events, first_event
+from .structured import GrammarCache, answer_of
+from .tool_calls import CallParser, template_speaks_tools
 from .worker import Job, Worker
 
 ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
@@ -60,6 +62,8 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
     planner, metrics = worker.planner, worker.metrics
     engine = planner.engine
     limit = min(config.max_tokens_limit or engine_max_tokens(engine), engine_max_tokens(engine))
+    grammars = GrammarCache()  # chat answers' grammars (response_format, tools), used on the engine's thread
+    native_tools = template_speaks_tools(engine.tokenizer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -110,7 +114,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
             raise RequestError(422, str(e)) from None
 
     async def respond(job: Job, request: Request, render: Callable[[dict], Response],
-                      on_delta: Callable[[str], dict] = lambda d: {"delta": d},
+                      on_delta: Callable[[str], Optional[dict]] = lambda d: {"delta": d},
                       on_done: Callable[[dict], Iterable[dict]] = lambda p: [p],
                       head: Iterable[dict] = ()) -> Response:
         worker.submit(job)  # RequestError(503) when the queue is full
@@ -220,22 +224,38 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
 
     @app.post("/v1/chat/completions", responses=ERRORS)
     async def chat(req: ChatRequest, request: Request) -> Response:
-        """OpenAI-compatible chat completion; `model` may name anything, the engine answers."""
+        """OpenAI-compatible chat completion; `model` may name anything, the engine answers.
+        `response_format` and `tools` constrain the answer (server/structured.py); streamed tool calls
+        come as `delta.tool_calls` pieces, as OpenAI sends them."""
         check_stream(req, request)
         wanted = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
         meta = chat_meta(engine.name)
-        job = Job("chat", chat_job(req, sampling(req, wanted, req.stops()), meta), asyncio.get_running_loop(),
-                  stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
+        answer = answer_of(req)
+        begin = chat_job(req, sampling(req, wanted, req.stops()), meta, answer, grammars, native_tools)
+        job = Job("chat", begin, asyncio.get_running_loop(), stream=req.stream, deadline_ms=req.deadline_ms,
+                  created=arrival(request))
         include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        calls = CallParser(answer.parser_mode) if answer.parser_mode else None  # reads a streamed answer
+
+        def on_delta(text: str) -> Optional[dict]:
+            if calls is None:
+                return chat_chunk(meta, {"content": text})
+            delta = calls.feed(text)
+            return chat_chunk(meta, delta) if delta else None
 
         def on_done(completion: dict) -> list[dict]:
-            out = [chat_chunk(meta, {}, completion["choices"][0]["finish_reason"])]
+            rest = calls.finish() if calls is not None else None  # text held back while undecided
+            out = [chat_chunk(meta, rest)] if rest else []
+            out.append(chat_chunk(meta, {}, completion["choices"][0]["finish_reason"]))
             if include_usage:
                 out.append({**chat_chunk(meta, None), "usage": completion["usage"]})
             return out
 
-        return await respond(job, request, JSONResponse, on_delta=lambda d: chat_chunk(meta, {"content": d}),
-                             on_done=on_done, head=[chat_chunk(meta, {"role": "assistant", "content": ""})])
+        # the first chunk, as OpenAI's: content "" for text, null for calls, left out while either may come
+        head = {None: {"role": "assistant", "content": ""}, "calls": {"role": "assistant", "content": None},
+                "either": {"role": "assistant"}}[answer.parser_mode]
+        return await respond(job, request, JSONResponse, on_delta=on_delta, on_done=on_done,
+                             head=[chat_chunk(meta, head)])
 
     return app
 
@@ -302,8 +322,9 @@ def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:
     """FastAPI's validation errors as one line that says what to fix."""
     parts = []
     for e in errors:
-        # drop "body" and pydantic's union tags ("function-after[utf8(), str]", "list[ContentPart]")
-        loc = [str(p) for p in e.get("loc", ()) if p != "body" and "[" not in str(p)]
+        # drop "body" and pydantic's union tags ("function-after[utf8(), str]", "list[ContentPart]", and a
+        # model's class name: "NamedToolChoice"; field names are lower case)
+        loc = [str(p) for p in e.get("loc", ()) if p != "body" and "[" not in str(p) and not str(p)[:1].isupper()]
         where, kind, msg = ".".join(loc) or "body", e.get("type", ""), str(e.get("msg", ""))
         if kind == "json_invalid":
             why = e.get("ctx", {}).get("error", msg)

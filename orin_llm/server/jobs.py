@@ -23,6 +23,8 @@ from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
 from .errors import RequestError
 from .schemas import ChatRequest, PlanRequest
+from .structured import Answer, GrammarCache
+from .tool_calls import CallParser, chat_messages, parse_answer
 
 
 def plan_job(req: PlanRequest, params: SamplingParams):
@@ -48,20 +50,23 @@ def plan_job(req: PlanRequest, params: SamplingParams):
     return begin
 
 
-def chat_job(req: ChatRequest, params: SamplingParams, meta: dict):
-    # OpenAI's "developer" role is the newer name of "system"; chat templates know only the latter
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text()}
-                for m in req.messages]
+def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answer, grammars: GrammarCache,
+             native_tools: bool):
+    """`answer`: what the answer must be (server/structured.py); `native_tools`: the chat template renders
+    tools itself (server/tool_calls.py). Tool messages that answer no earlier call: 422, here."""
+    messages, tools = chat_messages(req.messages, req.tools, native_tools)
 
     def begin(planner: Planner):
         started = time.perf_counter()  # timings include rendering and tokenizing, as for plans
-        ids = planner.prompt_ids(messages)  # reuses the pinned prefix when the chat starts with it
-        gen = planner.engine.generate(ids, params, req.speculation)
+        ids = planner.prompt_ids(messages, tools=tools)  # reuses the pinned prefix when the chat starts with it
+        grammar = grammars.for_answer(answer, planner.engine)  # compiled once per distinct shape (422 if bad)
+        extra = {"constraint": grammar.constraint()} if grammar is not None else {}
+        gen = planner.engine.generate(ids, params, req.speculation, **extra)
         gen.started = started
 
         def finish(queue_s: float) -> dict:
             assert gen.result is not None
-            return chat_completion(meta, gen.result, queue_s)
+            return chat_completion(meta, gen.result, queue_s, answer)
         return gen, finish
     return begin
 
@@ -118,11 +123,25 @@ def chat_meta(model: str) -> dict:
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
 
 
-def chat_completion(meta: dict, result: Result, queue_s: float) -> dict:
+def chat_completion(meta: dict, result: Result, queue_s: float, answer: Optional[Answer] = None) -> dict:
+    message, finish_reason = {"role": "assistant", "content": result.text}, result.finish_reason
+    if answer is not None and answer.parser_mode is not None:
+        message, finish_reason = answer_message(parse_answer(result.text, answer.parser_mode), finish_reason)
     return {**meta, "object": "chat.completion",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": result.text},
-                         "finish_reason": result.finish_reason, "logprobs": None}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
             "usage": usage(result), **stats(result, queue_s)}
+
+
+def answer_message(parsed: CallParser, finish_reason: str) -> tuple[dict, str]:
+    """The message of an answer that may call tools, and its finish_reason: OpenAI's "tool_calls" with
+    `content: null` for calls. A call cut by max_tokens or a stop string is left out (its arguments
+    are not JSON yet); the finish_reason then says why the answer ended."""
+    if not parsed.is_calls:
+        return {"role": "assistant", "content": parsed.text}, finish_reason
+    calls = [c.as_dict() for c in parsed.complete_calls]
+    message: dict = {"role": "assistant", "content": None, **({"tool_calls": calls} if calls else {})}
+    done = bool(calls) and not parsed.truncated and finish_reason == "stop"
+    return message, "tool_calls" if done else finish_reason
 
 
 def usage(result: Result) -> dict:

@@ -10,9 +10,10 @@ surrogates, which JSON can spell as "\\ud800") are refused here: the tokenizer c
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_TASK_CHARS = 2000
 MAX_OBSERVATIONS = 64
@@ -104,15 +105,117 @@ class ContentPart(_Strict):
     text: Text
 
 
+FunctionName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$",
+                                    description="Letters, digits, underscores and dashes (OpenAI's rule).")]
+MAX_TOOLS = 64
+
+
+class FunctionCall(_Strict):
+    name: FunctionName
+    arguments: Text = Field(description="The arguments: a JSON object, encoded as a string.")
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments(cls, v: str) -> str:
+        try:
+            args = json.loads(v)
+        except ValueError:
+            args = None
+        if not isinstance(args, dict):
+            raise ValueError('must be a JSON object encoded as a string, e.g. "{\\"room\\": \\"kitchen\\"}"')
+        return v
+
+
+class ToolCall(_Strict):
+    """A call an assistant message made (sent back by agent frameworks as the conversation goes on)."""
+
+    id: str = Field(min_length=1, max_length=256)
+    type: Literal["function"]
+    function: FunctionCall
+
+
 class ChatMessage(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Union[Text, list[ContentPart]]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[Text, list[ContentPart], None] = Field(
+        None, description="Required, except in an assistant message with tool_calls (null or absent there).")
     name: Optional[str] = Field(None, max_length=256, description="Accepted and ignored.")
+    tool_calls: Optional[list[ToolCall]] = Field(None, max_length=MAX_TOOLS,
+                                                 description="An assistant message's calls.")
+    tool_call_id: Optional[str] = Field(None, min_length=1, max_length=256,
+                                        description="A tool message: the id of the call it answers.")
+    refusal: Optional[str] = Field(None, max_length=4096, description="Accepted and ignored (OpenAI clients "
+                                                                       "send an answer's message back as is).")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ChatMessage:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls: only an assistant message carries tool_calls, not a {self.role} message")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("content: required (null only in an assistant message with tool_calls)")
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("tool_call_id: required in a tool message (the id of the tool call it answers)")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise ValueError(f"tool_call_id: only a tool message answers a call, not a {self.role} message")
+        return self
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class FunctionDef(_Strict):
+    name: FunctionName
+    description: Optional[Text] = Field(None, max_length=8192)
+    parameters: Optional[dict[str, Any]] = Field(
+        None, description='A JSON schema of the arguments, an object ("type": "object"); omitted: no arguments.')
+    strict: Optional[bool] = Field(None, description="Accepted: arguments always follow the schema here.")
+
+    @field_validator("parameters")
+    @classmethod
+    def _parameters(cls, v: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
+        if v is not None and v.get("type") != "object":
+            got = json.dumps(v.get("type")) if "type" in v else "no type"
+            raise ValueError(f'must be a JSON schema of an object ("type": "object"), got {got}: a call\'s '
+                             "arguments are a JSON object")
+        return v
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: FunctionName
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Strict):
+    name: FunctionName
+    description: Optional[Text] = Field(None, max_length=8192)
+    schema_: dict[str, Any] = Field(alias="schema", description="The JSON schema the answer follows.")
+    strict: Optional[bool] = Field(None, description="Accepted: the answer always follows the schema here.")
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: Optional[JsonSchemaFormat] = Field(None, description='With "type": "json_schema": its name and '
+                                                                      "schema.")
+
+    @model_validator(mode="after")
+    def _shape(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('json_schema: required with "type": "json_schema" ({"name": ..., "schema": {...}})')
+        if self.type != "json_schema" and self.json_schema is not None:
+            raise ValueError(f'json_schema: only with "type": "json_schema", not "{self.type}"')
+        return self
 
 
 class StreamOptions(_Strict):
@@ -133,6 +236,14 @@ class ChatRequest(Sampling):
     presence_penalty: Optional[float] = Field(None, description="Only 0 (not supported).")
     frequency_penalty: Optional[float] = Field(None, description="Only 0 (not supported).")
     logprobs: Optional[bool] = Field(None, description="Only false (not supported).")
+    response_format: Optional[ResponseFormat] = Field(
+        None, description="text (the default), json_object or json_schema: the answer is decoded under that "
+                          "grammar (server/structured.py).")
+    tools: Optional[list[Tool]] = Field(None, min_length=1, max_length=MAX_TOOLS,
+                                        description="Functions the answer may call (OpenAI function tools).")
+    tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
+        None, description="none, auto (the default with tools), required, or one named function.")
+    parallel_tool_calls: Optional[bool] = Field(None, description="false: at most one call (default true).")
 
     @field_validator("stop")
     @classmethod
@@ -163,6 +274,14 @@ class ChatRequest(Sampling):
     def _logprobs(cls, v: Optional[bool]) -> Optional[bool]:
         if v:
             raise ValueError("logprobs are not supported; omit it or send false")
+        return v
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice(cls, v: Any) -> Any:
+        if isinstance(v, str) and v not in ("none", "auto", "required"):
+            raise ValueError(f'must be "none", "auto", "required" or {{"type": "function", "function": {{"name": '
+                             f'...}}}}, got {json.dumps(v)}')
         return v
 
     def stops(self) -> list[str]:

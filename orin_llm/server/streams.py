@@ -48,17 +48,18 @@ async def first_event(job: Job, request: Request) -> Optional[tuple[str, Any]]:
     return None if gone in done else ("error", job.deadline_error())
 
 
-async def events(job: Job, on_delta: Callable[[str], dict], on_done: Callable[[dict], Iterable[dict]],
+async def events(job: Job, on_delta: Callable[[str], Optional[dict]], on_done: Callable[[dict], Iterable[dict]],
                  head: Iterable[dict] = ()) -> AsyncIterator[str]:
-    """SSE lines for a started job: `head`, deltas (and a plan's `{"step": ...}` events as its lines
-    complete), the final payload(s) or an error, then [DONE]."""
+    """SSE lines for a started job: `head`, deltas (on_delta may hold one back: None; a plan's
+    `{"step": ...}` events as its lines complete), the final payload(s) or an error, then [DONE]."""
     try:
         for obj in head:
             yield sse(obj)
         while True:
             kind, value = await job.events.get()
             if kind == "delta":
-                yield sse(on_delta(value))
+                if (obj := on_delta(value)) is not None:
+                    yield sse(obj)
             elif kind == "step":
                 yield sse({"step": value})
             elif kind == "done":
