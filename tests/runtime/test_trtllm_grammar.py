@@ -1,6 +1,8 @@
 """The plan grammar on TensorRT-LLM 0.12, through the fake executor: the target's logits
 post-processor masks every step of a constrained request, found by its client_id."""
 
+import json
+
 import pytest
 
 from orin_llm.environment import environment_from_dict
@@ -59,3 +61,21 @@ def test_an_unknown_post_processor_is_refused_like_the_executor_does(eng, fake):
     req.logits_post_processor_name = "missing"
     with pytest.raises(RuntimeError, match="LogitsPostProcessor missing not found"):
         target_executor(fake).enqueue_request(req)
+
+
+def test_a_chat_answer_schema_is_masked_on_the_orin_too(eng, fake):
+    """server/structured.py's grammars (response_format, tool calls) reach the same post-processor."""
+    from orin_llm.server.schemas import ChatRequest
+    from orin_llm.server.structured import GrammarCache, answer_of
+
+    schema = {"type": "object", "properties": {"room": {"enum": ["kitchen", "hall"]}},
+              "required": ["room"], "additionalProperties": False}
+    req = ChatRequest.model_validate({"messages": [{"role": "user", "content": "Where?"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "where", "schema": schema}}})
+    grammar = GrammarCache().for_answer(answer_of(req), eng)
+    ids = eng.encode("Where?")
+    gen = eng.generate(ids, SamplingParams(max_tokens=24), constraint=grammar.constraint())
+    result = gen.run()
+    request = target_executor(fake).requests[-1]
+    assert request.logits_post_processor_name == PROCESSOR
+    assert json.loads(result.text)["room"] in ("kitchen", "hall")  # the scripted model, held to the schema

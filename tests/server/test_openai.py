@@ -155,17 +155,23 @@ def test_the_clients_parse_helper_gets_its_model_back(oai):
 
 def test_a_required_tool_call_comes_back_as_tool_calls(oai):
     r = oai.chat.completions.create(model="x", messages=ROBOT, tools=TOOLS, tool_choice="required", max_tokens=80)
-    # parallel calls are allowed: the small model calls on until max_tokens, and the call it was writing then
-    # is left out (its arguments are not JSON yet)
+    # parallel calls are allowed: the small model may call on until max_tokens, and the call it was writing
+    # then is left out (its arguments are not JSON yet)
     assert r.choices[0].finish_reason == "tool_calls" or r.usage.completion_tokens == 80
-    calls = check_calls(r.choices[0].message)
-    # streamed: delta.tool_calls pieces that the client's own stream helper assembles into the same calls
-    with oai.chat.completions.stream(model="x", messages=ROBOT, tools=TOOLS, tool_choice="required",
-                                     max_tokens=80) as stream:
+    check_calls(r.choices[0].message)
+    # one call, streamed: delta.tool_calls pieces that the client's own stream helper assembles into the
+    # same call as the unstreamed answer (the helper refuses a "length" finish, hence one call)
+    one = dict(model="x", messages=ROBOT, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
+               max_tokens=80)
+    single = oai.chat.completions.create(**one)
+    assert single.choices[0].finish_reason == "tool_calls"
+    calls = check_calls(single.choices[0].message)
+    assert len(calls) == 1
+    with oai.chat.completions.stream(**one) as stream:
         kinds = {type(event).__name__ for event in stream}
         final = stream.get_final_completion()
     assert "FunctionToolCallArgumentsDeltaEvent" in kinds
-    assert final.choices[0].finish_reason == r.choices[0].finish_reason
+    assert final.choices[0].finish_reason == "tool_calls"
     assert check_calls(final.choices[0].message) == calls
 
 
