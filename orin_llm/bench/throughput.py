@@ -14,7 +14,8 @@ then 8, 4, 2, 1, and its figures pool both passes:
 - `default`: the daemon's default placement, which protects a policy next to it (CPUs all but the
   lowest, as many engine threads, nice 10; README). On a 2-core VM that is one engine thread;
 - `all_cpus`: `--cpus all --nice 0` (the machine's every CPU, not niced);
-- `serial`: the default placement with `--max-batch 1`: batching off, the reference for what it buys.
+- `serial`: the default placement with `--max-batch 1`: batching off, the reference for what it buys
+  (torch engines: a TensorRT-LLM daemon batches inside its executor and refuses the option).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from ..client import PlannerClient
+from ..manifest import load_manifest
 from ..server.process import DaemonProcess
 from .common import percentile, progress, pyplot, write_json
 from .daemon import TASKS
@@ -68,7 +70,11 @@ def _level(socket: Path, tasks: list[str], clients: int, opts: dict) -> dict:
 
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     levels = (1, 2) if quick else LEVELS
-    configs = {"default": CONFIGS["default"]} if quick else CONFIGS
+    configs = {"default": CONFIGS["default"]} if quick else dict(CONFIGS)
+    skipped = {}
+    if load_manifest(engine_dir).backend != "torch" and "serial" in configs:  # the daemon refuses --max-batch there
+        del configs["serial"]
+        skipped["serial"] = "TensorRT-LLM batches inside its executor: the daemon refuses --max-batch"
     per_level = {"short": 8, "plan": 4} if quick else {"short": 48, "plan": 24}
     numbers = itertools.count()
     raw: dict = {c: {s: {n: [] for n in levels} for s in SHAPES} for c in configs}
@@ -98,7 +104,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
             "shapes": SHAPES, "requests_per_level": per_level, "passes": 2,
             "configs": {name: {"daemon_args": ["--state-dir", "none", *args], "scheduler": health[name]["scheduler"]}
                         for name, args in configs.items()},
-            "results": results, "speedup_over_one_client": speedup,
+            "skipped": skipped, "results": results, "speedup_over_one_client": speedup,
             "speedup_clients": 4 if 4 in levels else max(levels), "goal_4_over_1": 2.0}
     for name in configs:
         progress(f"throughput: {name}: {data['speedup_clients']} clients over 1: " + ", ".join(
