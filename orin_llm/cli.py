@@ -318,12 +318,14 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon", "policy")
+SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon", "policy", "traffic", "agents", "throughput",
+             "restart")
 
 
 @app.command()
 def bench(
-    scenario: str = typer.Option("all", help=f"One of {', '.join(SCENARIOS)}, or all."),
+    scenario: str = typer.Option("all", help=f"One of {', '.join(SCENARIOS)}; several separated by commas "
+                                 "(one run, side by side); or all."),
     engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
     out: Path = typer.Option(Path("bench-out"), help="Directory for JSON, PNG and report.md."),
     quick: bool = typer.Option(False, "--quick", help="A short smoke run."),
@@ -336,7 +338,7 @@ def bench(
     while sampling memory and power by phase (tegrastats on a Jetson); JSON, plots and report.md."""
     from .bench import run_scenarios
 
-    chosen = SCENARIOS if scenario == "all" else (scenario,)
+    chosen = SCENARIOS if scenario == "all" else tuple(s.strip() for s in scenario.split(","))
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")

@@ -57,6 +57,22 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: 
                 from .policy import run
 
                 run(engine_dir, out, quick, policy_onnx, policy_rate_hz)
+            elif name == "traffic":  # issue #15's four: each through a daemon of its own
+                from .traffic import run
+
+                run(engine_dir, out, quick)
+            elif name == "agents":
+                from .agents import run
+
+                run(engine_dir, out, quick)
+            elif name == "throughput":
+                from .throughput import run
+
+                run(engine_dir, out, quick)
+            elif name == "restart":
+                from .restart import run
+
+                run(engine_dir, out, quick)
         sampler.phase = "done"
     (out / "samples.json").write_text(json.dumps({**sampler.summary(), "samples": sampler.samples}, indent=1))
     if sampler.samples:

@@ -57,6 +57,39 @@ def median_of(n: int, fn: Callable[[], float]) -> float:
     return statistics.median(fn() for _ in range(n))
 
 
+def percentile(xs: list[float], q: float) -> float:
+    """The q-quantile of xs (nearest rank): p50 = percentile(xs, 0.5), p99 = percentile(xs, 0.99)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def timed_ms(call: Callable[[], Any]) -> tuple[float, Any]:
+    """Wall time of `call()` in ms, and what it returned."""
+    t0 = time.perf_counter()
+    value = call()
+    return (time.perf_counter() - t0) * 1e3, value
+
+
+def engine_text(engine_dir: Path):
+    """The engine's tokenizer and chat template without its models (either backend): what a scenario
+    that talks to a daemon needs to build its prompts, e.g. a home of so many tokens."""
+    from ..manifest import load_manifest
+    from ..runtime.engine import EngineText, load_tokenizer
+
+    text = EngineText()
+    text.manifest, text.tokenizer = load_manifest(engine_dir), load_tokenizer(engine_dir / "tokenizer")
+    return text
+
+
+def home_file(env: Environment, directory: Path) -> Path:
+    """`env` as the YAML file a daemon's `--environment` reads."""
+    import yaml
+
+    path = directory / f"{env.name}.yaml"
+    path.write_text(yaml.safe_dump(env.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    return path
+
+
 def progress(msg: str) -> None:
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 

@@ -16,16 +16,11 @@ from pathlib import Path
 
 from ..client import PlannerClient
 from ..server.process import DaemonProcess
-from .common import progress, pyplot, write_json
+from .common import home_file, percentile, progress, pyplot, write_json
 
 TASKS = ["Open the fridge.", "Close the front door.", "Pick up the book.", "Switch on the floor lamp.",
          "Go to the kitchen.", "Put the mug in the sink.", "Bring the remote to the sofa.", "Say hello."]
 OPTS = {"max_tokens": 4, "temperature": 0.0, "speculation": "none"}
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 def _rss_kib(pid: int) -> int:
@@ -52,8 +47,6 @@ def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
     with the environment pinned in the daemon (POST /v1/plan) vs the same conversation computed in
     full (POST /v1/chat/completions whose system turn differs by one trailing space, so nothing
     matches the pinned prefix) vs the task alone (a chat with only the task turn)."""
-    import yaml
-
     from ..calibration_data import home_names, load_home
     from ..environment import prefix_messages, task_message
     from .common import scaled_environment
@@ -67,8 +60,7 @@ def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
         env = scaled_environment(homes, engine.encode, render, size)
         messages = prefix_messages(env) + [task_message(TASK)]
         cold_messages = [{**messages[0], "content": messages[0]["content"] + " "}] + messages[1:]
-        path = Path(tempfile.mkdtemp(prefix="orin-llm-env-")) / "home.yaml"
-        path.write_text(yaml.safe_dump(env.model_dump(mode="json", exclude_none=True), sort_keys=False))
+        path = home_file(env, Path(tempfile.mkdtemp(prefix="orin-llm-env-")))
         repeats = 3 if quick else 5
         with DaemonProcess(engine_dir, extra=("--environment", str(path))) as daemon, \
                 PlannerClient(daemon.socket, timeout_s=600) as c:
@@ -107,10 +99,10 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
         lat, srv = zip(*[_timed_plan(client, TASKS[i % len(TASKS)]) for i in range(n)], strict=True)
         overhead = [a - b for a, b in zip(lat, srv, strict=True)]
         data["sequential"] = {"requests": n, "latency_ms_median": statistics.median(lat),
-                              "latency_ms_p99": _pct(list(lat), 0.99),
+                              "latency_ms_p99": percentile(list(lat), 0.99),
                               "server_total_ms_median": statistics.median(srv),
                               "overhead_ms_median": statistics.median(overhead),
-                              "overhead_ms_p99": _pct(overhead, 0.99)}
+                              "overhead_ms_p99": percentile(overhead, 0.99)}
         progress(f"overhead per request: median {data['sequential']['overhead_ms_median']:.2f} ms, "
                  f"p99 {data['sequential']['overhead_ms_p99']:.2f} ms")
         data["concurrency"] = []
@@ -135,7 +127,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                 th.join()
             wall = time.perf_counter() - t0
             row = {"clients": clients, "requests": len(results) + len(errors), "errors": len(errors),
-                   "latency_ms_median": statistics.median(results), "latency_ms_p99": _pct(results, 0.99),
+                   "latency_ms_median": statistics.median(results), "latency_ms_p99": percentile(results, 0.99),
                    "requests_per_s": len(results) / wall}
             data["concurrency"].append(row)
             progress(f"{clients} clients: median {row['latency_ms_median']:.0f} ms, p99 "

@@ -21,7 +21,8 @@ def _load(out: Path, name: str):
 
 def write_report(out: Path, manifest=None) -> Path:
     lines = ["# orin-llm benchmark report", ""]
-    anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon", "policy")
+    anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon", "policy", "traffic", "agents",
+                                 "throughput", "restart")
                      if (d := _load(out, n))), None)
     if anything:
         m = anything["machine"]
@@ -108,6 +109,10 @@ def write_report(out: Path, manifest=None) -> Path:
                       f"(growth after warm-up {d['rss_growth_kib']} KiB)"]
     if (d := _load(out, "policy")):
         lines += policy_section(d)
+    for name, section in (("traffic", traffic_section), ("agents", agents_section),
+                          ("throughput", throughput_section), ("restart", restart_section)):
+        if (d := _load(out, name)):
+            lines += section(d)
     if (d := _load(out, "samples")):
         lines += ["", f"## Memory and power by phase (source: {d['source']})", "",
                   "| phase | samples | peak memory used GiB | mean power W |", "|---|---|---|---|"]
@@ -163,4 +168,96 @@ def policy_section(d: dict) -> list[str]:
                   + (" + device" if m["policy_measured"]["device_bytes"] else "") + "); planner planned "
                   f"{(m['planner_planned_bytes'] or 0) / 2**20:.0f} MiB (weights, KV, workspace), measured peak RSS "
                   f"{m['planner_measured_rss_peak_bytes'] / 2**20:.0f} MiB.", "", "![policy](policy.png)"]
+    return lines
+
+
+def _goal(met: bool) -> str:
+    return "met" if met else "**missed**"
+
+
+def traffic_section(d: dict) -> list[str]:
+    """Interleaved plans and chats through the daemon: TTFT ratios and what each kind of request took from the cache."""
+    names = {"task_alone": "task alone (chat, no home)", "warm_plan": "warm plan (constrained, the default)",
+             "warm_plan_unconstrained": "warm plan (`constrained: false`)",
+             "chat_other": f"chat, another system prompt ({d['chat_tokens']} tokens)",
+             "cold": "cold (the home computed in the request)"}
+    r, g = d["ratios"], d["goals"]
+    lines = ["", f"## Interleaved traffic through the daemon (home of {d['prefix_tokens']} tokens)", "",
+             f"{d['rounds']} rounds of alternating blocks; medians of the client's wall time for the answer (1 token "
+             "unless said) and the daemon's own `ttft_ms`; tokens as the daemon reported them.", "",
+             "| request | n | client ms | daemon ttft ms | prompt tokens | cached | computed |",
+             "|---|---|---|---|---|---|---|"]
+    for k, name in names.items():
+        s = d["kinds"][k]
+        lo, hi = s["cached_prompt_tokens_min"], s["cached_prompt_tokens_max"]
+        cached = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        lines.append(f"| {name} | {s['requests']} | {s['client_ms_median']:.1f} | {s['ttft_ms_median']:.1f} | "
+                     f"{s['prompt_tokens_median']:.0f} | {cached} | {s['computed_prompt_tokens_median']:.0f} |")
+    warm, cold = r["warm_over_task_alone"], r["cold_over_warm"]
+    lines += ["", f"Warm plan / task alone: **{warm:.2f}** (goal ≤ {g['warm_over_task_alone_max']}: "
+                  f"{_goal(warm <= g['warm_over_task_alone_max'])}; unconstrained "
+                  f"{r['warm_unconstrained_over_task_alone']:.2f}). Cold / warm: **{cold:.1f}×** (goal ≥ "
+                  f"{g['cold_over_warm_min']:.0f}×: {_goal(cold >= g['cold_over_warm_min'])}). Warm plans "
+                  f"that computed the home again: {d['home_recomputed']}; KV blocks evicted: "
+                  f"{d['metrics'].get('orin_llm_kv_pool_evictions', 'n/a'):.0f}.", "", "![traffic](traffic.png)"]
+    return lines
+
+
+def agents_section(d: dict) -> list[str]:
+    """The agent loop with and without `conversation`: prompt, cached and computed tokens per turn."""
+    pt, s = d["per_turn"], d["summary"]
+    lines = ["", f"## A {d['turns']}-turn agent loop through the daemon ({d['home']}, home of "
+                 f"{d['prefix_tokens']} tokens)", "",
+             f"Medians of {d['repeats']} loops per client; tokens as the daemon reported them; TTFT: the daemon's "
+             "`ttft_ms`.", "",
+             "| turn | conversation: prompt | cached | computed | TTFT ms "
+             "| re-sent: prompt | cached | computed | TTFT ms |", "|---|---|---|---|---|---|---|---|---|"]
+    for i, (a, b) in enumerate(zip(pt["conversation"], pt["resent"], strict=True), 1):
+        cells = [f"{t[k]:.0f}" for t in (a, b)
+                 for k in ("prompt_tokens", "cached_prompt_tokens", "computed_prompt_tokens", "ttft_ms")]
+        lines.append(f"| {i} | " + " | ".join(cells) + " |")
+    c, r = s["conversation"], s["resent"]
+    lines += ["", f"Computed per turn after the first: at most {c['computed_after_turn1_max']} with `conversation`, "
+                  f"{r['computed_after_turn1_max']} re-sent, while the prompt grew {c['prompt_tokens_turn1']} → "
+                  f"{c['prompt_tokens_last']} ({r['prompt_tokens_turn1']} → {r['prompt_tokens_last']}). Over the "
+                  f"loop: {c['computed_total']} / {r['computed_total']} tokens computed; a runtime that caches only "
+                  f"the pinned home would compute {c['after_home_total']} / {r['after_home_total']}.", "",
+              "![agents](agents.png)"]
+    return lines
+
+
+def throughput_section(d: dict) -> list[str]:
+    """Requests/s and latency by concurrent clients, for each daemon configuration and request shape."""
+    lines = ["", "## Throughput by concurrent clients (through the daemon)", "",
+             "Requests: " + "; ".join(f"`{k}` {v['max_tokens']} tokens at most ({d['requests_per_level'][k]} "
+                                      "requests a level)" for k, v in d["shapes"].items())
+             + f"; each level measured in {d['passes']} passes (1→8, then 8→1), pooled. Daemons: "
+             + "; ".join(f"`{k}` {' '.join(c['daemon_args'])} (batch ≤ {c['scheduler'].get('max_running', '?')})"
+                         for k, c in d["configs"].items()) + ".", "",
+             "| daemon | request | clients | req/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|---|---|"]
+    for name, shapes in d["results"].items():
+        for shape, rows in shapes.items():
+            lines += [f"| {name} | {shape} | {r['clients']} | {r['requests_per_s']:.2f} | {r['latency_ms_p50']:.0f} | "
+                      f"{r['latency_ms_p99']:.0f} | {r['errors']} |" for r in rows]
+    goal, n = d["goal_4_over_1"], d["speedup_clients"]
+    verdict = lambda v: f" ({_goal(v >= goal)})" if n == 4 else ""  # noqa: E731  the goal is at 4 clients
+    lines += ["", f"Requests/s at {n} clients over 1 (goal at 4 clients: ≥ {goal:.0f}×): " + "; ".join(
+        f"{name} " + ", ".join(f"{shape} {v:.2f}×{verdict(v)}" for shape, v in sp.items())
+        for name, sp in d["speedup_over_one_client"].items()) + ".", "", "![throughput](throughput.png)"]
+    return lines
+
+
+def restart_section(d: dict) -> list[str]:
+    """Lookup acceptance after a restart, with and without the persisted history."""
+    saved = "; ".join(f"`{h['key']}`: {h['outputs']} plans, {h['tokens']} tokens" for h in d["history_saved"]) or "none"
+    lines = ["", f"## Lookup acceptance on the first {d['measured_requests']} requests after a restart", "",
+             f"Home {d['home']} (held-out tasks); {d['warmup_requests']} warm-up plans before the restart; history "
+             f"saved: {saved}.", "",
+             "| daemon | acceptance | drafted | accepted | tokens per target step (median) | decode tok/s (median) |",
+             "|---|---|---|---|---|---|"]
+    for name, label in (("restarted", "restarted on its state directory"), ("fresh", "fresh state directory")):
+        s = d["summary"][name]
+        lines.append(f"| {label} | {s['acceptance_rate']:.3f} | {s['drafted']} | {s['accepted']} | "
+                     f"{s['mean_accepted_length_median']:.2f} | {s['decode_tokens_per_s_median']:.1f} |")
+    lines += ["", f"Greedy plans identical in both: {d['identical_plans']}.", "", "![restart](restart.png)"]
     return lines
