@@ -36,7 +36,7 @@ from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
 log = logging.getLogger(__name__)
 
 DEFAULT_HISTORY = "chat"  # the lookup history of requests that name none (chat completions)
-BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is token-exact anyway (cache.py copies the tail)
+BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is whole blocks (a prompt's partial last block is computed)
 
 # What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
 # lookup drafter gives the decode speedup; a same-size INT8 draft costs about as much as the target.
@@ -283,8 +283,9 @@ class Engine(EngineText):
                 items.append(gen.prepare())
                 ran.append(gen)
             except NoBlocks as e:
-                self._fail(gen, OrinError(f"the KV pool is full ({e}); retry, or build the engine with a "
-                                          "larger cache"))
+                # NoBlocks: the daemon answers 503 with Retry-After (the pool frees as others finish)
+                self._fail(gen, NoBlocks(f"the KV pool is full ({e}); retry, or build the engine with a "
+                                         "larger cache"))
         logits = self.model.forward_batch(items)
         self.steps += 1
         self.last_batch = len(ran)

@@ -90,12 +90,6 @@ class KVPool:
             return None, None
         return self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0]
 
-    def copy_block(self, src: int, dst: int, tokens: int) -> None:
-        """The first `tokens` slots of block src into block dst, every layer (copy on write)."""
-        a, b = src * self.block_size, dst * self.block_size
-        self.k[:, :, b:b + tokens] = self.k[:, :, a:a + tokens]
-        self.v[:, :, b:b + tokens] = self.v[:, :, a:a + tokens]
-
 
 def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.round(x / scale), -127, 127).to(torch.int8)

@@ -200,26 +200,6 @@ class Attention(nn.Module):
         return _sdpa(q, keys, values, step.mask)
 
 
-def _write(caches, steps, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Append every sequence's new K/V: one write per pool for the paged views that share it."""
-    pools: dict[int, list] = {}
-    for cache, step in zip(caches, steps, strict=True):
-        pool = getattr(cache, "pool", None)
-        if pool is None:
-            cache.write(layer, step.pos, k[step.rows], v[step.rows])
-        else:
-            pools.setdefault(id(pool), [pool, [], []])
-            n = step.rows.stop - step.rows.start
-            pools[id(pool)][1].append(cache.slots(step.pos, step.pos + n))
-            pools[id(pool)][2].append(step.rows)
-    for pool, slots, rows in pools.values():
-        if len(rows) == 1:
-            pool.write(layer, slots[0], k[rows[0]], v[rows[0]])
-        else:
-            idx = torch.cat([torch.arange(r.start, r.stop) for r in rows])
-            pool.write(layer, torch.cat(slots), k[idx], v[idx])
-
-
 @functools.lru_cache(maxsize=64)
 def _causal(n: int, keys: int, device: torch.device) -> torch.Tensor:
     """[n, keys] SDPA mask for n queries at the last n positions: query i sees keys 0 .. keys-n+i.

@@ -167,7 +167,10 @@ class TrtllmEngine(EngineText):
         eos = tokenizer.eos_token_id
         self.end_id = eos if eos in self.eos_ids else min(self.eos_ids)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
-        self.pinned: list[int] = []  # the prefix whose KV blocks pin() stored (block reuse) or recorded
+        # The prefixes whose KV blocks pin() stored (block reuse) or recorded, one per pinned home, the
+        # latest last. 0.12's block pool has no pinning: stored blocks are evicted least-recently-used
+        # like any others (a request's cached_prompt_tokens measures what it really found).
+        self.pins: list[tuple[int, ...]] = []
         self.lookup_seed = lookup_seed(engine_dir, manifest)
         self.lookup = LookupDrafter(seed=self.lookup_seed)  # one per engine: its history is the point
         self.grammar: Optional[GrammarProcessor] = None  # set by load(): the target's logits post-processor
@@ -234,26 +237,41 @@ class TrtllmEngine(EngineText):
     def executors(self) -> list[Any]:
         return [self.target_executor] + ([self.draft_executor] if self.draft_executor is not None else [])
 
-    def pin(self, ids: list[int]) -> None:
+    def pin(self, ids: list[int]) -> tuple[int, ...]:
         """Run `ids` once on each engine so their KV blocks are stored for reuse (see the module doc:
-        whole blocks only). Without block reuse there is nothing to keep: the ids are only recorded."""
+        whole blocks only). Without block reuse there is nothing to keep: the ids are only recorded.
+        Returns the handle `unpin` takes."""
         ids = list(ids)
         self.check_prompt(len(ids))
-        self.pinned = []
         if ids and self.block_reuse:
             for executor in self.executors:  # the draft re-reads the context every step too
                 request = self.request(ids, 1, streaming=False, sampling=self.greedy_config())
                 for _ in follow(executor, self.enqueue(executor, request)):
                     pass
-        self.pinned = ids
+        handle = tuple(ids)
+        self.pins.append(handle)
+        return handle
+
+    def unpin(self, handle: Optional[tuple[int, ...]]) -> None:
+        """Forget a pinned prefix (a home replaced or removed). Its blocks stay in the executor's pool
+        until evicted: 0.12 has no call that frees stored blocks."""
+        if handle in self.pins:
+            self.pins.remove(handle)
+
+    @property
+    def pinned(self) -> list[int]:
+        """The latest pinned prefix (the default home's, unless a named home was pinned after it)."""
+        return list(self.pins[-1]) if self.pins else []
 
     def cached_prefix(self, prompt_ids: list[int]) -> int:
-        """Prompt tokens whose KV blocks the pinned prefix stored: whole blocks of it only. What a
-        request was really served is measured (TrtllmGeneration: timings.cached_prompt_tokens); this is
-        what the pin can serve at most (TensorRT-LLM evicts blocks least-recently-used when full)."""
-        n = len(self.pinned)
-        if not self.block_reuse or not (0 < n < len(prompt_ids) and prompt_ids[:n] == self.pinned):
+        """Prompt tokens whose KV blocks a pinned prefix stored: whole blocks of the longest one the
+        prompt starts with. What a request was really served is measured (TrtllmGeneration:
+        timings.cached_prompt_tokens); this is what the pins can serve at most (TensorRT-LLM evicts
+        blocks least-recently-used when full)."""
+        if not self.block_reuse:
             return 0
+        n = max((len(p) for p in self.pins if 0 < len(p) < len(prompt_ids) and tuple(prompt_ids[:len(p)]) == p),
+                default=0)
         return n // self.tokens_per_block * self.tokens_per_block
 
     @property
@@ -325,7 +343,7 @@ class TrtllmEngine(EngineText):
         """The executor owns its KV blocks; report the plan's budget and the pinned prefix."""
         plan = self.manifest.memory_plan or {}
         target = plan.get("target") or {}
-        return {"device": "cuda (TensorRT-LLM)", "tokens": len(self.pinned),
+        return {"device": "cuda (TensorRT-LLM)", "tokens": sum(len(p) for p in set(self.pins)),
                 "capacity_tokens": int(target.get("max_kv_tokens") or plan.get("max_kv_tokens") or 0),
                 "bytes": int(target.get("kv_bytes") or 0)}
 

@@ -310,10 +310,17 @@ class PlanResponse(BaseModel):
                                                            "plan, or the last line of a plan cut by max_tokens).")
     constrained: bool = Field(description="Whether the plan was decoded under the home's grammar.")
     finish_reason: Literal["stop", "length"]
-    timings: dict[str, float] = Field(description="ttft_ms, total_ms, decode_tokens_per_s, prompt_tokens, "
-                                                  "cached_prompt_tokens, completion_tokens")
+    timings: dict[str, float] = Field(description=(
+        "Engine figures from when the worker began the request: ttft_ms, total_ms, decode_tokens_per_s; "
+        "prompt_tokens, cached_prompt_tokens (served from the KV cache, not computed), computed_prompt_tokens, "
+        "completion_tokens, forced_tokens (emitted by the grammar without a model step); queue_ms (the wait "
+        "from arrival), ttft_since_arrival_ms and total_since_arrival_ms (what the client waited)."))
     speculation: dict[str, Any] = Field(description="drafter, drafted, accepted, acceptance_rate, "
                                                     "mean_accepted_length")
+    environment: Optional[str] = Field(None, description="The named home the plan was made in (absent: the "
+                                                         "default home).")
+    conversation: Optional[dict[str, Any]] = Field(None, description="id and turn of the conversation the plan "
+                                                                    "continued.")
 
 
 class EnvironmentVersion(BaseModel):

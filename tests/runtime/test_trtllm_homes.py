@@ -1,0 +1,42 @@
+"""Homes on TensorRT-LLM 0.12, through the fake executor: replacing the default home and putting and
+removing named ones go through pin/unpin as on the torch engine (a PUT used to answer 500 here)."""
+
+import pytest
+
+from orin_llm.runtime.planner import Planner
+from orin_llm.runtime.sampling import SamplingParams
+from orin_llm.runtime.trtllm_engine import TrtllmEngine
+
+from .test_trtllm_engine import install_models, make_engine_dir, target_executor
+from .test_trtllm_grammar import SMALL_HOME
+
+
+@pytest.fixture
+def eng(tmp_path, engine_dir, fake):
+    engine = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
+    install_models(fake, engine)
+    yield engine
+    engine.close()
+
+
+def test_homes_are_replaced_added_and_removed(eng, fake):
+    planner = Planner(eng, SMALL_HOME)
+    first = list(planner.prefix.ids)
+    assert eng.pins == [tuple(first)]
+    renamed = SMALL_HOME.model_copy(update={"name": "small_home_v2"})
+    assert planner.set_environment(renamed) == 2  # the default home's second version
+    second = list(planner.prefix.ids)
+    assert second != first and eng.pins == [tuple(second)]  # the old version is forgotten
+    other = SMALL_HOME.model_copy(update={"name": "cottage"})
+    planner.set_environment(other, "cottage")
+    cottage = list(planner.home("cottage").prefix.ids)
+    assert eng.pins == [tuple(second), tuple(cottage)]
+    block = eng.tokens_per_block
+    for ids in (second, cottage):  # each pinned home serves its own whole blocks
+        assert eng.cached_prefix(ids + [5, 6]) == len(ids) // block * block > 0
+    plan = planner.plan("Open the fridge.", SamplingParams(max_tokens=6), home="cottage")
+    assert target_executor(fake).requests[-1].input_token_ids[:len(cottage)] == cottage
+    assert plan.result.timings.cached_prompt_tokens == len(cottage) // block * block  # measured
+    planner.remove("cottage")
+    assert eng.pins == [tuple(second)] and eng.cached_prefix(cottage + [5, 6]) == 0
+    assert eng.kv_usage()["tokens"] == len(second)
