@@ -123,6 +123,9 @@ def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[
         engine.histories = HistoryStore(Path(state_dir) / "lookup" / engine.name, engine.histories.identity,
                                         engine.lookup_seed)
         log.info("lookup histories persist in %s", engine.histories.directory)
+    elif state_dir is not None:  # the default is on, so a TensorRT-LLM daemon says so rather than refuse
+        log.warning("this %s runtime keeps one lookup history in memory: it is not persisted in %s", backend,
+                    state_dir)
 
 
 def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path,

@@ -43,7 +43,8 @@ class Metrics:
                                 ["endpoint"], buckets=RATES, registry=r)
         self.prompt = Counter("orin_llm_prompt_tokens", "Prompt tokens", ["endpoint"], registry=r)
         self.cached = Counter("orin_llm_cached_prompt_tokens", "Prompt tokens served from the KV "
-                              "cache (a pinned home or any cached block; not computed for the request)", ["endpoint"], registry=r)
+                              "cache (a pinned home or any cached block; not computed for the request)",
+                              ["endpoint"], registry=r)
         self.computed = Counter("orin_llm_computed_prompt_tokens", "Prompt tokens the engine computed (prefill) "
                                 "for requests", ["endpoint"], registry=r)
         self.completion = Counter("orin_llm_completion_tokens", "Generated tokens", ["endpoint"], registry=r)
