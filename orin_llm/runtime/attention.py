@@ -59,8 +59,8 @@ def int8_attention_bf16(q: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
         n, end = b - a, pos + b  # keys past pos+b-1 are in no query's view: not computed
         rows = qg[:, :, a:b].reshape(kv, g * n, d)
         # [KV, G·n, end], one GEMM per KV head: keys[:, :end] of a longer read is not batch-contiguous,
-        # and bmm copies such an operand first (3× the GEMM's own time for a 16-query block over 4k
-        # keys, measured: docs/BENCHMARKS.md, paged warm plan); mm takes each head's [end, D] as is
+        # and bmm copies such an operand first (2.3-2.6× the time of mm per head for a 16-query block
+        # over 4k keys, bit-identical: bench/sliced_keys.py); mm takes each head's [end, D] as is
         scores = torch.stack([torch.mm(rows[i], kb[i, :end].T) for i in range(kv)])
         scores[:, :, pos + a:end].masked_fill_(_future(n, g, q.device), float("-inf"))
         probs = torch.softmax(scores, dim=-1)  # bf16 in and out, computed in float32
