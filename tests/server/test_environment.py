@@ -169,3 +169,41 @@ def test_a_pin_that_does_not_fit_is_a_507():
 
     outcome, error = Worker._error(None, Job("environment", None, None), PinTooLarge("pinning 6000 tokens ..."))
     assert (outcome, error.status, error.message) == ("invalid", 507, "pinning 6000 tokens ...")
+
+
+def test_constrained_plans_on_held_out_homes_are_steps_of_those_homes(daemon):
+    """Issue #14's check through the daemon: homes and tasks the tests have not seen (the held-out
+    split's), each PUT under a name; every line of every constrained plan is a step of that home (an
+    action it declares, with things of the right types), and the response's typed steps are those lines."""
+    import httpx
+
+    from orin_llm.calibration_data import load_home, load_split
+    from orin_llm.environment import Step
+    from orin_llm.home.steps import UNFINISHED, check_line
+
+    items = load_split("heldout")[3::7][:6]  # a slice no other test uses
+    homes = sorted({it.home for it in items})
+    transport = httpx.HTTPTransport(uds=str(daemon.socket))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=300) as http, \
+            daemon.client() as planner:
+        for name in homes:
+            put = http.put(f"/v1/environments/{name}", json=load_home(name).model_dump(exclude_none=True))
+            assert put.status_code == 200, put.text
+        try:
+            for it in items:
+                env = load_home(it.home)
+                r = planner.plan(it.task, max_tokens=48, environment=it.home, speculation="lookup")
+                assert r["constrained"] and r["environment"] == it.home
+                lines = [ln for ln in r["plan"].splitlines() if ln.strip()]
+                if r["finish_reason"] == "length" and r["rejected_lines"]:  # cut inside its last line
+                    assert [x["reason"] for x in r["rejected_lines"]] == [UNFINISHED]
+                    lines = lines[:-1]
+                else:
+                    assert r["rejected_lines"] == [], (it.id, r["plan"])
+                checked = [check_line(ln, env) for ln in lines]
+                assert checked and all(isinstance(s, Step) for s in checked), (it.id, r["plan"])
+                assert [{"action": s.action, "args": list(s.args)} for s in checked] == \
+                    [{"action": s["action"], "args": s["args"]} for s in r["steps"]]
+        finally:
+            for name in homes:
+                http.delete(f"/v1/environments/{name}")
