@@ -1,5 +1,6 @@
-"""Per-token decode time of the target vs its weight-only INT8 draft and an INT4 (group 64) copy,
-all through QuantLinear, side by side (best of 2 rounds of 32 tokens).
+"""Per-token decode time of the target vs its weight-only INT8 draft (torch's packed int8 kernel on
+CPUs, and the same layers dequantized per call) and an INT4 (group 64) copy, all through
+QuantLinear, side by side (best of 2 rounds of 32 tokens, one thread unless ORIN_LLM_THREADS says).
 
     python bench/draft_speed.py --engine engines/smollm2-135m-demo
 """
@@ -27,7 +28,28 @@ def int4_copy():
             q, s = quantize(mod.weight.data, 'int4_wo', 64)
             m.set_submodule(name, QuantLinear(q, s, torch.float32))
     return m
-models = {'fp32 target': e.model, 'int8_wo draft': e.draft_model, 'int4_wo (group 64)': int4_copy()}
+class Dequantized(torch.nn.Module):
+    """The draft with its int8 layers on the dequantize-per-call path (the packed scales set aside)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *a):
+        layers = [m for m in self.model.modules() if isinstance(m, QuantLinear)]
+        saved = [m.packed_scales for m in layers]
+        for m in layers:
+            m.packed_scales = None
+        try:
+            return self.model(*a)
+        finally:
+            for m, s in zip(layers, saved):
+                m.packed_scales = s
+
+
+torch.set_num_threads(int(os.environ.get("ORIN_LLM_THREADS", "1")))
+models = {'fp32 target': e.model, 'int8_wo draft (packed kernel)': e.draft_model,
+          'int8_wo draft (dequantized per call)': Dequantized(e.draft_model), 'int4_wo (group 64)': int4_copy()}
 ids = torch.tensor(e.chat_ids([{"role": "user", "content": "List the rooms of a house."}]))
 res = {}
 for _round in range(2):
@@ -40,4 +62,4 @@ for _round in range(2):
             tok = m(tok, c).argmax(-1)
         res.setdefault(name, []).append((time.perf_counter() - t0) / 32 * 1e3)
 for name, v in res.items():
-    print(f"{name:20s} best {min(v):6.1f} ms/token")
+    print(f"{name:38s} best {min(v):6.1f} ms/token")

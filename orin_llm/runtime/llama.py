@@ -374,6 +374,10 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
     model = model.to(device).eval()
+    quant = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    if quant and not all([m.pack() for m in quant]):
+        log.info("no packed int8 weight-only kernel on %s: the quantized layers dequantize per call (slower)",
+                 device)
     if packing_available(device, dtype):
         if not pack_linears(model):
             log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")

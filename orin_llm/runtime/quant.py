@@ -2,12 +2,19 @@
 
 Stored per linear layer as `<name>.qweight` + `<name>.scales` (symmetric, no zero points).
 Both formats are row-wise, so fused layers (q|k|v, gate|up) are plain concatenations.
-At run time `QuantLinear` dequantizes per call: portable (CPU, CUDA, Orin's torch) and small in
-memory; measured speed is in docs/BENCHMARKS.md. The Orin's production path is TensorRT-LLM's
-INT4-AWQ kernels, not this.
+At run time an int8 `QuantLinear` on a CPU runs torch's packed weight-only kernel
+(`aten._weight_int8pack_mm`: int8 weights, per-channel scales, bf16 activations), which reads the
+int8 weights as they are; elsewhere, and for int4, it dequantizes per call (portable: CUDA, Orin's
+torch). Measured side by side in bench/draft_speed.py and docs/BENCHMARKS.md: per call the
+dequantizing path costs several times the packed kernel. The activations round to bf16 on the
+packed path: this is the draft model, whose tokens the target verifies, so the plans do not change
+(greedy speculation stays token for token the plain output). The Orin's production path is
+TensorRT-LLM's INT4-AWQ kernels, not this.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +51,20 @@ def quantize(w: torch.Tensor, weights: str, group: int) -> tuple[torch.Tensor, t
                     "(int4_awq is TensorRT-LLM's, built on the device)")
 
 
+@functools.cache
+def int8_kernel_available(device_type: str) -> bool:
+    """Whether torch's packed int8 weight-only matmul runs on this device type with bf16 activations
+    (probed once: a torch build without the kernel raises)."""
+    if device_type != "cpu":
+        return False  # CUDA builds of 2.4-2.x vary; the Orin's torch path dequantizes (module doc)
+    try:
+        q, s = torch.ones(8, 16, dtype=torch.int8), torch.ones(8, dtype=torch.bfloat16)
+        torch.ops.aten._weight_int8pack_mm(torch.ones(2, 16, dtype=torch.bfloat16), q, s)
+    except (RuntimeError, AttributeError, NotImplementedError):
+        return False
+    return True
+
+
 class QuantLinear(nn.Module):
     def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype):
         super().__init__()
@@ -51,6 +72,17 @@ class QuantLinear(nn.Module):
         self.register_buffer("qweight", qweight)
         self.register_buffer("scales", scales.to(dtype))
         self.dtype = dtype
+        self.packed_scales: torch.Tensor | None = None  # set by pack(): bf16 scales for the int8 kernel
+
+    def pack(self) -> bool:
+        """Use the packed int8 kernel from now on, where this device has it (after .to(device))."""
+        if self.bits != 8 or not int8_kernel_available(self.qweight.device.type):
+            return False
+        # fresh, aligned copies: a tensor loaded from safetensors may sit at any offset of the file's
+        # buffer, and the kernel crashes (SIGSEGV, torch 2.13 CPU) on such a weight
+        self.qweight = self.qweight.clone(memory_format=torch.contiguous_format)
+        self.packed_scales = self.scales.to(torch.bfloat16).clone()
+        return True
 
     @property
     def in_features(self) -> int:
@@ -65,6 +97,10 @@ class QuantLinear(nn.Module):
         return w * self.scales.repeat_interleave(group, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed_scales is not None:
+            flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+            y = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.packed_scales)
+            return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
         return F.linear(x, self.dequantize())
 
     @property

@@ -51,3 +51,22 @@ def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     outs = [model(ids, engine.contiguous_cache(len(ids), draft=model is engine.draft_model),
                   num_logits=len(ids)).argmax(-1) for model in (engine.model, engine.draft_model)]
     assert (outs[0] == outs[1]).float().mean() >= 0.8
+
+
+def test_packed_int8_kernel_matches_the_dequantized_weight():
+    """The draft's int8 layers run torch's packed weight-only kernel on CPUs (bf16 activations): the
+    same linear map, to bf16's precision."""
+    w, x = torch.randn(48, 64), torch.randn(5, 64)
+    lin = QuantLinear(*quantize_int8(w), torch.float32)
+    reference = F.linear(x, lin.dequantize())
+    assert lin.pack() and lin.packed_scales is not None
+    out = lin(x)
+    assert out.dtype == torch.float32 and out.shape == reference.shape
+    assert torch.allclose(out, reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
+    int4 = QuantLinear(*quantize_int4(w, 16), torch.float32)
+    assert not int4.pack()  # int4 keeps the dequantizing path
+
+
+def test_engine_draft_layers_run_packed_on_cpu(engine):
+    quant = [m for m in engine.draft_model.modules() if isinstance(m, QuantLinear)]
+    assert quant and all(m.packed_scales is not None for m in quant)
