@@ -30,7 +30,7 @@ from ..errors import OrinError
 from .attention import MIN_KEYS, bf16_attention_available, int8_attention_bf16
 from .kv_cache import KVCache
 from .packed import pack_linears, packing_available, rows_independent
-from .quant import QuantLinear
+from .quant import QuantLinear, quantize_tied_head
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +378,9 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
     if quant and not all([m.pack() for m in quant]):
         log.info("no packed int8 weight-only kernel on %s: the quantized layers dequantize per call (slower)",
                  device)
-    if packing_available(device, dtype):
+    elif quant:  # a weight-only quantized draft: its tied fp32 head too (quant.quantize_tied_head)
+        quantize_tied_head(model, dtype)
+    if packing_available(device, dtype) and any(type(m) is nn.Linear for m in model.modules()):
         if not pack_linears(model):
             log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")
         elif not rows_independent(model, PROBE_ROWS):

@@ -106,3 +106,36 @@ class QuantLinear(nn.Module):
     @property
     def nbytes(self) -> int:
         return self.qweight.numel() * self.qweight.element_size() + self.scales.numel() * 4
+
+
+class Int8Embedding(nn.Module):
+    """The rows of an int8 per-row-quantized matrix, dequantized on lookup: a draft model's input
+    embedding sharing its int8 storage with its tied lm_head (a QuantLinear of the same matrix), so the
+    draft reads and holds a quarter of the fp32 bytes for both."""
+
+    def __init__(self, head: QuantLinear):
+        super().__init__()
+        self.head = [head]  # not a submodule: the weights are the head's
+        self.dtype = head.dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        head = self.head[0]
+        return head.qweight[ids].to(self.dtype) * head.scales[ids].unsqueeze(-1)
+
+
+def quantize_tied_head(model: nn.Module, dtype: torch.dtype) -> bool:
+    """A draft model's tied fp32 embedding and lm_head → one int8 per-row matrix: the lm_head runs the
+    packed int8 kernel (it was most of a draft step once the layers were packed, issue #17) and the
+    embedding dequantizes the rows it looks up. Only where the packed kernel runs; False otherwise."""
+    emb, head = getattr(model, "embed_tokens", None), getattr(model, "lm_head", None)
+    tied = isinstance(emb, nn.Embedding) and isinstance(head, nn.Linear) \
+        and head.weight.data_ptr() == emb.weight.data_ptr()  # (two Parameters over one tensor after assign)
+    if not tied:
+        return False
+    q, scales = quantize_int8(emb.weight.data)
+    lin = QuantLinear(q, scales, dtype).to(emb.weight.device)
+    if not lin.pack():
+        return False
+    model.lm_head = lin
+    model.embed_tokens = Int8Embedding(lin)
+    return True

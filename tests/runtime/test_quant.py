@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 from orin_llm.runtime.packed import PackedLinear
-from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8
+from orin_llm.runtime.quant import Int8Embedding, QuantLinear, quantize_int4, quantize_int8
 
 
 def test_int8_per_channel_error_is_half_a_step():
@@ -36,7 +36,7 @@ def test_quant_linear_forward_is_linear_of_the_dequantized_weight():
 
 def test_engine_draft_is_quantized_and_smaller(engine):
     draft = engine.draft_model
-    quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
+    quant = [m for n, m in draft.named_modules() if isinstance(m, QuantLinear) and "layers" in n]
     assert len(quant) == 4 * engine.model.arch.num_layers  # qkv, o, gate_up, down per layer
     draft_bytes = sum(m.nbytes for m in quant)
     target = [m for n, m in engine.model.named_modules()
@@ -68,5 +68,15 @@ def test_packed_int8_kernel_matches_the_dequantized_weight():
 
 
 def test_engine_draft_layers_run_packed_on_cpu(engine):
-    quant = [m for m in engine.draft_model.modules() if isinstance(m, QuantLinear)]
+    """Every int8 layer of the draft on the packed kernel, its tied head too: one int8 matrix for the
+    lm_head and the input embedding (rows dequantized on lookup), a quarter of the fp32 bytes."""
+    draft = engine.draft_model
+    quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
     assert quant and all(m.packed_scales is not None for m in quant)
+    head, emb = draft.lm_head, draft.embed_tokens
+    assert isinstance(head, QuantLinear) and isinstance(emb, Int8Embedding)
+    ids = torch.tensor([0, 5, 49151])
+    assert torch.equal(emb(ids), head.dequantize()[ids])  # the same matrix, row by row
+    fp = engine.model.embed_tokens.weight
+    assert torch.allclose(emb(ids), fp[ids], atol=fp[ids].abs().amax().item() / 127)  # within half a step
+    assert head.qweight.numel() * head.qweight.element_size() == fp.numel()  # 1 byte instead of 4

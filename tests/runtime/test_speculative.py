@@ -14,21 +14,35 @@ HELD_OUT = load_split("heldout")[::2][:30]
 
 
 @pytest.fixture(scope="module")
-def plain_outputs(engine):
+def planners(engine):
+    """One planner per home for the module, unpinned at its end (the engine is the session's)."""
+    made: dict = {}
+
+    def get(home: str) -> Planner:
+        if home not in made:
+            made[home] = Planner(engine, load_home(home))
+        return made[home]
+    yield get
+    for p in made.values():
+        engine.unpin(p.pin)
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(planners):
     outs = {}
     for it in HELD_OUT:
-        planner = Planner(engine, load_home(it.home))
+        planner = planners(it.home)
         res = planner.plan(it.task, SamplingParams(max_tokens=40), speculation="none")
         outs[it.id] = res.result.token_ids
     return outs
 
 
 @pytest.mark.parametrize("mode", ["lookup", "draft_model", "combined"])
-def test_greedy_with_each_drafter_equals_plain(engine, plain_outputs, mode):
+def test_greedy_with_each_drafter_equals_plain(planners, plain_outputs, mode):
     assert len(HELD_OUT) >= 30
     drafted = 0
     for it in HELD_OUT:
-        planner = Planner(engine, load_home(it.home))
+        planner = planners(it.home)
         res = planner.plan(it.task, SamplingParams(max_tokens=40), speculation=mode)
         assert res.result.token_ids == plain_outputs[it.id], f"{mode} diverged on {it.id}"
         spec = res.result.speculation
@@ -37,9 +51,9 @@ def test_greedy_with_each_drafter_equals_plain(engine, plain_outputs, mode):
     assert drafted > 0  # the drafter really proposed tokens
 
 
-def test_stats_add_up(engine):
+def test_stats_add_up(engine, planners):
     it = HELD_OUT[0]
-    planner = Planner(engine, load_home(it.home))
+    planner = planners(it.home)
     res = planner.plan(it.task, SamplingParams(max_tokens=40), speculation="combined")
     s, t = res.result.speculation, res.result.timings
     n = t.completion_tokens
