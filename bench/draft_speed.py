@@ -43,7 +43,7 @@ class Dequantized(torch.nn.Module):
         try:
             return self.model(*a)
         finally:
-            for m, s in zip(layers, saved):
+            for m, s in zip(layers, saved, strict=True):
                 m.packed_scales = s
 
 
