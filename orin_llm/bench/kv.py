@@ -39,7 +39,7 @@ NO_AGREEMENT = {
 def _teacher_forced(model, cache, seqs) -> list[torch.Tensor]:
     """Log-probs at every answer position, prefix computed once per home."""
     out = []
-    device = model.embed_tokens.weight.device
+    device = model.device
     for prefix, rests in seqs:
         cache.crop(0)
         model(torch.tensor(prefix, device=device), cache)

@@ -53,7 +53,7 @@ def sequences(engine, items: list[CalibrationItem], root: Optional[Path] = None)
 
 def observe(model, seqs, capacity: int, dtype: torch.dtype,
             progress: Optional[Counter] = None) -> tuple[torch.Tensor, torch.Tensor]:
-    device = model.embed_tokens.weight.device
+    device = model.device
     cache = AbsmaxObserver(model.arch, capacity, dtype, device)
     for prefix, rests in seqs:
         cache.crop(0)

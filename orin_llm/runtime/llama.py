@@ -261,6 +261,11 @@ class Llama(nn.Module):
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs (its rope tables live there; the embedding may be int8, quant.py)."""
+        return self.cos.device
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, num_logits: int = 1) -> torch.Tensor:
         """Run ids ([T]) at positions cache.length.., append their K/V, and return float32
