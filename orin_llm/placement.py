@@ -41,14 +41,6 @@ def available_cpus() -> set[int]:
     return set(os.sched_getaffinity(0))
 
 
-def others_than(spec: str) -> str:
-    """The CPUs this process may use minus `spec`: what the daemon gets when the policy keeps `spec`."""
-    rest = available_cpus() - parse_cpus(spec)
-    if not rest:
-        raise OrinError(f"CPUs {spec} are all this machine lets us use: leave at least one for the planner")
-    return format_cpus(rest)
-
-
 DAEMON_NICE = 10  # the planner's default niceness: the policy wins every contended time slice
 
 

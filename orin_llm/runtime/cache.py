@@ -123,14 +123,6 @@ class PagedCache:
         self.blocks.release(seq.blocks)
         seq.blocks.clear()
 
-    def truncate(self, seq: SeqKV, tokens: int) -> None:
-        """Give back the blocks past `tokens` tokens (uncommitted: a rejected draft's room)."""
-        keep = max(self.blocks_for(tokens), seq.committed)
-        if len(seq.blocks) > keep:
-            extra = seq.blocks[keep:]
-            del seq.blocks[keep:]
-            self.blocks.release(extra)
-
     # ------------------------------------------------------------------ pins
 
     def pin(self, seq: SeqKV, ids: list[int]) -> Pin:

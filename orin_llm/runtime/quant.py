@@ -116,11 +116,10 @@ class Int8Embedding(nn.Module):
     def __init__(self, head: QuantLinear):
         super().__init__()
         self.head = [head]  # not a submodule: the weights are the head's
-        self.dtype = head.dtype
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         head = self.head[0]
-        return head.qweight[ids].to(self.dtype) * head.scales[ids].unsqueeze(-1)
+        return head.qweight[ids].to(head.dtype) * head.scales[ids].unsqueeze(-1)
 
 
 def quantize_tied_head(model: nn.Module, dtype: torch.dtype) -> bool:

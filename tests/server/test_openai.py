@@ -8,6 +8,8 @@ from typing import Literal
 
 import pytest
 
+from .test_structured import GO_TO, ROOMS, SAY  # the same tools, checked there without a model
+
 openai = pytest.importorskip("openai")
 
 
@@ -61,15 +63,6 @@ def test_errors_reach_the_openai_client(oai):
 
 # Structured outputs and tools (server/structured.py): the client's own request shapes, over the socket.
 
-ROOMS = ["kitchen", "bedroom", "living room"]
-GO_TO = {"type": "function", "function": {
-    "name": "go_to", "description": "Drive the robot to a room.",
-    "parameters": {"type": "object", "properties": {"room": {"type": "string", "enum": ROOMS}},
-                   "required": ["room"], "additionalProperties": False}}}
-SAY = {"type": "function", "function": {
-    "name": "say", "description": "Say something out loud.",
-    "parameters": {"type": "object", "properties": {"text": {"type": "string", "maxLength": 40}},
-                   "required": ["text"], "additionalProperties": False}}}
 TOOLS = [GO_TO, SAY]
 ROBOT = [{"role": "system", "content": "You control a home robot with tools."},
          {"role": "user", "content": "Go to the kitchen."}]
