@@ -167,12 +167,14 @@ def serve(
                                             "max_batch_size)."),
     state_dir: Optional[str] = typer.Option(None, help="Where the lookup drafter's histories persist (default: "
                                             "$XDG_STATE_HOME/orin-llm; none: not at all)."),
+    weights: Optional[str] = typer.Option(None, help="fp32: run a q4_1 engine's float32 export instead of its "
+                                          "Q4_1 blocks (torch; default: the engine's own)."),
 ) -> None:
     """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
     from .server.cli import serve_command
 
     serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-                  log_level, cpus, nice, threads, prefill_chunk_tokens, max_batch, state_dir)
+                  log_level, cpus, nice, threads, prefill_chunk_tokens, max_batch, state_dir, weights)
 
 
 @app.command()

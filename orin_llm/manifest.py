@@ -46,6 +46,9 @@ class ModelEntry(_Strict):
     dtype: str
     kv_cache: KvCacheEntry
     files: list[FileEntry]
+    # torch engines: the packed weight-only kernels its quantized layers run on a CPU
+    # (runtime/quant.py); the loader refuses a CPU whose torch lacks one (runtime/weights.py)
+    kernels: list[str] = Field(default_factory=list)
 
 
 class Manifest(_Strict):

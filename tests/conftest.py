@@ -41,10 +41,11 @@ def engine(engine_dir):
 
 @pytest.fixture(scope="session")
 def engine_fp(engine_dir):
-    """The same engine with a full-precision KV cache and no draft: the reference configuration."""
+    """The same engine with its float32 weights (the Q4_1 blocks dequantized, as transformers loads
+    them), a full-precision KV cache and no draft: the reference configuration."""
     from orin_llm.runtime.engine import Engine
 
-    return Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False)
+    return Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False, weights="fp32")
 
 
 @pytest.fixture(scope="session")

@@ -80,6 +80,30 @@ def export_quantized(model, out: Path, weights: str, group: int) -> None:
         model.generation_config.to_json_file(str(out / "generation_config.json"))
 
 
+def export_q4_1(model, out: Path) -> None:
+    """q4_1.safetensors: every decoder linear layer's Q4_1 blocks (codes, scales, mins), recovered
+    from the dequantized GGUF weights and checked exact (runtime/quant.py recover_q4_1)."""
+    from safetensors.torch import save_file
+
+    from ..runtime.quant import recover_q4_1, recover_q8_0
+    from ..runtime.weights import Q4_1_FILE
+
+    tensors = {}
+    for name, w in model.state_dict().items():
+        if ".layers." in name and name.endswith("_proj.weight"):
+            base = name[: -len("weight")]
+            tensors[base + "qweight"], tensors[base + "scales"], tensors[base + "mins"] = recover_q4_1(w, name)
+        elif name.endswith("embed_tokens.weight"):
+            try:  # the GGUF's Q8_0 embedding, for lookups; not Q8_0: the float one is used
+                tensors[name[: -len("weight")] + "codes"], tensors[name[: -len("weight")] + "scales"] = \
+                    recover_q8_0(w, name)
+            except OrinError:
+                pass
+    if not tensors:
+        raise OrinError("weights = \"q4_1\": the model has no decoder linear layers to keep as Q4_1")
+    save_file(tensors, str(out / Q4_1_FILE), metadata={"format": "pt", "orin_llm_weights": "q4_1"})
+
+
 def export_tokenizer(tokenizer, out: Path) -> None:
     tokenizer.save_pretrained(str(out))
     cfg_path = out / "tokenizer_config.json"

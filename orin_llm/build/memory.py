@@ -162,6 +162,8 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = Fa
     - fp32: 4 B/param; fp16, bf16: 2 B/param (every tensor at that width).
     - int8_wo (W8A16): linear weights 1 B/param + one fp16 scale per output channel; embeddings,
       lm_head and norms stay at the compute dtype.
+    - q4_1 (torch only): a GGUF's Q4_1 blocks on torch's packed int4 kernel, 0.5 B/param + a bf16
+      scale and zero per 32 weights; the lm_head float32, the embedding its GGUF's Q8_0 blocks.
     - int4_wo / int4_awq (W4A16): linear weights 0.5 B/param (two nibbles per byte) + one fp16
       scale per `int4_group_size` input channels per output channel; AWQ also stores a fp16
       pre_quant_scale per input channel of every linear. TensorRT-LLM's plain int4 weight-only is
@@ -184,6 +186,12 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = Fa
         return (a.num_layers * per_layer_linear_params + rest_params) * width
 
     rest = rest_params * DTYPE_BYTES[spec.dtype]
+    if spec.weights == "q4_1":  # torch, runtime/quant.py: int4 codes + a bf16 scale and zero per 32
+        layer = sum(math.ceil(i * o / 2) + math.ceil(i / 32) * o * 4 for i, o in _linears(a))
+        # the lm_head in float32 (oneDNN's packed copy on CPUs), the embedding as Q8_0 for lookups
+        # (1 B/param + a float32 scale per 32: quant.Q8Embedding)
+        head = embed_params * 4 + embed_params + embed_params // 32 * 4
+        return a.num_layers * layer + head + norm_params * DTYPE_BYTES[spec.dtype]
     scale = 2  # fp16 scales
     if spec.weights == "int8_wo":
         layer = sum(i * o + o * scale for i, o in _linears(a))

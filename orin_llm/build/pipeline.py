@@ -43,9 +43,12 @@ def _files(root: Path, sub: str) -> list:
 
 
 def _entry(root: Path, sub: str, spec: ModelSpec, source: Source, source_files: list) -> ModelEntry:
+    from ..runtime.quant import kernels_for  # torch: imported when a torch build runs
+
     return ModelEntry(dir=sub, source=spec.model, source_files=source_files,
                       arch=arch_from_config_file(root / sub), weights=spec.weights, dtype=spec.dtype,
-                      kv_cache=KvCacheEntry(dtype=spec.kv_cache), files=_files(root, sub))
+                      kv_cache=KvCacheEntry(dtype=spec.kv_cache), files=_files(root, sub),
+                      kernels=kernels_for(spec.weights, spec.int4_group_size))
 
 
 def _manifest(profile: Profile, root: Path, target: ModelEntry, draft: Optional[ModelEntry],
@@ -76,7 +79,7 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
         return out
     if out.exists() and not force:
         raise OrinError(f"{out} already exists; pass --force to replace it")
-    from .convert import export_model, export_quantized, export_tokenizer, load_hf_model, load_hf_tokenizer
+    from .convert import export_model, export_q4_1, export_quantized, export_tokenizer, load_hf_model, load_hf_tokenizer
 
     steps = Steps(5 if _needs_scales(profile) else 4, quiet)
     source = resolve_source(profile.target.model, profile_dir)
@@ -90,6 +93,8 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
         with steps.step(f"loading and writing the target from {source.path.name} ({source.kind})"):
             model = load_hf_model(source, profile.target.dtype)
             export_model(model, tmp / "target")
+            if profile.target.weights == "q4_1":  # the GGUF's blocks beside the float export (runtime/weights.py)
+                export_q4_1(model, tmp / "target")
             export_tokenizer(load_hf_tokenizer(source), tmp / "tokenizer")
         draft_entry = None
         if profile.draft and draft_source:

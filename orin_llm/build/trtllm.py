@@ -80,6 +80,10 @@ def check_trtllm_profile(profile: Profile) -> None:
             raise OrinError(
                 f"{role}.dtype = 'float32' is not supported on backend 'trtllm' (its weight-only and "
                 "attention kernels run in fp16/bf16); set dtype = \"float16\"")
+        if spec.weights == "q4_1":
+            raise OrinError(f"{role}.weights = 'q4_1' is the torch backend's (a GGUF's own Q4_1 blocks on "
+                            "torch's packed int4 kernel); TensorRT-LLM quantizes float weights: use "
+                            "\"int4_awq\" or \"int4_wo\"")
         if spec.weights == "fp32":
             raise OrinError(f"{role}.weights = 'fp32' is not supported on backend 'trtllm'; "
                             "use \"fp16\", \"int8_wo\", \"int4_wo\" or \"int4_awq\"")

@@ -28,10 +28,11 @@ from .generate import Generation
 from .history_store import HistoryStore, engine_identity
 from .kv_cache import Int8KVCache, KVCache
 from .kv_pool import KVPool
-from .llama import PROBE_ROWS, Item, Llama, load_llama
+from .llama import PROBE_ROWS, Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
+from .weights import check_kernels, load_llama
 
 log = logging.getLogger(__name__)
 
@@ -169,13 +170,15 @@ class Engine(EngineText):
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
-             kv_tokens: Optional[int] = None) -> Engine:
+             kv_tokens: Optional[int] = None, weights: Optional[str] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False leaves the draft model unloaded. exact=True runs the
         target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
         exact=False is faster on CPUs, where a padded matmul costs more than a one-row one.
         prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
-        kv_tokens: the KV pool's size in tokens, instead of the memory plan's."""
+        kv_tokens: the KV pool's size in tokens, instead of the memory plan's.
+        weights: "fp32" loads a q4_1 target's float32 export instead of its Q4_1 blocks (the
+        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py)."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
         apply_thread_setting()
@@ -185,14 +188,20 @@ class Engine(EngineText):
         device = pick_device(device)
         limits = manifest.limits
         positions = limits["max_seq_len"] + 2 * limits.get("draft_len", 4) + 1  # a verify may run past
+        built = manifest.target.weights
+        if weights not in (None, built) and not (weights == "fp32" and built == "q4_1"):
+            raise OrinError(f"weights {weights!r}: this engine's target holds {built!r} weights"
+                            + (" (or \"fp32\", its float export)" if built == "q4_1" else ""))
+        if weights in (None, built):
+            check_kernels(manifest.target.kernels, device, f"{engine_dir}'s target ({built} weights)")
         model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, DTYPES[manifest.target.dtype],
-                           device, positions)
+                           device, positions, weights or built)
         num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
         target_pool = load_pool(engine_dir, manifest.target, "target", num_blocks, device, kv_cache)
         draft_model = draft_pool = None
         if draft and manifest.draft is not None:
             draft_model = load_llama(engine_dir / manifest.draft.dir, manifest.draft.arch,
-                                     DTYPES[manifest.draft.dtype], device, positions)
+                                     DTYPES[manifest.draft.dtype], device, positions, manifest.draft.weights)
             draft_pool = load_pool(engine_dir, manifest.draft, "draft", num_blocks, device, kv_cache)
         if exact:
             width = model.decode_width = 2 * limits.get("draft_len", 4) + 1  # k_max + 1

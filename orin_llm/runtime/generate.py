@@ -136,11 +136,11 @@ class Generation:
         self.timings = Timings(prompt_tokens=len(self.prompt_ids))
         self.stats = SpecStats(drafter=drafter.name if drafter else "none")
         self.sampler = make_generator(params, engine.device)
-        self._prefill_end = len(self.context)  # prefill covers context[:_prefill_end]
+        self._prefill_end = len(self.prompt_ids)  # prefill covers the prompt, context[:_prefill_end]
         self._draft: list[int] = []
         self._q: Optional[torch.Tensor] = None
         self._masks: Optional[torch.Tensor] = None
-        self._kind: Literal["prefill", "decode"] = "prefill"
+        self._kind: Literal["prefill", "catch-up", "decode"] = "prefill"
 
     @property
     def cached(self) -> int:
@@ -159,7 +159,6 @@ class Generation:
     def admitted_with(self, kv: SeqKV) -> None:
         """The engine gave it blocks: `kv.cached` tokens of its context are already computed."""
         self.kv = kv
-        self._prefill_end = len(self.context)
         if self.admitted is None:  # first admission (a preempted request comes back here too)
             self.admitted = time.perf_counter()
             self.timings.queue_s = self.admitted - (self.started or self.admitted)
@@ -169,7 +168,10 @@ class Generation:
         self.status = "running"
 
     def preempted(self) -> None:
-        """The engine took its blocks back (pool full): it re-prefills what it had when readmitted."""
+        """The engine took its blocks back (pool full). Readmitted, it computes again what it had: the
+        prompt as prompt chunks, and the tokens it had emitted as decode rows ("catch-up" steps), each
+        as its decode step computed it (exact, row-independent: llama.py), so the K/V it recomputes,
+        and the answer, are bit for bit those it would have had without the preemption."""
         self.kv = None
         self.status = "waiting"
 
@@ -187,7 +189,7 @@ class Generation:
         if start < self._prefill_end:
             end = start + self.prefill_rows()
             self.engine.cache.grow(kv, end)
-            last = end == self._prefill_end and not self.prefill_only
+            last = end == self._prefill_end and not self.prefill_only and not self.out
             self._kind = "prefill"
             if end <= len(self.prompt_ids):
                 self.timings.computed_prompt_tokens += end - start  # (a preempted request's output: not prompt)
@@ -195,6 +197,12 @@ class Generation:
                 self.timings.computed_prompt_tokens += max(0, len(self.prompt_ids) - start)
             return Item(self._tensor(self.context[start:end]), kv.target, 1 if last else 0,
                         block=self.engine.cache.block_size)
+        behind = len(self.context) - 1 - start  # emitted before a preemption, K/V not computed again yet
+        if behind > 0:
+            n = min(behind, self.engine.decode_rows)
+            self.engine.cache.grow(kv, start + n)
+            self._kind = "catch-up"
+            return Item(self._tensor(self.context[start:start + n]), kv.target, 0, decode=True)
         draft, q, masks = self._propose()
         feed = self.context[start:] + draft
         self.engine.cache.grow(kv, start + len(feed))
@@ -231,9 +239,11 @@ class Generation:
         if self.status != "running":
             return
         kv = self.kv
+        if self._kind == "catch-up":
+            return  # tokens it had emitted: nothing new to decide
         if self._kind == "prefill":
-            if kv.target.length < self._prefill_end:
-                return  # more chunks to come
+            if kv.target.length < self._prefill_end or self.out:
+                return  # more chunks to come, or (readmitted) its first token is out already
             if self.prefill_only:
                 self._finish("stop")
                 return

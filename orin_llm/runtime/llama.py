@@ -14,25 +14,18 @@ in the batch cannot change a greedy answer.
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file
 from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from .attention import MIN_KEYS, bf16_attention_available, int8_attention_bf16
+from .attention import MIN_KEYS, int8_attention_bf16
 from .kv_cache import KVCache
-from .packed import pack_linears, packing_available, rows_independent
-from .quant import QuantLinear, quantize_tied_head
-
-log = logging.getLogger(__name__)
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -333,67 +326,3 @@ class Llama(nn.Module):
 
 
 PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
-
-_FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
-          "gate_proj": ("gate_up_proj", ("gate_proj", "up_proj"))}
-_FOLDED = {"k_proj", "v_proj", "up_proj"}  # concatenated into the layer above
-
-
-def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]:
-    """HF names → ours: q|k|v and gate|up concatenated row-wise, for plain and quantized tensors."""
-    out = {}
-    for name, w in state.items():
-        name = name.removeprefix("model.")
-        module, _, suffix = name.rpartition(".")
-        parent, _, leaf = module.rpartition(".")
-        if leaf in _FOLDED:
-            continue
-        if leaf in _FUSED:
-            fused, parts = _FUSED[leaf]
-            name = f"{parent}.{fused}.{suffix}"
-            w = torch.cat([state[f"model.{parent}.{p}.{suffix}"] for p in parts])
-        out[name] = w
-    if arch.tie_word_embeddings or "lm_head.weight" not in out:
-        out["lm_head.weight"] = out["embed_tokens.weight"]
-    return out
-
-
-def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int) -> Llama:
-    state: dict[str, torch.Tensor] = {}
-    for f in sorted(model_dir.glob("model*.safetensors")):  # not kv_scales.safetensors
-        state.update(load_file(str(f)))
-    if not state:
-        raise OrinError(f"{model_dir}: no *.safetensors weights")
-    with torch.device("meta"):
-        model = Llama(arch, max_positions)
-    fused = _fuse(state, arch)
-    quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]
-    for name in quantized:  # weight-only quantized layers (the draft model)
-        qweight, scales = fused.pop(name + ".qweight"), fused.pop(name + ".scales")
-        model.set_submodule(name, QuantLinear(qweight, scales, dtype))
-    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in fused.items()},
-                                                strict=False, assign=True)
-    missing = [m for m in missing if m not in ("cos", "sin") and m.rpartition(".")[0] not in quantized]
-    if missing or unexpected:
-        raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
-                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
-    model = model.to(device).eval()
-    quant = [m for m in model.modules() if isinstance(m, QuantLinear)]
-    if quant and not all([m.pack() for m in quant]):
-        log.info("no packed int8 weight-only kernel on %s: the quantized layers dequantize per call (slower)",
-                 device)
-    elif quant:  # a weight-only quantized draft: its tied fp32 head too (quant.quantize_tied_head)
-        quantize_tied_head(model, dtype)
-    if packing_available(device, dtype) and any(type(m) is nn.Linear for m in model.modules()):
-        if not pack_linears(model):
-            log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")
-        elif not rows_independent(model, PROBE_ROWS):
-            log.info("oneDNN's kernels are not row-independent here: exact decode steps are padded")
-        else:
-            model.rows_independent = True
-    model.bf16_prefill = bf16_attention_available(device)
-    if torch.device(device).type == "cpu" and not model.bf16_prefill:
-        log.info("no bf16 dot products on this CPU (or ORIN_LLM_BF16_ATTN=0): prefill attention over an "
-                 "INT8 KV cache runs float32 SDPA (slower at long prompts, same results to rounding)")
-    return model

@@ -20,6 +20,8 @@ import os
 import torch
 from torch import nn
 
+from .quant import QuantLinear
+
 PACK_ROWS = 16  # oneDNN's batch-size hint when packing: the decode and verify widths we run
 
 
@@ -75,9 +77,9 @@ def rows_independent(model: nn.Module, max_rows: int, seed: int = 0) -> bool:
     gen = torch.Generator().manual_seed(seed)
     seen = set()
     for m in model.modules():
-        if not isinstance(m, (PackedLinear, nn.Linear)):
+        if not isinstance(m, (PackedLinear, nn.Linear, QuantLinear)):
             continue
-        shape = (m.out_features, m.in_features)
+        shape = (type(m), m.out_features, m.in_features)
         if shape in seen:
             continue
         seen.add(shape)

@@ -16,7 +16,7 @@ def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Pa
                   device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info",
                   cpus: str = "auto", nice: int = 10, threads: Optional[int] = None,
                   prefill_chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
-                  state_dir: Optional[str] = None) -> None:
+                  state_dir: Optional[str] = None, weights: Optional[str] = None) -> None:
     """Run the planning daemon until SIGTERM/SIGINT."""
     import os
 
@@ -27,7 +27,7 @@ def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Pa
     if threads is None and "ORIN_LLM_THREADS" in os.environ:
         derived = None  # a thread count set in the environment wins over the derived one
     serve(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-          log_level, where, derived, prefill_chunk_tokens, max_batch, state_dir)
+          log_level, where, derived, prefill_chunk_tokens, max_batch, state_dir, weights)
 
 
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,

@@ -41,10 +41,10 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
           max_tokens_limit: Optional[int] = None, log_level: str = "info",
           where: placement.Placement = placement.Placement(), threads: Optional[int] = None,
           prefill_chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
-          state_dir: Optional[str | Path] = None) -> None:
+          state_dir: Optional[str | Path] = None, weights: Optional[str] = None) -> None:
     """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving.
     `state_dir`: where the lookup drafter's histories persist (None: default_state_dir(); "none": not
-    at all)."""
+    at all). `weights`: "fp32" runs a q4_1 engine's float32 export (Engine.load)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if queue_size < 1 or grace_s < 0 or (max_tokens_limit is not None and max_tokens_limit < 1):
         raise OrinError("--queue-size and --max-tokens-limit must be ≥ 1, --grace-s ≥ 0")
@@ -73,7 +73,7 @@ def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
             sockets.append(bind_tcp(tcp))
             log.warning("also listening on TCP %s: anyone who can reach it can use the planner", tcp)
         server = _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit,
-                               log_level, path, prefill_chunk_tokens, max_batch, state_dir)
+                               log_level, path, prefill_chunk_tokens, max_batch, state_dir, weights)
         server.run(sockets=sockets)
     finally:
         for sock in sockets:
@@ -129,7 +129,7 @@ def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[
 
 
 def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path,
-                  prefill_chunk_tokens=None, max_batch=None, state_dir=None):
+                  prefill_chunk_tokens=None, max_batch=None, state_dir=None, weights=None):
     import uvicorn  # the heavy imports wait until the socket is ours
 
     from ..environment import EXAMPLE_HOME_PATH, load_environment
@@ -156,7 +156,8 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
     env = load_environment(environment or EXAMPLE_HOME_PATH)
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
-        engine = load_engine(engine_dir, device=device)  # torch or TensorRT-LLM, by the manifest
+        options = {"weights": weights} if weights else {}
+        engine = load_engine(engine_dir, device=device, **options)  # torch or TensorRT-LLM, by the manifest
         state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
         tune_engine(engine, prefill_chunk_tokens, max_batch, state)
         planner = Planner(engine, env)
@@ -186,6 +187,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--max-batch", type=int, help="requests that decode together (default: the engine's "
                                                   "max_batch_size)")
     p.add_argument("--state-dir", help=f"where lookup histories persist (default: {default_state_dir()}; none: off)")
+    p.add_argument("--weights", help="fp32: a q4_1 engine's float32 export instead of its Q4_1 blocks (torch)")
     add_placement_args(p)
     a = p.parse_args(argv)
     try:
@@ -193,7 +195,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if a.threads is None and "ORIN_LLM_THREADS" in os.environ:
             threads = None  # a thread count set in the environment wins over the derived one
         serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
-              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens, a.max_batch, a.state_dir)
+              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens, a.max_batch, a.state_dir,
+              a.weights)
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

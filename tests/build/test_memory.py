@@ -282,9 +282,14 @@ def test_package_gguf_shape_from_metadata():
     plan = plan_memory(profile)
     per_element = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}[profile.target.kv_cache]
     assert plan.target.kv_bytes_per_token == 2 * 30 * 3 * 64 * per_element
-    # float32 on a CPU: the linears are packed for oneDNN, and the packed lm_head is a copy of the
-    # tied embedding matrix, so it counts once more
-    assert plan.target.weights_bytes == 4 * (a.param_count() + a.vocab_size * a.hidden_size)
+    # q4_1: each linear's int4 codes (half a byte per weight) with a bf16 scale and zero per 32; the
+    # lm_head float32 (oneDNN's packed copy), the embedding Q8_0 (a byte per value, a float32 scale per 32)
+    assert profile.target.weights == "q4_1"
+    embed = a.vocab_size * a.hidden_size
+    layer_weights = (a.param_count() - embed - (2 * a.num_layers + 1) * a.hidden_size) // a.num_layers
+    norms = (2 * a.num_layers + 1) * a.hidden_size * 4
+    expected = a.num_layers * (layer_weights // 2 + layer_weights // 32 * 4) + embed * 4 + embed + embed // 32 * 4
+    assert plan.target.weights_bytes == expected + norms
     assert plan.target.config.endswith(".gguf")
 
 

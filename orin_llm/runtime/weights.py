@@ -1,0 +1,148 @@
+"""A model directory → a Llama: safetensors into our fused layout, quantized layers, packed kernels.
+
+The formats (a manifest entry's `weights`):
+- fp32 / fp16 / bf16: model.safetensors as transformers writes it. On CPUs the linear layers are
+  packed once for oneDNN (packed.py).
+- int8_wo / int4_wo (the draft): `<layer>.qweight` / `.scales` in model.safetensors (quant.py).
+- q4_1 (the target of a Q4_1 GGUF): model.safetensors stays transformers' float32 export (the
+  reference the tests compare with, and what `weights="fp32"` loads), and q4_1.safetensors holds
+  each linear layer's Q4_1 blocks, recovered at build time (quant.recover_q4_1). Loading q4_1 reads
+  only the other tensors of model.safetensors (norms, the embedding).
+
+Kernels (invariant 5, no silent fallback): the build records in the manifest which packed kernels
+the quantized layers run on a CPU, and `check_kernels` refuses to load such an engine on a CPU whose
+torch lacks one, saying what to do. On other devices (CUDA, the Orin's torch) q4_1 layers are
+dequantized once at load to the compute dtype, and the log says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+from torch import nn
+
+from ..arch import Arch
+from ..errors import OrinError
+from .attention import bf16_attention_available
+from .llama import PROBE_ROWS, Llama, rope_tables
+from .packed import PackedLinear, pack_linears, packing_available, rows_independent
+from .quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
+
+log = logging.getLogger(__name__)
+
+Q4_1_FILE = "q4_1.safetensors"
+
+_FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
+          "gate_proj": ("gate_up_proj", ("gate_proj", "up_proj"))}
+_FOLDED = {"k_proj", "v_proj", "up_proj"}  # concatenated into the layer above
+
+
+def check_kernels(kernels: list[str], device: str | torch.device, what: str) -> None:
+    """Refuse, on a CPU, an engine whose quantized layers need a packed kernel this torch lacks."""
+    if torch.device(device).type != "cpu":
+        return
+    missing = [k for k in kernels if not kernel_available(k, "cpu")]
+    if missing:
+        raise OrinError(f"{what} runs {', '.join(missing)} on CPUs, and this torch ({torch.__version__}) "
+                        "does not have it here; load the float32 weights instead (`orin-llm serve "
+                        "--weights fp32`, Engine.load(weights=\"fp32\")), or rebuild with weights = \"fp32\"")
+
+
+def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]:
+    """HF names → ours: q|k|v and gate|up concatenated row-wise, for plain and quantized tensors."""
+    out = {}
+    for name, w in state.items():
+        name = name.removeprefix("model.")
+        module, _, suffix = name.rpartition(".")
+        parent, _, leaf = module.rpartition(".")
+        if leaf in _FOLDED:
+            continue
+        if leaf in _FUSED:
+            fused, parts = _FUSED[leaf]
+            name = f"{parent}.{fused}.{suffix}"
+            w = torch.cat([state[f"model.{parent}.{p}.{suffix}"] for p in parts])
+        out[name] = w
+    if arch.tie_word_embeddings or "lm_head.weight" not in out:
+        out["lm_head.weight"] = out["embed_tokens.weight"]
+    return out
+
+
+def _read(model_dir: Path, q4_1: bool) -> dict[str, torch.Tensor]:
+    files = sorted(model_dir.glob("model*.safetensors"))  # not kv_scales.safetensors
+    if not files:
+        raise OrinError(f"{model_dir}: no *.safetensors weights")
+    if not q4_1:
+        state: dict[str, torch.Tensor] = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        return state
+    if not (model_dir / Q4_1_FILE).is_file():
+        raise OrinError(f"{model_dir}: no {Q4_1_FILE}; the engine is not a q4_1 build (rebuild it)")
+    state = load_file(str(model_dir / Q4_1_FILE))
+    for f in files:  # the rest, tensor by tensor: the float32 linear weights are never read
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():  # noqa: SIM118 (safe_open is not a mapping)
+                if not name.endswith("_proj.weight"):
+                    state[name] = st.get_tensor(name)
+    return state
+
+
+def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int,
+               weights: str = "fp32") -> Llama:
+    """`weights`: the manifest's (or the caller's override); "q4_1" loads q4_1.safetensors."""
+    state = _read(model_dir, weights == "q4_1")
+    with torch.device("meta"):
+        model = Llama(arch, max_positions)
+    fused = _fuse(state, arch)
+    embed = (fused.pop("embed_tokens.codes"), fused.pop("embed_tokens.scales")) if "embed_tokens.codes" in fused \
+        else None
+    quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]
+    for name in quantized:  # weight-only quantized layers (the draft model, a q4_1 target)
+        qweight, scales = fused.pop(name + ".qweight"), fused.pop(name + ".scales")
+        model.set_submodule(name, QuantLinear(qweight, scales, dtype, fused.pop(name + ".mins", None)))
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in fused.items()},
+                                                strict=False, assign=True)
+    missing = [m for m in missing if m not in ("cos", "sin") and m.rpartition(".")[0] not in quantized]
+    if missing or unexpected:
+        raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
+                        f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+    model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
+    model = model.to(device).eval()
+    _pack(model, device, dtype, weights)
+    if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
+        model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
+    model.bf16_prefill = bf16_attention_available(device)
+    if torch.device(device).type == "cpu" and not model.bf16_prefill:
+        log.info("no bf16 dot products on this CPU (or ORIN_LLM_BF16_ATTN=0): prefill attention over an "
+                 "INT8 KV cache runs float32 SDPA (slower at long prompts, same results to rounding)")
+    return model
+
+
+def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str) -> None:
+    """Put every linear layer on its fastest kernel here, and probe row independence (packed.py)."""
+    quant = [(n, m) for n, m in model.named_modules() if isinstance(m, QuantLinear)]
+    if quant and not all([m.pack() for _, m in quant]):
+        if weights == "q4_1":  # the target: dequantize once, not per call (check_kernels refused a CPU)
+            for name, m in quant:
+                lin = nn.Linear(m.in_features, m.out_features, bias=False, device=device, dtype=dtype)
+                lin.weight.data = m.dequantize()
+                model.set_submodule(name, lin)
+            log.info("no packed int4 kernel on %s: the q4_1 layers are dequantized to %s at load", device, dtype)
+        else:
+            log.info("no packed weight-only kernel on %s: the quantized layers dequantize per call (slower)",
+                     device)
+    elif quant and weights != "q4_1":  # a draft's tied float head too, to one int8 matrix
+        quantize_tied_head(model, dtype)  # (a target's stays float: logits in float32, quant.py)
+    if packing_available(device, dtype) and any(type(m) is nn.Linear for m in model.modules()):
+        if not pack_linears(model):
+            log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")
+            return
+    if weights == "q4_1" or any(isinstance(m, PackedLinear) for m in model.modules()):
+        if rows_independent(model, PROBE_ROWS):
+            model.rows_independent = True
+        else:
+            log.info("the linear kernels are not row-independent here: exact decode steps are padded")
