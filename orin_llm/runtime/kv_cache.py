@@ -72,6 +72,14 @@ class KVCache:
         self.length = length
 
 
+def head_scales(k_scale: torch.Tensor, v_scale: torch.Tensor, rep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """[L, KV, 1, 1] K and V scales → [L, 1, H, 1, 1], one per query head (rep = heads per KV head):
+    what attention multiplies q and its output by, made once instead of per layer and step."""
+    def per_head(s: torch.Tensor) -> torch.Tensor:
+        return s[:, :, 0, 0].repeat_interleave(rep, dim=1)[:, None, :, None, None].contiguous()
+    return per_head(k_scale), per_head(v_scale)
+
+
 class Int8KVCache(KVCache):
     """K/V stored as int8 with static per-layer, per-KV-head scales from calibration.
 
@@ -94,6 +102,13 @@ class Int8KVCache(KVCache):
         self.compute_dtype = dtype
         self.capacity = capacity
         self.length = 0
+        self._head_scales: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def head_scales(self, layer: int, rep: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if rep not in self._head_scales:
+            self._head_scales[rep] = head_scales(self.k_scale, self.v_scale, rep)
+        k, v = self._head_scales[rep]
+        return k[layer], v[layer]
 
     @property
     def scales_nbytes(self) -> int:

@@ -126,12 +126,11 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, caches, layer: int, steps: list[Step], width: int):
         t = x.shape[0]
         qkv = padded(self.qkv_proj, x, width)
-        q, k, v = qkv.split([self.h * self.d, self.kv * self.d, self.kv * self.d], dim=-1)
-        q = q.view(t, self.h, self.d)
-        k = k.view(t, self.kv, self.d)
+        qk, v = qkv.split([(self.h + self.kv) * self.d, self.kv * self.d], dim=-1)
         v = v.view(t, self.kv, self.d)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        qk = qk.view(t, self.h + self.kv, self.d)  # q and k heads side by side: RoPE on both at once
+        qk = qk * cos + _rotate_half(qk) * sin
+        q, k = qk[:, :self.h], qk[:, self.h:]
         outs = []
         for cache, step in zip(caches, steps, strict=False):
             r = step.rows
@@ -147,15 +146,15 @@ class Attention(nn.Module):
         # once per layer; converted to what attention computes in, in the same copy
         read_dtype = torch.bfloat16 if step.bf16 else q.dtype  # (bf16: int8 values convert exactly)
         keys, values, k_scale, v_scale = cache.read_unscaled(layer, step.pos + t, read_dtype)
-        rep = self.rep
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
-            q = q * k_scale.repeat_interleave(rep)[None, :, None, None].to(q.dtype)
+            k_scale, v_scale = cache.head_scales(layer, self.rep)  # ([1, H, 1, 1] each, made once)
+            q = q * k_scale.to(q.dtype)
         if step.blocks:
             out = self._attend_blocks(q, keys, values, step)
         else:
             out = self._attend(q, keys, values, step)
         if v_scale is not None:
-            out = out * v_scale.repeat_interleave(rep)[None, :, None, None].to(out.dtype)
+            out = out * v_scale.to(out.dtype)
         return out[0].transpose(0, 1).reshape(t, self.h * self.d)
 
     def _attend_blocks(self, q, keys, values, step: Step):
@@ -188,6 +187,8 @@ class Attention(nn.Module):
             keys = keys.repeat_interleave(self.rep, dim=1)
             values = values.repeat_interleave(self.rep, dim=1)
         if step.exact:  # each query exactly as a one-token decode step computes it: its own key range
+            if t == 1:
+                return _sdpa(q, keys[:, :, :pos + 1], values[:, :, :pos + 1], None)
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         return _sdpa(q, keys, values, step.mask)
