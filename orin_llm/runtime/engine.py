@@ -32,7 +32,7 @@ from .llama import PROBE_ROWS, Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
-from .weights import check_kernels, load_llama
+from .weights import check_kernels, load_llama, release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +208,7 @@ class Engine(EngineText):
             # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
             model.rows_independent = model.rows_independent and width <= PROBE_ROWS
         chunk = prefill_chunk_tokens or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
+        release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
                    PagedCache(target_pool, draft_pool), draft_model, prefill_chunk_tokens=chunk)
 

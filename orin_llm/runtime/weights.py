@@ -41,6 +41,22 @@ _FUSED = {"q_proj": ("qkv_proj", ("q_proj", "k_proj", "v_proj")),
 _FOLDED = {"k_proj", "v_proj", "up_proj"}  # concatenated into the layer above
 
 
+def release_freed_memory() -> bool:
+    """Give the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing). Loading
+    leaves hundreds of MB freed but resident: float32 tensors read and then packed or quantized, the
+    int4 kernel's int32 staging copies. Measured on the embedded engine: a loaded engine's resident
+    memory 240 MB lower after it (docs/BENCHMARKS.md)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        return bool(libc is not None and libc.malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc (musl, macOS): no malloc_trim
+        return False
+
+
 def check_kernels(kernels: list[str], device: str | torch.device, what: str) -> None:
     """Refuse, on a CPU, an engine whose quantized layers need a packed kernel this torch lacks."""
     if torch.device(device).type != "cpu":
@@ -72,22 +88,25 @@ def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]
 
 
 def _read(model_dir: Path, q4_1: bool) -> dict[str, torch.Tensor]:
+    """The tensors, copied out of the files: safetensors hands out views of its memory map, and one
+    small view kept (a norm's weight) keeps the whole file mapped and its read pages resident
+    (measured: 400 MB of the embedded engine's daemon, docs/BENCHMARKS.md)."""
     files = sorted(model_dir.glob("model*.safetensors"))  # not kv_scales.safetensors
     if not files:
         raise OrinError(f"{model_dir}: no *.safetensors weights")
+    state: dict[str, torch.Tensor] = {}
     if not q4_1:
-        state: dict[str, torch.Tensor] = {}
         for f in files:
-            state.update(load_file(str(f)))
+            state.update({name: t.clone() for name, t in load_file(str(f)).items()})
         return state
     if not (model_dir / Q4_1_FILE).is_file():
         raise OrinError(f"{model_dir}: no {Q4_1_FILE}; the engine is not a q4_1 build (rebuild it)")
-    state = load_file(str(model_dir / Q4_1_FILE))
+    state = {name: t.clone() for name, t in load_file(str(model_dir / Q4_1_FILE)).items()}
     for f in files:  # the rest, tensor by tensor: the float32 linear weights are never read
         with safe_open(str(f), framework="pt") as st:
             for name in st.keys():  # noqa: SIM118 (safe_open is not a mapping)
                 if not name.endswith("_proj.weight"):
-                    state[name] = st.get_tensor(name)
+                    state[name] = st.get_tensor(name).clone()
     return state
 
 
