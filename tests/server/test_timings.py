@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from orin_llm.server.cli import summary
 
 CHAT_ELSEWHERE = [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "A line on rain."}]
@@ -15,9 +17,18 @@ def metric(text: str, name: str, endpoint: str = "plan") -> float:
     return float(next(line for line in text.splitlines() if line.startswith(prefix)).split()[-1])
 
 
-def test_a_queued_request_says_how_long_it_waited(daemon, client):
+@pytest.fixture(scope="module")
+def serial_daemon(start_daemon):
+    """One request at a time (--max-batch 1): a second request waits in the queue for the first to
+    finish. With batching it joins the running one at the next step and waits one step at most,
+    which made this test depend on how long a step takes."""
+    return start_daemon("--max-batch", "1")
+
+
+def test_a_queued_request_says_how_long_it_waited(serial_daemon):
     """The engine's TTFT and total start when the engine takes the request; queue_ms is the wait before,
     and the *_since_arrival_ms figures are what the client waited."""
+    daemon = serial_daemon
     first_done = threading.Event()
 
     def long_one() -> None:
@@ -28,8 +39,9 @@ def test_a_queued_request_says_how_long_it_waited(daemon, client):
     worker = threading.Thread(target=long_one)
     worker.start()
     end = time.monotonic() + 60
-    while not client.health()["queue"]["running"] and time.monotonic() < end:
-        time.sleep(0.01)
+    with daemon.client() as client:
+        while not client.health()["queue"]["running"] and time.monotonic() < end:
+            time.sleep(0.01)
     sent = time.monotonic()
     with daemon.client() as c:
         second = c.plan("Open the fridge.", max_tokens=4)
