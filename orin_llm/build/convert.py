@@ -90,13 +90,12 @@ def export_q4_1(model, out: Path) -> None:
 
     tensors = {}
     for name, w in model.state_dict().items():
+        base = name[: -len("weight")]
         if ".layers." in name and name.endswith("_proj.weight"):
-            base = name[: -len("weight")]
             tensors[base + "qweight"], tensors[base + "scales"], tensors[base + "mins"] = recover_q4_1(w, name)
         elif name.endswith("embed_tokens.weight"):
             try:  # the GGUF's Q8_0 embedding, for lookups; not Q8_0: the float one is used
-                tensors[name[: -len("weight")] + "codes"], tensors[name[: -len("weight")] + "scales"] = \
-                    recover_q8_0(w, name)
+                tensors[base + "codes"], tensors[base + "scales"] = recover_q8_0(w, name)
             except OrinError:
                 pass
     if not tensors:

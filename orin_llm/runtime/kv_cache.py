@@ -102,13 +102,11 @@ class Int8KVCache(KVCache):
         self.compute_dtype = dtype
         self.capacity = capacity
         self.length = 0
-        self._head_scales: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._head_scales = head_scales(self.k_scale, self.v_scale, arch.num_heads // arch.num_kv_heads)
 
-    def head_scales(self, layer: int, rep: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if rep not in self._head_scales:
-            self._head_scales[rep] = head_scales(self.k_scale, self.v_scale, rep)
-        k, v = self._head_scales[rep]
-        return k[layer], v[layer]
+    def head_scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The K and V scales per query head, [1, H, 1, 1] each (head_scales above)."""
+        return self._head_scales[0][layer], self._head_scales[1][layer]
 
     @property
     def scales_nbytes(self) -> int:

@@ -46,8 +46,7 @@ class KVPool:
                 raise OrinError("KV scales must be positive")
             self.k_scale = k_scale.to(device=device, dtype=dtype)[:, :, None, None]  # [L, KV, 1, 1]
             self.v_scale = v_scale.to(device=device, dtype=dtype)[:, :, None, None]
-            self.q_heads = arch.num_heads // arch.num_kv_heads
-            self._head_scales = head_scales(self.k_scale, self.v_scale, self.q_heads)
+            self._head_scales = head_scales(self.k_scale, self.v_scale, arch.num_heads // arch.num_kv_heads)
 
     @property
     def device(self) -> torch.device:
@@ -88,10 +87,8 @@ class KVPool:
             at += n
         return k, v
 
-    def head_scales(self, layer: int, rep: int):
+    def head_scales(self, layer: int):
         """The K and V scales per query head, [1, H, 1, 1] each (kv_cache.head_scales)."""
-        if rep != self.q_heads:
-            raise ValueError(f"{rep} query heads per KV head; the pool was made for {self.q_heads}")
         return self._head_scales[0][layer], self._head_scales[1][layer]
 
     def scales(self, layer: int):
@@ -162,8 +159,8 @@ class PagedView:
     def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
         self.pool.write(layer, self.slots(pos, pos + k.shape[0]), k, v)
 
-    def head_scales(self, layer: int, rep: int):
-        return self.pool.head_scales(layer, rep)
+    def head_scales(self, layer: int):
+        return self.pool.head_scales(layer)
 
     def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
         k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)

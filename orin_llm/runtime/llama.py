@@ -147,7 +147,7 @@ class Attention(nn.Module):
         read_dtype = torch.bfloat16 if step.bf16 else q.dtype  # (bf16: int8 values convert exactly)
         keys, values, k_scale, v_scale = cache.read_unscaled(layer, step.pos + t, read_dtype)
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
-            k_scale, v_scale = cache.head_scales(layer, self.rep)  # ([1, H, 1, 1] each, made once)
+            k_scale, v_scale = cache.head_scales(layer)  # ([1, H, 1, 1] each, made once)
             q = q * k_scale.to(q.dtype)
         if step.blocks:
             out = self._attend_blocks(q, keys, values, step)

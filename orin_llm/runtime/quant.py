@@ -18,9 +18,10 @@ as they are: `aten._weight_int8pack_mm` (int8, per-channel scales) and
 `aten._weight_int4pack_mm_for_cpu` (int4 in groups, a scale and a zero per group). Both take
 bfloat16 activations (the int4 kernel's float32 path is a slow reference, ~50× slower here) and
 round their output to bfloat16: the same class of precision as llama.cpp, whose Q4_1 dot products
-run on 8-bit quantized activations. Where a kernel is missing (CUDA builds, the Orin's torch), the
-layers dequantize per call. Measured side by side in bench/decode_step.py, bench/draft_speed.py and
-docs/BENCHMARKS.md. The Orin's production path is TensorRT-LLM's INT4-AWQ kernels, not this.
+run on 8-bit quantized activations. Where a kernel is missing (CUDA builds, the Orin's torch), a
+draft's layers dequantize per call and a q4_1 target's once at load (runtime/weights.py). Measured
+side by side in bench/decode_step.py, bench/draft_speed.py and docs/BENCHMARKS.md. The Orin's
+production path is TensorRT-LLM's INT4-AWQ kernels, not this.
 """
 
 from __future__ import annotations
@@ -33,11 +34,10 @@ from torch import nn
 
 from ..errors import OrinError
 
-BITS = {"int8_wo": 8, "int4_wo": 4, "q4_1": 4}
-Q4_1_GROUP = 32  # weights per GGUF Q4_1 block (one fp16 scale and one fp16 min each)
+GGUF_BLOCK = 32  # weights per GGUF Q4_1 or Q8_0 block (one fp16 scale, and for Q4_1 one fp16 min)
 
 # The packed kernels an engine's quantized layers run on a CPU (the manifest records them, the
-# loader checks them: build/pipeline.py, runtime/llama.py)
+# loader checks them: build/pipeline.py, runtime/weights.py)
 INT8_KERNEL = "aten._weight_int8pack_mm"
 INT4_KERNEL = "aten._weight_int4pack_mm_for_cpu"
 INT4_GROUPS = (32, 64, 128, 256)  # the group sizes the int4 kernel takes
@@ -81,16 +81,16 @@ def recover_q4_1(w: torch.Tensor, name: str = "weight") -> tuple[torch.Tensor, t
     checked: scale·q + min must give back every value bit for bit, else OrinError (a weight that
     is not Q4_1, or Q4_1 made with an importance matrix whose blocks need not use codes 0 and 15)."""
     out, inp = w.shape
-    if inp % Q4_1_GROUP:
-        raise OrinError(f"{name}: {inp} input columns are not whole Q4_1 blocks of {Q4_1_GROUP}")
-    g = w.float().view(out, inp // Q4_1_GROUP, Q4_1_GROUP)
+    if inp % GGUF_BLOCK:
+        raise OrinError(f"{name}: {inp} input columns are not whole Q4_1 blocks of {GGUF_BLOCK}")
+    g = w.float().view(out, inp // GGUF_BLOCK, GGUF_BLOCK)
     mins = g.amin(dim=2)
     scales = (g.amax(dim=2) - mins) / 15
     step = torch.where(scales > 0, scales, torch.ones_like(scales))[..., None]
     q = torch.round((g - mins[..., None]) / step).clamp(0, 15)
     if not torch.equal(q * scales[..., None] + mins[..., None], g):  # gguf's dequantize: d * q + m
         raise OrinError(f"{name}: the weights are not Q4_1 values (scale·q + min in blocks of "
-                        f"{Q4_1_GROUP}); build this model with weights = \"fp32\"")
+                        f"{GGUF_BLOCK}); build this model with weights = \"fp32\"")
     q = q.view(out, inp).to(torch.uint8)
     return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous(), scales.contiguous(), mins.contiguous()
 
@@ -99,13 +99,13 @@ def recover_q8_0(w: torch.Tensor, name: str = "weight") -> tuple[torch.Tensor, t
     """The Q8_0 blocks (int8 codes, one scale per 32 weights) a dequantized GGUF weight was made of,
     checked bit for bit as recover_q4_1 is: each block's largest magnitude is code ±127."""
     out, inp = w.shape
-    if inp % Q4_1_GROUP:
-        raise OrinError(f"{name}: {inp} columns are not whole Q8_0 blocks of {Q4_1_GROUP}")
-    g = w.float().view(out, inp // Q4_1_GROUP, Q4_1_GROUP)
+    if inp % GGUF_BLOCK:
+        raise OrinError(f"{name}: {inp} columns are not whole Q8_0 blocks of {GGUF_BLOCK}")
+    g = w.float().view(out, inp // GGUF_BLOCK, GGUF_BLOCK)
     scales = g.abs().amax(dim=2) / 127
     q = torch.round(g / torch.where(scales > 0, scales, torch.ones_like(scales))[..., None])
     if not torch.equal(q * scales[..., None], g):  # gguf's dequantize: d * q
-        raise OrinError(f"{name}: the weights are not Q8_0 values (scale·q in blocks of {Q4_1_GROUP})")
+        raise OrinError(f"{name}: the weights are not Q8_0 values (scale·q in blocks of {GGUF_BLOCK})")
     return q.view(out, inp).to(torch.int8).contiguous(), scales.contiguous()
 
 
@@ -137,10 +137,6 @@ def kernel_available(kernel: str, device_type: str) -> bool:
     except (RuntimeError, AttributeError, NotImplementedError):
         return False
     return True
-
-
-def int8_kernel_available(device_type: str) -> bool:
-    return kernel_available(INT8_KERNEL, device_type)
 
 
 class QuantLinear(nn.Module):

@@ -42,10 +42,10 @@ _FOLDED = {"k_proj", "v_proj", "up_proj"}  # concatenated into the layer above
 
 
 def release_freed_memory() -> bool:
-    """Give the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing). Loading
-    leaves hundreds of MB freed but resident: float32 tensors read and then packed or quantized, the
-    int4 kernel's int32 staging copies. Measured on the embedded engine: a loaded engine's resident
-    memory 240 MB lower after it (docs/BENCHMARKS.md)."""
+    """Give the C heap's free pages back to the OS (glibc's malloc_trim; elsewhere nothing): what a
+    load or a long prefill freed can stay resident in the allocator's free lists. Measured here: no
+    change right after one engine's load, 240 MB returned after a first engine was freed in the same
+    process; cheap either way."""
     import ctypes
     import ctypes.util
 
@@ -147,6 +147,8 @@ def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str) -> None:
     if quant and not all([m.pack() for _, m in quant]):
         if weights == "q4_1":  # the target: dequantize once, not per call (check_kernels refused a CPU)
             for name, m in quant:
+                if m.int4 is not None:  # this one's shape did run packed
+                    continue
                 lin = nn.Linear(m.in_features, m.out_features, bias=False, device=device, dtype=dtype)
                 lin.weight.data = m.dequantize()
                 model.set_submodule(name, lin)
