@@ -57,7 +57,7 @@ def _torch_ms_per_token(engine, ids: list[int], tokens: int) -> dict:
     import torch
 
     per_token = {}
-    for name, model in (("target", engine.model), ("draft", engine.draft_model)):
+    for name, model in (("target", engine.model), ("draft", engine.load_draft())):
         cache = engine.contiguous_cache(len(ids) + tokens + 1, draft=name == "draft")
         model(torch.tensor(ids), cache)
         tok = torch.tensor([ids[-1]])
@@ -132,7 +132,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                 progress(f"{label} {mode:12s} {r['decode_tokens_per_s']:6.1f} tok/s  ×{r['speedup_vs_plain']:.2f}  "
                          f"accept {r['acceptance_rate']:.2f}  mean len {r['mean_accepted_length']:.2f}  "
                          f"same as plain {r['identical_to_plain']}")
-            has_draft = (engine.draft_executor if trtllm else engine.draft_model) is not None
+            has_draft = engine.draft_executor is not None if trtllm else engine.draft_available
             if label != "exact" and has_draft:
                 results_draft = draft_cost(engine)
                 progress(f"draft {results_draft['draft_ms_per_token']:.1f} ms/token vs target "

@@ -89,7 +89,8 @@ def calibrate(engine, split: str = "calib", limit: Optional[int] = None,
     items = interleave_by_home(load_split(split, root), limit)
     seqs = list(sequences(engine, items, root))
     capacity = max(len(p) + max(len(r) for r in rs) for p, rs in seqs)
-    models = {"target": engine.model, **({"draft": engine.draft_model} if engine.draft_model is not None else {})}
+    draft = engine.load_draft()
+    models = {"target": engine.model, **({"draft": draft} if draft is not None else {})}
     progress = Counter(f"calibrating ({' and '.join(models)}, {len(seqs)} homes)", len(items) * len(models),
                        unit="prompts", quiet=quiet)
     return {role: observe(model, seqs, capacity, torch.float32, progress) for role, model in models.items()}

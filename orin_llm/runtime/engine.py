@@ -10,10 +10,14 @@ for everyone. Either way only one thread touches an engine.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -146,9 +150,13 @@ def pool_tokens(manifest: Manifest) -> int:
 
 class Engine(EngineText):
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: PagedCache,
-                 draft_model: Optional[Llama] = None, prefill_chunk_tokens: int = 256):
+                 draft_loader: Optional[Callable[[], Llama]] = None, prefill_chunk_tokens: int = 256):
+        """draft_loader: loads the draft model, on the first request that asks for it (load_draft)."""
         self.dir, self.manifest, self.tokenizer = engine_dir, manifest, tokenizer
-        self.model, self.draft_model, self.cache = model, draft_model, cache
+        self.model, self.cache = model, cache
+        self.draft_model: Optional[Llama] = None  # None until loaded
+        self._draft_loader = draft_loader
+        self._draft_lock = threading.Lock()
         self.device = cache.target_pool.device
         limits = manifest.limits
         self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
@@ -172,7 +180,9 @@ class Engine(EngineText):
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
              kv_tokens: Optional[int] = None, weights: Optional[str] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
-        reference for INT8); draft=False leaves the draft model unloaded. exact=True runs the
+        reference for INT8); draft=False makes no draft model available, draft=True loads it on
+        the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
+        serves auto, lookup and plain requests never holds the draft's weights. exact=True runs the
         target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
         exact=False is faster on CPUs, where a padded matmul costs more than a one-row one.
         prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
@@ -198,11 +208,13 @@ class Engine(EngineText):
                            device, positions, weights or built)
         num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
         target_pool = load_pool(engine_dir, manifest.target, "target", num_blocks, device, kv_cache)
-        draft_model = draft_pool = None
+        draft_loader = draft_pool = None
         if draft and manifest.draft is not None:
-            draft_model = load_llama(engine_dir / manifest.draft.dir, manifest.draft.arch,
-                                     DTYPES[manifest.draft.dtype], device, positions, manifest.draft.weights)
-            draft_pool = load_pool(engine_dir, manifest.draft, "draft", num_blocks, device, kv_cache)
+            d = manifest.draft
+            draft_loader = functools.partial(load_llama, engine_dir / d.dir, d.arch, DTYPES[d.dtype], device,
+                                             positions, d.weights)
+            # torch.empty: the pool's pages cost no memory until the draft model writes them
+            draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
         if exact:
             width = model.decode_width = 2 * limits.get("draft_len", 4) + 1  # k_max + 1
             # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
@@ -210,7 +222,23 @@ class Engine(EngineText):
         chunk = prefill_chunk_tokens or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
-                   PagedCache(target_pool, draft_pool), draft_model, prefill_chunk_tokens=chunk)
+                   PagedCache(target_pool, draft_pool), draft_loader, prefill_chunk_tokens=chunk)
+
+    @property
+    def draft_available(self) -> bool:
+        return self._draft_loader is not None
+
+    def load_draft(self) -> Optional[Llama]:
+        """The draft model, loaded now if it is not yet (None: the engine has none). The first
+        draft_model/combined request pays this once (about a second for the embedded default)."""
+        with self._draft_lock:
+            if self.draft_model is None and self._draft_loader is not None:
+                started = time.perf_counter()
+                self.draft_model = self._draft_loader()
+                release_freed_memory()
+                log.info("draft model loaded in %.2f s (first request that asked for it)",
+                         time.perf_counter() - started)
+        return self.draft_model
 
     # ------------------------------------------------------------------ requests
 
@@ -220,7 +248,7 @@ class Engine(EngineText):
 
     @property
     def speculation_modes(self) -> list[str]:
-        return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft_model else [])
+        return ["auto", "none", "lookup"] + (["draft_model", "combined"] if self.draft_available else [])
 
     def drafter(self, speculation: str, params: SamplingParams, constraint: Optional[Constraint] = None,
                 history: str = DEFAULT_HISTORY):
@@ -238,7 +266,7 @@ class Engine(EngineText):
             return None
         if mode == "lookup":
             return LookupDrafter(self.histories.get(history))
-        model = DraftModelDrafter(self.draft_model, constraint=constraint)
+        model = DraftModelDrafter(self.load_draft(), constraint=constraint)
         return model if mode == "draft_model" else CombinedDrafter(LookupDrafter(self.histories.get(history)), model)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
@@ -258,8 +286,6 @@ class Engine(EngineText):
 
     def submit(self, gen: Generation) -> None:
         if gen.started is None:
-            import time
-
             gen.started = time.perf_counter()
         self.scheduler.add(gen)
 
@@ -375,7 +401,7 @@ class Engine(EngineText):
         return self.cache.lookup(list(prompt_ids)).tokens(self.cache.block_size) if prompt_ids else 0
 
     def pin(self, ids: list[int]) -> Pin:
-        """Compute `ids` (the target's and the draft's K/V) and keep them cached until `unpin`:
+        """Compute `ids` (the target's K/V, and the draft's if it is loaded) and keep them cached until `unpin`:
         later prompts that start with them skip them. Steps the engine: requests in flight advance
         too. A pin that would leave no room for one full-length request is refused."""
         gen = self.pin_request(ids)
@@ -395,7 +421,8 @@ class Engine(EngineText):
         return Generation(self, list(ids), SamplingParams(max_tokens=1), prefill_only=True)
 
     def _pin_finished(self, gen: Generation) -> None:
-        """A pin request's prefill is done: add the draft's K/V, commit, and pin its blocks."""
+        """A pin request's prefill is done: add the draft's K/V (if the draft is loaded: otherwise
+        its first request computes them, and marks the blocks), commit, and pin its blocks."""
         kv, ids = gen.kv, gen.prompt_ids
         if self.draft_model is not None and kv.draft is not None:
             self.cache.grow(kv, len(ids))
@@ -417,11 +444,10 @@ class Engine(EngineText):
         """A one-sequence KVCache like the pool (same dtype, same INT8 scales): for reference runs
         of the model outside the engine (benchmarks, calibration checks, tests)."""
         pool = self.cache.draft_pool if draft else self.cache.target_pool
-        model = self.draft_model if draft else self.model
         if pool.int8:
-            return Int8KVCache(model.arch, capacity, pool.k_scale[:, :, 0, 0], pool.v_scale[:, :, 0, 0],
+            return Int8KVCache(pool.arch, capacity, pool.k_scale[:, :, 0, 0], pool.v_scale[:, :, 0, 0],
                                pool.dtype, self.device)
-        return KVCache(model.arch, capacity, pool.dtype, self.device)
+        return KVCache(pool.arch, capacity, pool.dtype, self.device)
 
     def kv_usage(self) -> dict:
         """What the server reports: backend-neutral (TrtllmEngine has the same method)."""
@@ -431,7 +457,8 @@ class Engine(EngineText):
         return {"device": str(self.device), "tokens": stats["pinned_tokens"] + running,  # held: pinned + running
                 "capacity_tokens": self.cache.capacity_tokens,
                 "bytes": pool.nbytes + (self.cache.draft_pool.nbytes if self.cache.draft_pool else 0),
-                "pool": stats, "batch": self.last_batch, "preemptions": self.preemptions}
+                "pool": stats, "batch": self.last_batch, "preemptions": self.preemptions,
+                "draft_loaded": self.draft_model is not None}
 
 
 def _attach(drafter, view) -> None:

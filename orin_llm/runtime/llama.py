@@ -31,9 +31,9 @@ from .kv_cache import KVCache
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 
-def rope_inv_freq(arch: Arch) -> torch.Tensor:
+def rope_inv_freq(arch: Arch, device: str = "cpu") -> torch.Tensor:
     d = arch.head_dim
-    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
     sc = arch.rope_scaling
     kind = (sc or {}).get("rope_type", (sc or {}).get("type", "default"))
     if kind == "default":
@@ -51,9 +51,10 @@ def rope_inv_freq(arch: Arch) -> torch.Tensor:
     return torch.where(medium, smoothed, inv_l)
 
 
-def rope_tables(arch: Arch, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them."""
-    freqs = torch.outer(torch.arange(positions, dtype=torch.float32), rope_inv_freq(arch))
+def rope_tables(arch: Arch, positions: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them. `device` is
+    explicit: made under torch.device("meta"), meta's arange imports torch._dynamo and triton."""
+    freqs = torch.outer(torch.arange(positions, dtype=torch.float32, device=device), rope_inv_freq(arch, device))
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos()[:, None, :], emb.sin()[:, None, :]
 
@@ -236,7 +237,10 @@ class Llama(nn.Module):
     def __init__(self, arch: Arch, max_positions: int):
         super().__init__()
         self.arch = arch
-        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        # an explicit (empty) weight: nn.Embedding's own init draws normal_ values, and on the meta
+        # device that imports torch._dynamo and triton (65 MB resident, 1 s) to make nothing
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size,
+                                         _weight=torch.empty(arch.vocab_size, arch.hidden_size))
         self.layers = nn.ModuleList(Block(arch) for _ in range(arch.num_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
@@ -251,7 +255,7 @@ class Llama(nn.Module):
         # INT8 cache runs attention as bf16 GEMMs; set at load where the CPU has bf16 dot products
         # (attention.py).
         self.bf16_prefill = False
-        cos, sin = rope_tables(arch, max_positions)
+        cos, sin = rope_tables(arch, max_positions, "cpu")  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 

@@ -28,7 +28,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .attention import bf16_attention_available
-from .llama import PROBE_ROWS, Llama, rope_tables
+from .llama import PROBE_ROWS, Llama
 from .packed import PackedLinear, pack_linears, packing_available, rows_independent
 from .quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 
@@ -129,7 +129,6 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
     if missing or unexpected:
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
-    model.cos, model.sin = rope_tables(arch, max_positions)  # buffers built on meta: make them real
     model = model.to(device).eval()
     _pack(model, device, dtype, weights)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head

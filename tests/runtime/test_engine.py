@@ -27,3 +27,29 @@ def test_preempted_requests_get_their_solo_answers(engine_dir):
     assert small.preemptions > 0  # the pool really was too small for the batch
     stats = small.cache.stats()
     assert stats["used"] == 0 and stats["pinned"] == 0  # every block given back
+
+
+def test_draft_model_loads_on_first_use_and_catches_up_on_a_pinned_prefix(engine_dir):
+    """The draft model is loaded by the first request that asks for it, never by auto, lookup or a
+    pin: an engine that serves only those never holds the draft's weights. A draft_model request
+    after a pin made without the draft computes the draft's K/V over the pinned blocks itself, and
+    its greedy answer is the plain one."""
+    eng = Engine.load(engine_dir, device="cpu")
+    assert eng.draft_available and eng.draft_model is None
+    assert "draft_model" in eng.speculation_modes
+    prompt = eng.chat_ids([{"role": "system", "content": "You plan for a robot in a flat with a kitchen, "
+                                                         "a hall and a bedroom. " * 4},
+                           {"role": "user", "content": TASKS[0]}])
+    home = prompt[:(len(prompt) // BLOCK_SIZE - 1) * BLOCK_SIZE]  # whole blocks, as a home prefix is
+    eng.pin(home)
+    plain = eng.generate(prompt, PARAMS, "none").run()
+    lookup = eng.generate(prompt, PARAMS, "auto").run()
+    assert eng.draft_model is None and eng.kv_usage()["draft_loaded"] is False
+    assert plain.timings.cached_prompt_tokens >= len(home) - BLOCK_SIZE  # the pin is what it reuses
+    drafted = eng.generate(prompt, PARAMS, "draft_model").run()
+    assert eng.draft_model is not None and eng.kv_usage()["draft_loaded"] is True
+    assert drafted.token_ids == plain.token_ids == lookup.token_ids
+    assert drafted.speculation.drafted > 0  # it really drafted
+    again = eng.generate(prompt, PARAMS, "combined").run()  # the same loaded model, not a second one
+    assert again.token_ids == plain.token_ids
+    assert Engine.load(engine_dir, device="cpu", draft=False).speculation_modes == ["auto", "none", "lookup"]

@@ -46,7 +46,7 @@ def test_quant_linear_forward_is_linear_of_the_dequantized_weight():
 
 
 def test_engine_draft_is_quantized_and_smaller(engine, engine_fp):
-    draft = engine.draft_model
+    draft = engine.load_draft()
     quant = [m for n, m in draft.named_modules() if isinstance(m, QuantLinear) and "layers" in n]
     assert len(quant) == 4 * engine.model.arch.num_layers  # qkv, o, gate_up, down per layer
     draft_bytes = sum(m.nbytes for m in quant)
@@ -59,8 +59,8 @@ def test_engine_draft_is_quantized_and_smaller(engine, engine_fp):
 
 def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "List four rooms of a house."}]))
-    outs = [model(ids, engine.contiguous_cache(len(ids), draft=model is engine.draft_model),
-                  num_logits=len(ids)).argmax(-1) for model in (engine.model, engine.draft_model)]
+    outs = [model(ids, engine.contiguous_cache(len(ids), draft=model is engine.load_draft()),
+                  num_logits=len(ids)).argmax(-1) for model in (engine.model, engine.load_draft())]
     assert (outs[0] == outs[1]).float().mean() >= 0.8
 
 
@@ -81,7 +81,7 @@ def test_packed_int8_kernel_matches_the_dequantized_weight():
 def test_engine_draft_layers_run_packed_on_cpu(engine, engine_fp):
     """Every int8 layer of the draft on the packed kernel, its tied head too: one int8 matrix for the
     lm_head and the input embedding (rows dequantized on lookup), a quarter of the fp32 bytes."""
-    draft = engine.draft_model
+    draft = engine.load_draft()
     quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
     assert quant and all(m.packed_scales is not None for m in quant)
     head, emb = draft.lm_head, draft.embed_tokens
