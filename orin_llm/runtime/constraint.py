@@ -33,7 +33,9 @@ def _llg():
     try:
         import llguidance
         import llguidance.hf
-        import llguidance.torch
+        # not llguidance.torch: its module-level @torch.compile imports torch._dynamo, inductor and
+        # triton (1.6 s, ~200 MB resident in the daemon) for a kernel we do not use; the two calls we
+        # need from it are below (allocate_token_bitmask, fill_next_token_bitmask)
     except ImportError:
         raise OrinError("constrained decoding needs the llguidance package (pip install llguidance)") from None
     return llguidance
@@ -81,15 +83,15 @@ class Grammar:
 class Constraint:
     def __init__(self, matcher, vocab_size: int, what: str = "grammar"):
         self.m, self.vocab_size, self.what = matcher, vocab_size, what
-        llt = _llg().torch
-        self._bits = llt.allocate_token_bitmask(1, vocab_size)
-        self._fill = llt.fill_next_token_bitmask
+        # one bit per token, 32 to an int32, as llguidance.torch.allocate_token_bitmask lays it out
+        self._bits = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)
         self.forced_tokens = 0  # tokens emitted without a model step (jump-forward)
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
-        self._fill(self.m, self._bits, 0)
-        bits = (self._bits[0].unsqueeze(-1) >> _SHIFTS) & 1
+        # what llguidance.torch.fill_next_token_bitmask does: the matcher writes the mask in place
+        self.m.unsafe_compute_mask_ptr(self._bits.data_ptr(), self._bits.numel() * self._bits.element_size())
+        bits = (self._bits.unsqueeze(-1) >> _SHIFTS) & 1
         return bits.flatten()[: self.vocab_size].bool()
 
     def accept(self, token: int) -> None:
