@@ -2,6 +2,10 @@
 (their blocks given back, recomputed later, vLLM's recompute) and every request still gets the
 greedy answer it gets alone."""
 
+import os
+import subprocess
+import sys
+
 from orin_llm.runtime.engine import BLOCK_SIZE, Engine
 from orin_llm.runtime.sampling import SamplingParams
 
@@ -53,3 +57,25 @@ def test_draft_model_loads_on_first_use_and_catches_up_on_a_pinned_prefix(engine
     again = eng.generate(prompt, PARAMS, "combined").run()  # the same loaded model, not a second one
     assert again.token_ids == plain.token_ids
     assert Engine.load(engine_dir, device="cpu", draft=False).speculation_modes == ["auto", "none", "lookup"]
+
+
+def test_serving_imports_no_compiler_stack(engine_dir):
+    """Loading an engine and constraining a request must not import torch._dynamo or triton: they
+    cost the daemon ~180 MB and 1.6 s (docs/BENCHMARKS.md, "Lazy draft…"). llguidance.torch and
+    modules built on the meta device did. A fresh interpreter: other tests may import them."""
+    code = (
+        "import sys, os\n"
+        "from orin_llm.runtime.engine import Engine\n"
+        "from orin_llm.runtime.constraint import Grammar\n"
+        "from orin_llm.runtime.sampling import SamplingParams\n"
+        f"eng = Engine.load({str(engine_dir)!r}, device='cpu')\n"
+        "c = Grammar.lark(eng.vocabulary(), 'start: \"yes\" | \"no\"').constraint()\n"
+        "ids = eng.chat_ids([{'role': 'user', 'content': 'Yes or no?'}])\n"
+        "out = eng.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), 'none', constraint=c).run()\n"
+        "assert out.text.strip() in ('yes', 'no'), out.text\n"
+        "print(sorted(m for m in ('torch._dynamo', 'triton', 'torch._inductor') if m in sys.modules))\n"
+        "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split("\n")[:2] == ["[]", "64"], run.stdout
