@@ -51,20 +51,23 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
 KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-# oneDNN keeps every matmul primitive it made, up to 1024 by default. Prompt attention makes one
-# per block shape (its key count grows block by block), so pinning a 4k home left ~125 MB of them
-# resident; 64 keep every shape a decode step and a warm request reuse (same pin time, warm TTFT and
-# decode rate, measured side by side; 0 made a warm 4k TTFT 1.5x slower). Read by oneDNN when it
-# makes its first primitive: set before the engine loads; an explicit setting wins.
-ONEDNN_PRIMITIVE_CACHE = "64"
+# oneDNN keeps every matmul primitive it made, up to 1024 by default, and torch's ideep layer keeps
+# its own per-shape cache of them (LRU_CACHE_CAPACITY, also 1024). Prompt attention makes one per
+# block shape (its key count grows block by block), so pinning a 4k home left ~125 MB in oneDNN's
+# cache and ~100 MB more in ideep's. 64 each keep every shape a decode step and a warm request reuse:
+# same pin time, warm TTFT and decode rate, measured side by side in one process (0 made a warm 4k
+# TTFT 1.5x slower). Both are read when the first primitive is made: set before the engine loads;
+# an explicit setting wins.
+PRIMITIVE_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
 
 
 def apply_thread_setting() -> None:
     """ORIN_LLM_THREADS=N sets torch's intra-op threads. On a CPU shared with other busy
     processes (a robot's ROS nodes, CI), fewer threads than cores avoids OpenMP barrier stalls
     that we measured at 5-10x slower decoding on 2 cores with the second one busy. Also bounds
-    oneDNN's primitive cache (ONEDNN_PRIMITIVE_CACHE)."""
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", ONEDNN_PRIMITIVE_CACHE)
+    oneDNN's and ideep's primitive caches (PRIMITIVE_CACHES)."""
+    for name, value in PRIMITIVE_CACHES.items():
+        os.environ.setdefault(name, value)
     value = os.environ.get("ORIN_LLM_THREADS")
     if value:
         if not value.isdigit() or int(value) < 1:
