@@ -31,9 +31,9 @@ from .kv_cache import KVCache
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
 
 
-def rope_inv_freq(arch: Arch, device: str = "cpu") -> torch.Tensor:
+def rope_inv_freq(arch: Arch) -> torch.Tensor:
     d = arch.head_dim
-    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device=device).float() / d))
+    inv = 1.0 / (arch.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64, device="cpu").float() / d))
     sc = arch.rope_scaling
     kind = (sc or {}).get("rope_type", (sc or {}).get("type", "default"))
     if kind == "default":
@@ -51,10 +51,11 @@ def rope_inv_freq(arch: Arch, device: str = "cpu") -> torch.Tensor:
     return torch.where(medium, smoothed, inv_l)
 
 
-def rope_tables(arch: Arch, positions: int, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them. `device` is
-    explicit: made under torch.device("meta"), meta's arange imports torch._dynamo and triton."""
-    freqs = torch.outer(torch.arange(positions, dtype=torch.float32, device=device), rope_inv_freq(arch, device))
+def rope_tables(arch: Arch, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them, on the CPU
+    (moved with the model). The device is explicit because the model is built under
+    torch.device("meta"), where arange imports torch._dynamo and triton."""
+    freqs = torch.outer(torch.arange(positions, dtype=torch.float32, device="cpu"), rope_inv_freq(arch))
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos()[:, None, :], emb.sin()[:, None, :]
 
@@ -255,7 +256,7 @@ class Llama(nn.Module):
         # INT8 cache runs attention as bf16 GEMMs; set at load where the CPU has bf16 dot products
         # (attention.py).
         self.bf16_prefill = False
-        cos, sin = rope_tables(arch, max_positions, "cpu")  # real even when the rest is built on meta
+        cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
 

@@ -156,8 +156,6 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
     env = load_environment(environment or EXAMPLE_HOME_PATH)
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
-        from ..runtime.weights import release_freed_memory
-
         options = {"weights": weights} if weights else {}
         engine = load_engine(engine_dir, device=device, **options)  # torch or TensorRT-LLM, by the manifest
         state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
@@ -165,7 +163,6 @@ def _build_server(engine_dir, environment, device, queue_size, grace_s, max_toke
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
-        release_freed_memory()  # the home's prefill left activations freed but resident
         return planner
 
     worker = Worker(make_planner, queue_size=queue_size)
