@@ -36,7 +36,7 @@ from .llama import PROBE_ROWS, Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
-from .weights import check_kernels, load_llama, release_freed_memory
+from .weights import bound_heap, check_kernels, load_llama, release_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +65,10 @@ def apply_thread_setting() -> None:
     """ORIN_LLM_THREADS=N sets torch's intra-op threads. On a CPU shared with other busy
     processes (a robot's ROS nodes, CI), fewer threads than cores avoids OpenMP barrier stalls
     that we measured at 5-10x slower decoding on 2 cores with the second one busy. Also bounds
-    oneDNN's and ideep's primitive caches (PRIMITIVE_CACHES)."""
+    oneDNN's and ideep's primitive caches (PRIMITIVE_CACHES), and glibc's heap (bound_heap)."""
     for name, value in PRIMITIVE_CACHES.items():
         os.environ.setdefault(name, value)
+    bound_heap()
     value = os.environ.get("ORIN_LLM_THREADS")
     if value:
         if not value.isdigit() or int(value) < 1:

@@ -195,8 +195,10 @@ class Generation:
                 self.timings.computed_prompt_tokens += end - start  # (a preempted request's output: not prompt)
             else:
                 self.timings.computed_prompt_tokens += max(0, len(self.prompt_ids) - start)
+            # the first token's mask, known now: the head makes the argmax over it exact (llama.Item)
+            self._masks = self.constraint.allowed()[None] if last and self.constraint is not None else None
             return Item(self._tensor(self.context[start:end]), kv.target, 1 if last else 0,
-                        block=self.engine.cache.block_size)
+                        block=self.engine.cache.block_size, greedy=self.params.greedy, allowed=self._masks)
         behind = len(self.context) - 1 - start  # emitted before a preemption, K/V not computed again yet
         if behind > 0:
             n = min(behind, self.engine.decode_rows)
@@ -208,7 +210,8 @@ class Generation:
         self.engine.cache.grow(kv, start + len(feed))
         self._draft, self._q, self._masks = draft, q, masks
         self._kind = "decode"
-        return Item(self._tensor(feed), kv.target, len(draft) + 1, decode=True)
+        return Item(self._tensor(feed), kv.target, len(draft) + 1, decode=True, greedy=self.params.greedy,
+                    allowed=masks)
 
     def _propose(self) -> tuple[list[int], Optional[torch.Tensor], Optional[torch.Tensor]]:
         c, params = self.constraint, self.params
@@ -249,7 +252,8 @@ class Generation:
                 return
             row = logits[-1:]  # the last prompt token's logits: the first new token
             if self.constraint is not None:
-                row = apply_mask(row, self.constraint.allowed())
+                row = apply_mask(row, self._masks)
+            self._masks = None
             self._emit([verify(row, [], None, self.params, self.sampler)[1]])
             return
         draft = self._draft

@@ -25,6 +25,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .attention import MIN_KEYS, int8_attention_bf16
+from .head import Q8Head
 from .kv_cache import KVCache
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
@@ -115,6 +116,11 @@ class Item:
     num_logits: int = 1
     block: int = 0
     decode: bool = False  # a decode or verify step (a request's last token, forced tokens, its draft)
+    # Only the argmax of each logits row is used (a greedy request): a head that can (head.py) returns
+    # rows exact where that argmax can be, over the tokens `allowed` allows ([num_logits, n] bool,
+    # a grammar's masks; None: all), and lower elsewhere. False: every logit, in float32.
+    greedy: bool = False
+    allowed: Optional[torch.Tensor] = None
 
 
 class Attention(nn.Module):
@@ -309,12 +315,36 @@ class Llama(nn.Module):
         if not want:
             return [x.new_zeros(0, self.arch.vocab_size, dtype=torch.float32) for _ in items]
         sel = x[want[0][0]:want[0][1]] if len(want) == 1 else torch.cat([x[a:b] for a, b in want])
-        logits = padded(self.lm_head, self.norm(sel), width).float()
+        logits = self._logits(self.norm(sel), [it for it in items if it.num_logits], width)
         out, at = [], 0
         for it in items:
             out.append(logits[at:at + it.num_logits])
             at += it.num_logits
         return out
+
+    def _logits(self, h: torch.Tensor, items: list[Item], width: int) -> torch.Tensor:
+        """Float32 logits of h's rows ([R, vocab]), the items' rows in order. An int8 head (head.py)
+        gives greedy items exact argmaxes in one pass and the others their float32 logits."""
+        if not isinstance(self.lm_head, Q8Head):
+            return padded(self.lm_head, h, width).float()
+        if all(it.greedy for it in items):
+            allowed, at = None, 0
+            if any(it.allowed is not None for it in items):
+                allowed = torch.ones(h.shape[0], self.lm_head.out_features, dtype=torch.bool, device=h.device)
+            for it in items:  # (a grammar's vocabulary may be shorter than the model's: the rest is forbidden)
+                if it.allowed is not None:
+                    n = min(it.allowed.shape[-1], allowed.shape[1])
+                    allowed[at:at + it.num_logits] = False
+                    allowed[at:at + it.num_logits, :n] = it.allowed[:, :n]
+                at += it.num_logits
+            return self.lm_head(h, allowed)
+        if not any(it.greedy for it in items):
+            return padded(self.lm_head.full, h, width)
+        out, at = [], 0  # a mixed batch: each item its own way
+        for it in items:
+            out.append(self._logits(h[at:at + it.num_logits], [it], width))
+            at += it.num_logits
+        return torch.cat(out)
 
     def _step(self, pos: int, t: int, row: int, cache, block: int = 0, decode: bool = False) -> Step:
         int8 = cache.dtype == torch.int8

@@ -9,9 +9,10 @@ groups are asymmetric: w = scale·q + min, q in 0..15). Every format is row-wise
   the values scale·q + min of 32-weight blocks, so `recover_q4_1` finds each block's scale, min and
   codes again from those floats, and refuses a weight where that does not give back every value
   bit for bit: the engine then holds the GGUF's information, not a second quantization of it. Its
-  Q8_0 token embedding is kept the same way for lookups (`recover_q8_0`, `Q8Embedding`); the tied
-  lm_head stays float32 (the same values), because both packed kernels write bf16 outputs, and
-  bf16 logits tie at the top (8 significant bits), which leaves argmax to the token order.
+  Q8_0 token embedding is kept the same way for lookups (`recover_q8_0`, `Q8Embedding`). The tied
+  lm_head is not a plain packed layer: both kernels write bf16 outputs, and bf16 logits tie at the
+  top (8 significant bits), which would leave argmax to the token order. head.py runs it as int8
+  with exact greedy choices (error bounds, the top recomputed exactly) and float32 on demand.
 
 On a CPU a `QuantLinear` runs torch's packed weight-only kernels, which read the quantized weights
 as they are: `aten._weight_int8pack_mm` (int8, per-channel scales) and

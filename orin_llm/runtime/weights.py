@@ -18,6 +18,7 @@ dequantized once at load to the compute dtype, and the log says so.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
@@ -28,9 +29,10 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .attention import bf16_attention_available
+from .head import Q8Head
 from .llama import PROBE_ROWS, Llama
 from .packed import PackedLinear, pack_linears, packing_available, rows_independent
-from .quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
+from .quant import INT8_KERNEL, Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +48,42 @@ def release_freed_memory() -> bool:
     load or a long prefill freed can stay resident in the allocator's free lists. Measured here: no
     change right after one engine's load, 240 MB returned after a first engine was freed in the same
     process; cheap either way."""
+    libc = _libc()
+    try:
+        return bool(libc is not None and libc.malloc_trim(0))
+    except AttributeError:  # not glibc (musl, macOS): no malloc_trim
+        return False
+
+
+M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter number (malloc.h)
+TRIM_THRESHOLD_BYTES = 1 << 20
+
+
+def bound_heap() -> bool:
+    """Fix glibc's trim threshold at 1 MiB (mallopt), unless MALLOC_TRIM_THRESHOLD_ or
+    MALLOC_MMAP_THRESHOLD_ is set. glibc raises both thresholds, up to 32 MiB, each time a large
+    block is freed, after which a decode step's [rows, vocab] temporaries (up to 1.7 MB each) come
+    from the heap and stay resident as it fragments: a greedy daemon grew 66 MB over 12 plans, and
+    16 MB with the threshold fixed (which also fixes the mmap threshold at its 128 KiB default).
+    Decode and prefill speed: the same within noise (docs/BENCHMARKS.md)."""
+    if os.environ.get("MALLOC_TRIM_THRESHOLD_") or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
+        return False
+    libc = _libc()
+    try:
+        return bool(libc is not None and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+    except AttributeError:  # not glibc
+        return False
+
+
+def _libc():
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     try:
-        libc = ctypes.CDLL(name) if name else None
-        return bool(libc is not None and libc.malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc (musl, macOS): no malloc_trim
-        return False
+        return ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
 
 
 def check_kernels(kernels: list[str], device: str | torch.device, what: str) -> None:
@@ -133,6 +162,11 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
     _pack(model, device, dtype, weights)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
         model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
+        int8 = kernel_available(INT8_KERNEL, torch.device(device).type)
+        if arch.tie_word_embeddings and dtype == torch.float32 and int8:
+            # the tied head over the same codes: int8 with exact greedy choices, float32 on demand (head.py)
+            model.lm_head = Q8Head(model.embed_tokens)
+            release_freed_memory()  # the float32 head just dropped: 113 MB for the embedded model
     model.bf16_prefill = bf16_attention_available(device)
     if torch.device(device).type == "cpu" and not model.bf16_prefill:
         log.info("no bf16 dot products on this CPU (or ORIN_LLM_BF16_ATTN=0): prefill attention over an "

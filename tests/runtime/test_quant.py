@@ -5,12 +5,15 @@ import torch
 import torch.nn.functional as F
 
 from orin_llm.errors import OrinError
+from orin_llm.runtime.head import Q8Head
 from orin_llm.runtime.packed import PackedLinear
 from orin_llm.runtime.quant import (
     INT4_KERNEL,
+    INT8_KERNEL,
     Int8Embedding,
     Q8Embedding,
     QuantLinear,
+    kernel_available,
     quantize_int4,
     quantize_int8,
     recover_q4_1,
@@ -161,13 +164,15 @@ def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymme
 def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
     """The embedded engine's target keeps the GGUF's Q4_1 blocks: its linear layers run the int4
     kernel (the manifest says which kernels), at under a fifth of the float32 bytes, and its kernels
-    are row-independent, so exact decoding needs no padding. The lm_head stays float32 (float32
-    logits), and the input embedding is the GGUF's Q8_0 blocks: the very float values on lookup."""
+    are row-independent, so exact decoding needs no padding. The input embedding is the GGUF's Q8_0
+    blocks (the very float values on lookup), and the tied lm_head runs over the same codes (int8
+    with exact greedy choices, head.py; float32 where no int8 kernel is)."""
     target = engine.manifest.target
     assert target.weights == "q4_1" and target.kernels == [INT4_KERNEL]
     layers = [m for n, m in engine.model.named_modules() if isinstance(m, QuantLinear) and "layers" in n]
     assert len(layers) == 4 * engine.model.arch.num_layers and all(m.int4 is not None for m in layers)
-    assert isinstance(engine.model.lm_head, PackedLinear)
+    head = engine.model.lm_head
+    assert isinstance(head, Q8Head if kernel_available(INT8_KERNEL, "cpu") else PackedLinear)
     emb, fp = engine.model.embed_tokens, engine_fp.model.embed_tokens.weight
     assert isinstance(emb, Q8Embedding) and emb.nbytes < fp.numel() * 4 / 3.5
     ids = torch.tensor([0, 5, 1000, 49151])

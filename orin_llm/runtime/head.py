@@ -1,0 +1,125 @@
+"""The lm_head of a q4_1 target: exact greedy choices from an int8 pass, float32 logits on demand.
+
+The embedded model's head is tied to its GGUF's Q8_0 token embedding (quant.Q8Embedding). As a
+float32 matrix it is 113 MB, the largest tensor the daemon holds, and a decode step reads all of it
+(2.9 ms of a 12 ms step on the 2-core VM, docs/BENCHMARKS.md). Yet a greedy request uses one
+number per row: the argmax, over the tokens its grammar allows. So:
+
+- `approx`: the same values requantized to int8 per row (28 MB), on torch's packed int8 kernel
+  (bf16 activations, bf16 output). Every approximate logit L~ comes with a rigorous bound on its
+  error, |L - L~| <= ||h||_1 * coef_v + 2^-8 |L~| + SLACK, where coef_v = delta_v + 2^-8 a_v:
+  delta_v the largest |w - w~| of row v (the requantization, measured at load), a_v its largest
+  |w| (times the bf16 rounding of h, 2^-9, and the kernel's float32 sums), and 2^-8 |L~| the
+  output's rounding to bf16. Measured on the embedded model's hidden states, the true error stays
+  under a fifth of the bound.
+- Every token whose interval [L~ - e, L~ + e] reaches the best lower bound among the allowed
+  tokens is a candidate (a median of 7 per row, at most ~150 measured); their logits are computed
+  exactly from the Q8_0 codes (float64 sums), written over the approximate ones. Every other
+  allowed token keeps a value below the best exact one, so the argmax of the returned row (over the
+  allowed tokens) is the argmax of the exact logits: greedy answers, speculation's lossless
+  verify and batch invariance stand on exact numbers, not on the kernel's.
+- `full(h)`: float32 logits for every token, for sampled requests (temperature > 0 needs the whole
+  distribution). The float32 matrix is made from the codes on the first such request and kept, as
+  the draft model is loaded on first use: a daemon serving greedy plans never holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+from torch import nn
+
+from .packed import PackedLinear, packing_available
+from .quant import Q8Embedding, QuantLinear
+
+log = logging.getLogger(__name__)
+
+SLACK = 1e-3  # absolute, on top of the bound: the exact sums' own rounding (float64, then float32)
+REFINE_ROWS = 1024  # candidates recomputed per chunk (bounds the temporary when a row has many)
+
+
+class Q8Head(nn.Module):
+    """The tied head over a Q8Embedding's codes (shared, not copied): see the module doc."""
+
+    def __init__(self, embedding: Q8Embedding):
+        super().__init__()
+        self.embedding = [embedding]  # not a submodule: the codes are the embedding's
+        self.out_features, self.in_features = embedding.codes.shape
+        w = self._rows(torch.arange(self.out_features, device=embedding.codes.device), torch.float64)
+        # per-row scales as the kernel holds them (bf16), and the codes that round to nearest under them
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).to(torch.bfloat16).double()
+        q = torch.clamp(torch.round(w / scales[:, None]), -127, 127).to(torch.int8)
+        self.approx = QuantLinear(q, scales.float(), torch.float32)
+        if not self.approx.pack():
+            raise RuntimeError("no packed int8 kernel here")  # the loader checks kernel_available first
+        kept = self.approx.qweight.double() * self.approx.packed_scales.double()[:, None]
+        delta = (w - kept).abs().amax(dim=1)
+        coef = delta + 2.0 ** -8 * w.abs().amax(dim=1)  # h's bf16 rounding (2^-9) and the sums', with room
+        self.register_buffer("coef", coef.float() * (1 + 2.0 ** -20), persistent=False)  # rounded up
+        self.full_head: Optional[nn.Module] = None  # float32 logits, made on first use (full)
+
+    def _rows(self, idx: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The exact weights of rows `idx`: code times its block's scale, as the GGUF defines them."""
+        emb = self.embedding[0]
+        return emb.codes[idx].to(dtype) * emb.scales[idx].to(dtype).repeat_interleave(emb.group, dim=-1)
+
+    @torch.inference_mode()
+    def forward(self, h: torch.Tensor, allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """h: [R, in] → [R, vocab] float32 logits, exact where a row's argmax over `allowed` ([R, n]
+        bool, n <= vocab, past n forbidden; None: every token) can be; elsewhere lower than that."""
+        out = self.approx(h).float()
+        bound = self.bound(h, out)  # (in place from here: [R, vocab] temporaries are 200 KB a row)
+        low = torch.sub(out, bound)
+        mask = None
+        if allowed is not None:
+            mask = allowed
+            if allowed.shape != out.shape:
+                mask = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
+                n = min(allowed.shape[-1], out.shape[-1])
+                mask[:, :n] = allowed[:, :n]
+            low.masked_fill_(~mask, float("-inf"))
+        cand = bound.add_(out) >= low.amax(dim=1, keepdim=True)  # the best allowed token is always one
+        if mask is not None:
+            cand &= mask  # a forbidden token's logit is never looked at
+        rows, cols = cand.nonzero(as_tuple=True)
+        for a in range(0, rows.shape[0], REFINE_ROWS):
+            r, c = rows[a:a + REFINE_ROWS], cols[a:a + REFINE_ROWS]
+            out[r, c] = (self._rows(c, torch.float64) * h[r].double()).sum(dim=-1).float()
+        return out
+
+    def bound(self, h: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
+        """[R, vocab]: how far each approximate logit (approx = self.approx(h)) can be from the exact one."""
+        bound = approx.abs().mul_(2.0 ** -8).add_(SLACK)
+        return bound.addcmul_(h.abs().sum(dim=1, keepdim=True).float(), self.coef)
+
+    def exact(self, h: torch.Tensor) -> torch.Tensor:
+        """[R, vocab] float64: the exact logits (float64 sums over the GGUF's values; for tests)."""
+        w = self._rows(torch.arange(self.out_features, device=h.device), torch.float64)
+        return h.double() @ w.T
+
+    @torch.inference_mode()
+    def full(self, h: torch.Tensor) -> torch.Tensor:
+        """Float32 logits of every token (the matrix made on the first call)."""
+        if self.full_head is None:
+            w = self._rows(torch.arange(self.out_features, device=h.device), torch.float32)
+            if packing_available(h.device, torch.float32):
+                self.full_head = PackedLinear(w)
+            else:
+                self.full_head = nn.Linear(self.in_features, self.out_features, bias=False, device=h.device)
+                self.full_head.weight.data = w
+            log.info("a sampled request: the float32 lm_head is made (%d MB, kept from now on)",
+                     w.numel() * w.element_size() >> 20)
+        return self.full_head(h).float()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held beyond the embedding's codes: the int8 copy, its bounds, and the float32 head
+        once made."""
+        full = 0 if self.full_head is None else self.out_features * self.in_features * 4
+        return self.approx.nbytes + self.coef.numel() * 4 + full
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, int8 + exact top, "
+                f"float32 {'made' if self.full_head is not None else 'not made'}")

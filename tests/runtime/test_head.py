@@ -1,0 +1,93 @@
+"""The int8 head of a q4_1 target (runtime/head.py): rigorous error bounds, exact greedy choices with
+and without a grammar's mask, and the float32 head made only for sampled requests."""
+
+import pytest
+import torch
+
+from orin_llm.runtime.engine import Engine
+from orin_llm.runtime.head import Q8Head
+from orin_llm.runtime.llama import Item
+from orin_llm.runtime.sampling import SamplingParams
+
+TASKS = ["Bring the mug from the kitchen to the sofa.", "Water the plants, then close the door."]
+
+
+@pytest.fixture(scope="module")
+def fresh(engine_dir):
+    """An engine of its own: other tests' sampled requests make the shared engine's float32 head."""
+    e = Engine.load(engine_dir, device="cpu", draft=False)
+    if not isinstance(e.model.lm_head, Q8Head):
+        pytest.skip("no packed int8 kernel here: the q4_1 target keeps its float32 head")
+    return e
+
+
+def hidden_states(engine, text: str) -> torch.Tensor:
+    """The final-norm outputs (the head's inputs) at every position of a chat prompt."""
+    model, seen = engine.model, []
+    norm = model.norm.forward
+    model.norm.forward = lambda x: seen.append(norm(x)) or seen[-1]
+    try:
+        ids = torch.tensor(engine.chat_ids([{"role": "user", "content": text}]))
+        model.forward_batch([Item(ids, engine.contiguous_cache(256), ids.shape[0], greedy=True)])
+    finally:
+        model.norm.forward = norm
+    return seen[-1]
+
+
+def test_the_bound_holds_and_greedy_rows_are_exact_at_the_top(fresh):
+    head = fresh.model.lm_head
+    h = torch.cat([hidden_states(fresh, t) for t in TASKS])
+    exact = head.exact(h)
+    approx = head.approx(h).float()
+    err = (exact - approx.double()).abs()
+    bound = head.bound(h, approx).double()
+    assert bool((err <= bound).all()), f"error {float((err / bound).max()):.2f}x the bound"
+    assert float(err.max()) > 0.01  # the int8 pass is really approximate: the bound is doing work
+    out = head(h)
+    assert torch.equal(out.argmax(-1), exact.argmax(-1))
+    # a grammar that forbids each row's five best tokens: the argmax over the rest is exact too
+    allowed = torch.ones_like(out, dtype=torch.bool)
+    allowed.scatter_(1, exact.topk(5, dim=-1).indices, False)
+    masked = head(h, allowed)
+    want = exact.masked_fill(~allowed, float("-inf")).argmax(-1)
+    assert torch.equal(masked.masked_fill(~allowed, float("-inf")).argmax(-1), want)
+    # a mask shorter than the vocabulary (a tokenizer's): the tokens past it are forbidden
+    short = head(h, allowed[:, :1000])
+    assert torch.equal(short[:, :1000].masked_fill(~allowed[:, :1000], float("-inf")).argmax(-1),
+                       exact[:, :1000].masked_fill(~allowed[:, :1000], float("-inf")).argmax(-1))
+
+
+def test_greedy_answers_match_the_float32_head_and_never_make_it(fresh, monkeypatch):
+    head = fresh.model.lm_head
+
+    def answers(spec: str) -> list[list[int]]:
+        out = []
+        for task in TASKS:
+            g = fresh.generate(fresh.chat_ids([{"role": "user", "content": task}]),
+                               SamplingParams(max_tokens=24, temperature=0.0), speculation=spec)
+            list(g)
+            out.append(list(g.out))
+        return out
+
+    int8 = answers("none")
+    assert answers("lookup") == int8
+    assert head.full_head is None  # greedy requests never needed the float32 matrix
+    with monkeypatch.context() as m:  # every logit in float32, argmax over them all
+        m.setattr(Q8Head, "forward", lambda self, h, allowed=None: self.full(h))
+        assert answers("none") == int8
+    assert head.full_head is not None
+
+
+def test_a_sampled_request_gets_float32_logits_of_every_token(engine_dir):
+    e = Engine.load(engine_dir, device="cpu", draft=False)
+    head = e.model.lm_head
+    if not isinstance(head, Q8Head):
+        pytest.skip("no packed int8 kernel here")
+    g = e.generate(e.chat_ids([{"role": "user", "content": TASKS[0]}]),
+                   SamplingParams(max_tokens=4, temperature=0.8, seed=1), speculation="none")
+    list(g)
+    assert head.full_head is not None and "float32 made" in repr(head)
+    h = hidden_states(e, TASKS[1])
+    full = head.full(h)
+    assert full.dtype == torch.float32
+    assert torch.allclose(full.double(), head.exact(h), atol=1e-3, rtol=0)
