@@ -38,6 +38,7 @@ class KVPool:
         self.k = torch.empty(shape, dtype=store, device=device)
         self.v = torch.empty(shape, dtype=store, device=device)
         self.dtype = dtype
+        self._layers = [(self.k[i], self.v[i]) for i in range(arch.num_layers)]  # (views: no op per step)
         if self.int8:
             expected = (arch.num_layers, arch.num_kv_heads)
             if tuple(k_scale.shape) != expected or tuple(v_scale.shape) != expected:
@@ -46,7 +47,12 @@ class KVPool:
                 raise OrinError("KV scales must be positive")
             self.k_scale = k_scale.to(device=device, dtype=dtype)[:, :, None, None]  # [L, KV, 1, 1]
             self.v_scale = v_scale.to(device=device, dtype=dtype)[:, :, None, None]
-            self._head_scales = head_scales(self.k_scale, self.v_scale, arch.num_heads // arch.num_kv_heads)
+            # per layer, as Python lists: indexing a tensor by layer is an op, on every layer of every step
+            hk, hv = head_scales(self.k_scale, self.v_scale, arch.num_heads // arch.num_kv_heads)
+            layers = range(arch.num_layers)
+            self._head_scales = [(hk[i], hv[i]) for i in layers]
+            self._scales = [(self.k_scale[i, :, 0, 0], self.v_scale[i, :, 0, 0]) for i in layers]
+            self._write_scales = [(self.k_scale[i], self.v_scale[i]) for i in layers]
 
     @property
     def device(self) -> torch.device:
@@ -64,37 +70,37 @@ class KVPool:
         """k, v: [T, kv_heads, head_dim] for the T slots given."""
         k, v = k.transpose(0, 1), v.transpose(0, 1)  # [KV, T, D]
         if self.int8:
-            k = _quantize(k, self.k_scale[layer])
-            v = _quantize(v, self.v_scale[layer])
-        self.k[layer].index_copy_(1, slots, k)
-        self.v[layer].index_copy_(1, slots, v)
+            ks, vs = self._write_scales[layer]
+            k, v = _quantize(k, ks), _quantize(v, vs)
+        pk, pv = self._layers[layer]
+        pk.index_copy_(1, slots, k)
+        pv.index_copy_(1, slots, v)
 
     def gather(self, layer: int, runs: list[tuple[int, int]], length: int, dtype: torch.dtype):
         """K and V of `length` tokens stored in `runs` ((first slot, count), in order), as [KV, length, D]."""
         kv, d = self.arch.num_kv_heads, self.arch.head_dim
+        pk, pv = self._layers[layer]
         if len(runs) == 1:  # one contiguous run: a view, converted only if the dtype differs
             s, _ = runs[0]
-            return self.k[layer, :, s:s + length].to(dtype), self.v[layer, :, s:s + length].to(dtype)
+            return pk[:, s:s + length].to(dtype), pv[:, s:s + length].to(dtype)
         if len(runs) > MAX_RUNS:
             idx = torch.cat([torch.arange(s, s + n, device=self.device) for s, n in runs])
-            return (self.k[layer].index_select(1, idx).to(dtype), self.v[layer].index_select(1, idx).to(dtype))
+            return pk.index_select(1, idx).to(dtype), pv.index_select(1, idx).to(dtype)
         k = torch.empty(kv, length, d, dtype=dtype, device=self.device)
         v = torch.empty(kv, length, d, dtype=dtype, device=self.device)
         at = 0
         for s, n in runs:  # copy_ converts as it copies: one pass over the cached bytes
-            k[:, at:at + n].copy_(self.k[layer, :, s:s + n])
-            v[:, at:at + n].copy_(self.v[layer, :, s:s + n])
+            k[:, at:at + n].copy_(pk[:, s:s + n])
+            v[:, at:at + n].copy_(pv[:, s:s + n])
             at += n
         return k, v
 
     def head_scales(self, layer: int):
         """The K and V scales per query head, [1, H, 1, 1] each (kv_cache.head_scales)."""
-        return self._head_scales[0][layer], self._head_scales[1][layer]
+        return self._head_scales[layer]
 
     def scales(self, layer: int):
-        if not self.int8:
-            return None, None
-        return self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0]
+        return self._scales[layer] if self.int8 else (None, None)
 
 
 def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

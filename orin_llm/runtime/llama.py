@@ -53,12 +53,18 @@ def rope_inv_freq(arch: Arch) -> torch.Tensor:
 
 
 def rope_tables(arch: Arch, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin for every position, [P, 1, head_dim], float32 as HF computes them, on the CPU
-    (moved with the model). The device is explicit because the model is built under
-    torch.device("meta"), where arange imports torch._dynamo and triton."""
+    """cos and signed sin for every position, [P, 1, head_dim], float32 as HF computes them, on the
+    CPU (moved with the model). The device is explicit because the model is built under
+    torch.device("meta"), where arange imports torch._dynamo and triton.
+
+    The sin table's first half is negated: HF's rotate_half(x)·sin = [-x2, x1]·sin equals
+    [x2, x1]·[-sin, sin] bit for bit (negation is exact), and [x2, x1] is one flip of x's halves,
+    where rotate_half takes a chunk, a neg and a cat (ops are what a small model's decode step costs)."""
     freqs = torch.outer(torch.arange(positions, dtype=torch.float32, device="cpu"), rope_inv_freq(arch))
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos()[:, None, :], emb.sin()[:, None, :]
+    sin = emb.sin()
+    sin[:, : sin.shape[1] // 2].neg_()
+    return emb.cos()[:, None, :], sin[:, None, :]
 
 
 def padded(linear: nn.Module, x: torch.Tensor, width: int) -> torch.Tensor:
@@ -71,9 +77,9 @@ def padded(linear: nn.Module, x: torch.Tensor, width: int) -> torch.Tensor:
     return linear(xp)[: x.shape[0]]
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+def _swap_halves(x: torch.Tensor) -> torch.Tensor:
+    """[x1, x2] → [x2, x1] along the last dim (rope_tables' signed sin makes it rotate_half)."""
+    return x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
 
 
 class RMSNorm(nn.Module):
@@ -83,9 +89,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
+        h = x if x.dtype == torch.float32 else x.float()  # (no conversion op where there is none to make)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        return self.weight * (h if h.dtype == x.dtype else h.to(x.dtype))
 
 
 @dataclass(frozen=True)
@@ -137,10 +143,13 @@ class Attention(nn.Module):
         qk, v = qkv.split([(self.h + self.kv) * self.d, self.kv * self.d], dim=-1)
         v = v.view(t, self.kv, self.d)
         qk = qk.view(t, self.h + self.kv, self.d)  # q and k heads side by side: RoPE on both at once
-        qk = qk * cos + _rotate_half(qk) * sin
+        qk = qk * cos + _swap_halves(qk) * sin  # (sin signed: rope_tables)
         q, k = qk[:, :self.h], qk[:, self.h:]
         outs = []
-        for cache, step in zip(caches, steps, strict=False):
+        if len(steps) == 1:  # one sequence: all the rows (no slicing ops)
+            caches[0].write(layer, steps[0].pos, k, v)
+            outs.append(self._attend_cached(q, caches[0], layer, steps[0]))
+        for cache, step in zip(caches, steps, strict=False) if len(steps) > 1 else ():
             r = step.rows
             cache.write(layer, step.pos, k[r], v[r])
             outs.append(self._attend_cached(q[r], cache, layer, step))
@@ -155,14 +164,14 @@ class Attention(nn.Module):
         read_dtype = torch.bfloat16 if step.bf16 else q.dtype  # (bf16: int8 values convert exactly)
         keys, values, k_scale, v_scale = cache.read_unscaled(layer, step.pos + t, read_dtype)
         if k_scale is not None:  # INT8 cache: its per-KV-head scales go onto q, and onto out below
-            k_scale, v_scale = cache.head_scales(layer)  # ([1, H, 1, 1] each, made once)
-            q = q * k_scale.to(q.dtype)
+            k_scale, v_scale = cache.head_scales(layer)  # ([1, H, 1, 1] each, in the compute dtype, made once)
+            q = q * (k_scale if k_scale.dtype == q.dtype else k_scale.to(q.dtype))
         if step.blocks:
             out = self._attend_blocks(q, keys, values, step)
         else:
             out = self._attend(q, keys, values, step)
         if v_scale is not None:
-            out = out * v_scale.to(out.dtype)
+            out = out * (v_scale if v_scale.dtype == out.dtype else v_scale.to(out.dtype))
         return out[0].transpose(0, 1).reshape(t, self.h * self.d)
 
     def _attend_blocks(self, q, keys, values, step: Step):
@@ -195,8 +204,8 @@ class Attention(nn.Module):
             keys = keys.repeat_interleave(self.rep, dim=1)
             values = values.repeat_interleave(self.rep, dim=1)
         if step.exact:  # each query exactly as a one-token decode step computes it: its own key range
-            if t == 1:
-                return _sdpa(q, keys[:, :, :pos + 1], values[:, :, :pos + 1], None)
+            if t == 1:  # (the cache was read up to pos + 1: every key is in view)
+                return _sdpa(q, keys, values, None)
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         return _sdpa(q, keys, values, step.mask)

@@ -202,12 +202,14 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed_scales is None and self.int4 is None:
             return F.linear(x, self.dequantize())
-        flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # (rows, as the model passes them: no op)
+        flat = flat.to(torch.bfloat16)
         if self.int4 is not None:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, *self.int4)
         else:
             y = torch.ops.aten._weight_int8pack_mm(flat, self.qweight, self.packed_scales)
-        return y.to(x.dtype).reshape(*x.shape[:-1], y.shape[-1])
+        y = y.to(x.dtype)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
     @property
     def nbytes(self) -> int:
