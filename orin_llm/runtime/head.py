@@ -40,6 +40,19 @@ SLACK = 1e-3  # absolute, on top of the bound: the exact sums' own rounding (flo
 REFINE_ROWS = 1024  # candidates recomputed per chunk (bounds the temporary when a row has many)
 
 
+def vocab_mask(allowed: Optional[torch.Tensor], rows: int, vocab: int, device=None) -> torch.Tensor:
+    """[rows, vocab] bool: `allowed` ([rows, n]; a grammar's vocabulary may be shorter than the
+    model's) with every token past n forbidden; every token allowed where `allowed` is None."""
+    if allowed is None:
+        return torch.ones(rows, vocab, dtype=torch.bool, device=device)
+    if allowed.shape == (rows, vocab):
+        return allowed
+    mask = torch.zeros(rows, vocab, dtype=torch.bool, device=allowed.device)
+    n = min(allowed.shape[-1], vocab)
+    mask[:, :n] = allowed[:, :n]
+    return mask
+
+
 class Q8Head(nn.Module):
     """The tied head over a Q8Embedding's codes (shared, not copied): see the module doc."""
 
@@ -72,13 +85,8 @@ class Q8Head(nn.Module):
         out = self.approx(h).float()
         bound = self.bound(h, out)  # (in place from here: [R, vocab] temporaries are 200 KB a row)
         low = torch.sub(out, bound)
-        mask = None
-        if allowed is not None:
-            mask = allowed
-            if allowed.shape != out.shape:
-                mask = torch.zeros(out.shape, dtype=torch.bool, device=out.device)
-                n = min(allowed.shape[-1], out.shape[-1])
-                mask[:, :n] = allowed[:, :n]
+        mask = None if allowed is None else vocab_mask(allowed, out.shape[0], out.shape[1])
+        if mask is not None:
             low.masked_fill_(~mask, float("-inf"))
         cand = bound.add_(out) >= low.amax(dim=1, keepdim=True)  # the best allowed token is always one
         if mask is not None:
@@ -112,13 +120,6 @@ class Q8Head(nn.Module):
             log.info("a sampled request: the float32 lm_head is made (%d MB, kept from now on)",
                      w.numel() * w.element_size() >> 20)
         return self.full_head(h).float()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held beyond the embedding's codes: the int8 copy, its bounds, and the float32 head
-        once made."""
-        full = 0 if self.full_head is None else self.out_features * self.in_features * 4
-        return self.approx.nbytes + self.coef.numel() * 4 + full
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, int8 + exact top, "

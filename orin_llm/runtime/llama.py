@@ -25,7 +25,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from .attention import MIN_KEYS, int8_attention_bf16
-from .head import Q8Head
+from .head import Q8Head, vocab_mask
 from .kv_cache import KVCache
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
@@ -146,13 +146,11 @@ class Attention(nn.Module):
         qk = qk * cos + _swap_halves(qk) * sin  # (sin signed: rope_tables)
         q, k = qk[:, :self.h], qk[:, self.h:]
         outs = []
-        if len(steps) == 1:  # one sequence: all the rows (no slicing ops)
-            caches[0].write(layer, steps[0].pos, k, v)
-            outs.append(self._attend_cached(q, caches[0], layer, steps[0]))
-        for cache, step in zip(caches, steps, strict=False) if len(steps) > 1 else ():
-            r = step.rows
-            cache.write(layer, step.pos, k[r], v[r])
-            outs.append(self._attend_cached(q[r], cache, layer, step))
+        for cache, step in zip(caches, steps, strict=False):
+            r = step.rows  # (one sequence holds every row: no slicing ops)
+            qs, ks, vs = (q, k, v) if len(steps) == 1 else (q[r], k[r], v[r])
+            cache.write(layer, step.pos, ks, vs)
+            outs.append(self._attend_cached(qs, cache, layer, step))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return padded(self.o_proj, out, width)
 
@@ -337,15 +335,10 @@ class Llama(nn.Module):
         if not isinstance(self.lm_head, Q8Head):
             return padded(self.lm_head, h, width).float()
         if all(it.greedy for it in items):
-            allowed, at = None, 0
+            allowed = None
             if any(it.allowed is not None for it in items):
-                allowed = torch.ones(h.shape[0], self.lm_head.out_features, dtype=torch.bool, device=h.device)
-            for it in items:  # (a grammar's vocabulary may be shorter than the model's: the rest is forbidden)
-                if it.allowed is not None:
-                    n = min(it.allowed.shape[-1], allowed.shape[1])
-                    allowed[at:at + it.num_logits] = False
-                    allowed[at:at + it.num_logits, :n] = it.allowed[:, :n]
-                at += it.num_logits
+                vocab = self.lm_head.out_features
+                allowed = torch.cat([vocab_mask(it.allowed, it.num_logits, vocab, h.device) for it in items])
             return self.lm_head(h, allowed)
         if not any(it.greedy for it in items):
             return padded(self.lm_head.full, h, width)
