@@ -32,10 +32,11 @@ class GrammarError(OrinError):
 def _llg():
     try:
         import llguidance
-        import llguidance.hf
         # not llguidance.torch: its module-level @torch.compile imports torch._dynamo, inductor and
         # triton (1.6 s, ~200 MB resident in the daemon) for a kernel we do not use; the two calls we
-        # need from it are below (allocate_token_bitmask, fill_next_token_bitmask)
+        # need from it are below (allocate_token_bitmask, fill_next_token_bitmask). Not llguidance.hf
+        # either: it imports transformers (41 MB) to hand LLTokenizer the tokenizer.json text that
+        # our Tokenizer already holds.
     except ImportError:
         raise OrinError("constrained decoding needs the llguidance package (pip install llguidance)") from None
     return llguidance
@@ -47,7 +48,7 @@ class Vocabulary:
     def __init__(self, tokenizer, vocab_size: int, eos_ids: set[int]):
         llg = _llg()
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id in eos_ids else min(eos_ids)
-        self.lltok = llg.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos)
+        self.lltok = llg.LLTokenizer(tokenizer.json, n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
 
 

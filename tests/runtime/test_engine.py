@@ -62,7 +62,8 @@ def test_draft_model_loads_on_first_use_and_catches_up_on_a_pinned_prefix(engine
 def test_serving_imports_no_compiler_stack(engine_dir):
     """Loading an engine and constraining a request must not import torch._dynamo or triton: they
     cost the daemon ~180 MB and 1.6 s (docs/BENCHMARKS.md, "Lazy draft…"). llguidance.torch and
-    modules built on the meta device did. A fresh interpreter: other tests may import them."""
+    modules built on the meta device did. Nor transformers (41 MB: runtime/tokenizer.py), which the
+    tokenizer and llguidance.hf did. A fresh interpreter: other tests may import them."""
     code = (
         "import sys, os\n"
         "from orin_llm.runtime.engine import Engine\n"
@@ -73,7 +74,7 @@ def test_serving_imports_no_compiler_stack(engine_dir):
         "ids = eng.chat_ids([{'role': 'user', 'content': 'Yes or no?'}])\n"
         "out = eng.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), 'none', constraint=c).run()\n"
         "assert out.text.strip() in ('yes', 'no'), out.text\n"
-        "print(sorted(m for m in ('torch._dynamo', 'triton', 'torch._inductor') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch._dynamo', 'triton', 'torch._inductor', 'transformers') if m in sys.modules))\n"
         "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])\n")
     env = {k: v for k, v in os.environ.items() if k not in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")}
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
