@@ -55,22 +55,34 @@ def release_freed_memory() -> bool:
         return False
 
 
-M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter number (malloc.h)
-TRIM_THRESHOLD_BYTES = 1 << 20
+# glibc's mallopt parameter numbers (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+# Allocations below this come from the heap, where a freed block is reused by the next step. A decode
+# step's largest temporaries are [rows, vocab] float32 logits (6.3 MB for 32 rows: 4 requests with
+# 7-token drafts); a 4k-token prefill's larger ones are mapped and unmapped, which its compute dwarfs.
+MMAP_THRESHOLD_BYTES = 16 << 20
+# Free memory at the top of the heap past this goes back to the OS: twice the largest block the
+# heap serves, so one step's temporaries never trim and fault back in on the next step.
+TRIM_THRESHOLD_BYTES = 32 << 20
 
 
 def bound_heap() -> bool:
-    """Fix glibc's trim threshold at 1 MiB (mallopt), unless MALLOC_TRIM_THRESHOLD_ or
-    MALLOC_MMAP_THRESHOLD_ is set. glibc raises both thresholds, up to 32 MiB, each time a large
-    block is freed, after which a decode step's [rows, vocab] temporaries (up to 1.7 MB each) come
-    from the heap and stay resident as it fragments: a greedy daemon grew 66 MB over 12 plans, and
-    16 MB with the threshold fixed (which also fixes the mmap threshold at its 128 KiB default).
-    Decode and prefill speed: the same within noise (docs/BENCHMARKS.md)."""
+    """Fix glibc's mmap threshold at 16 MiB and its trim threshold at 32 MiB (mallopt), unless
+    MALLOC_TRIM_THRESHOLD_ or MALLOC_MMAP_THRESHOLD_ is set.
+
+    Why both, and why these: left to itself, glibc raises both thresholds (up to 32 and 64 MiB) each
+    time a large block is freed, and a greedy daemon grew 66 MB over 12 plans. Fixing the trim
+    threshold alone at 1 MiB (what we did first) also froze the mmap threshold at 128 KiB: every
+    per-layer K/V read and logits buffer of a decode step was then mapped fresh and unmapped, and a
+    daemon whose heap got into that state took 420-500k page faults per 64-token plan and decoded
+    at 31 instead of 50 tok/s (the "slow mode" of docs/BENCHMARKS.md). With these values it takes
+    under 1k, for 14-18 MB more resident memory (docs/BENCHMARKS.md, "The slow mode was page faults")."""
     if os.environ.get("MALLOC_TRIM_THRESHOLD_") or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
     libc = _libc()
     try:
-        return bool(libc is not None and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+        return bool(libc is not None and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+                    and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
     except AttributeError:  # not glibc
         return False
 
