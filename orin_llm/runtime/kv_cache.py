@@ -103,10 +103,18 @@ class Int8KVCache(KVCache):
         self.capacity = capacity
         self.length = 0
         self._head_scales = head_scales(self.k_scale, self.v_scale, arch.num_heads // arch.num_kv_heads)
+        self._slots = torch.arange(capacity, device=device)  # (int8_attention reads through slots)
 
     def head_scales(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The K and V scales per query head, [1, H, 1, 1] each (head_scales above)."""
         return self._head_scales[0][layer], self._head_scales[1][layer]
+
+    def int8_layer(self, layer: int):
+        """One layer as stored, [KV, capacity, D] int8 each, and its [KV] scales (int8_attention)."""
+        return self.k[layer], self.v[layer], self.k_scale[layer, :, 0, 0], self.v_scale[layer, :, 0, 0]
+
+    def slot_table(self, end: int) -> torch.Tensor:
+        return self._slots[:end]
 
     @property
     def scales_nbytes(self) -> int:

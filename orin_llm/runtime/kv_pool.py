@@ -102,6 +102,10 @@ class KVPool:
     def scales(self, layer: int):
         return self._scales[layer] if self.int8 else (None, None)
 
+    def int8_layer(self, layer: int):
+        """One layer of an INT8 pool as stored, [KV, slots, D] int8 each, and its [KV] scales."""
+        return (*self._layers[layer], *self._scales[layer])
+
 
 def _quantize(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return torch.clamp(torch.round(x / scale), -127, 127).to(torch.int8)
@@ -167,6 +171,13 @@ class PagedView:
 
     def head_scales(self, layer: int):
         return self.pool.head_scales(layer)
+
+    def int8_layer(self, layer: int):
+        return self.pool.int8_layer(layer)
+
+    def slot_table(self, end: int) -> torch.Tensor:
+        """The slots of positions [0, end), int64 (what int8_attention reads through)."""
+        return self.slots(0, end)
 
     def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
         k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)

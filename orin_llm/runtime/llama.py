@@ -26,6 +26,7 @@ from ..arch import Arch
 from ..errors import OrinError
 from .attention import MIN_KEYS, int8_attention_bf16
 from .head import Q8Head, vocab_mask
+from .int8_attention import int8_decode_attention, usable
 from .kv_cache import KVCache
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
@@ -103,6 +104,7 @@ class Step:
     exact: bool  # a decode or verify step, computed batch-invariant (see Llama.decode_width)
     bf16: bool  # a prefill over an INT8 cache: attention as bf16 GEMMs (attention.py)
     blocks: int = 0  # > 0: a prompt chunk whose attention runs per aligned block of this many tokens
+    int8_op: bool = False  # a decode-sized step over an INT8 cache: int8_attention's op reads it directly
 
 
 @dataclass
@@ -150,7 +152,10 @@ class Attention(nn.Module):
             r = step.rows  # (one sequence holds every row: no slicing ops)
             qs, ks, vs = (q, k, v) if len(steps) == 1 else (q[r], k[r], v[r])
             cache.write(layer, step.pos, ks, vs)
-            outs.append(self._attend_cached(qs, cache, layer, step))
+            if step.int8_op:
+                outs.append(int8_decode_attention(qs, cache, layer, step.pos))
+            else:
+                outs.append(self._attend_cached(qs, cache, layer, step))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return padded(self.o_proj, out, width)
 
@@ -269,6 +274,9 @@ class Llama(nn.Module):
         # INT8 cache runs attention as bf16 GEMMs; set at load where the CPU has bf16 dot products
         # (attention.py).
         self.bf16_prefill = False
+        # Decode and verify steps over an INT8 cache read it directly (int8_attention.py); set at load
+        # on CPUs where the op builds. Its rows are independent by construction, so exact steps use it.
+        self.int8_decode = False
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -357,6 +365,8 @@ class Llama(nn.Module):
         # whatever its rows (the engine keeps them within decode_width); else by the row count alone
         exact = bool(self.decode_width) and (decode or t <= self.decode_width)
         bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
+        if self.int8_decode and t <= PROBE_ROWS and usable(cache, self.arch.head_dim):
+            return Step(pos, slice(row, row + t), None, exact, False, int8_op=True)
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=cache.device).tril(diagonal=pos)
