@@ -40,17 +40,17 @@ tasks = [item.task for item in load_split("heldout")]
 counter = iter(range(10**9))
 
 
-def task() -> str:  # a new task each time: only the home is cached, as for a robot's next call
-    return f"{tasks[next(counter) % len(tasks)]} (request {next(counter)})"
+def task(base: str) -> str:  # a new request each time: only the home is cached, as for a robot's next call
+    return f"{base} (request {next(counter)})"
 
 
-def one(mode: str):
-    r = planner.plan(task(), params, speculation=mode).result
+def one(mode: str, base: str):
+    r = planner.plan(task(base), params, speculation=mode).result
     return r.timings.decode_tokens_per_s, r.token_ids
 
 
-def batch(mode: str):
-    gens = [planner.start(task(), params, speculation=mode) for _ in range(a.batch)]
+def batch(mode: str, base: str):
+    gens = [planner.start(task(base), params, speculation=mode) for _ in range(a.batch)]
     iters = [iter(g) for g in gens]
     t0 = time.perf_counter()
     for i in iters:  # all admitted before any finishes (engine.max_batch_size permitting)
@@ -62,14 +62,15 @@ def batch(mode: str):
     return tokens / (time.perf_counter() - t0), None
 
 
-cases = {"plain": lambda: one("none"), "lookup": lambda: one("lookup"),
-         f"{a.batch} at once, plain": lambda: batch("none")}
+cases = {"plain": lambda b: one("none", b), "lookup": lambda b: one("lookup", b),
+         f"{a.batch} at once, plain": lambda b: batch("none", b)}
 times = {c: {True: [], False: []} for c in cases}
 for r in range(a.rounds + 1):  # round 0 warms both paths up, untimed
     for c, fn in cases.items():
+        base = tasks[(r * len(cases) + list(cases).index(c)) % len(tasks)]  # the same task both ways
         for on in (True, False):
             eng.model.int8_decode = on
-            tps, _ = fn()
+            tps, _ = fn(base)
             if r:
                 times[c][on].append(tps)
     print(f"round {r}/{a.rounds}", file=sys.stderr, flush=True)

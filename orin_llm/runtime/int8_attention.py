@@ -8,82 +8,33 @@ float32 (so rows are bit for bit independent of what else is in the call: specul
 lossless), and runs all of a step's queries of one sequence in one call. No library has this: torch's
 kernels take float K/V, and llama.cpp's are not callable from torch.
 
-Built on first use with torch's cpp_extension (a C++ compiler and ninja, which the package depends on;
-JetPack has g++), for this CPU (-march/-mcpu=native; the build directory is named by the source, the
-torch version and the CPU, so a shared cache never hands a binary to another CPU). Where it cannot
-be built, or with ORIN_LLM_INT8_ATTN=0 (A/B measurements), decode attention runs the torch ops as
-before, and the log says so once.
+Built on first use for this CPU (native.py). Where it cannot be built, or with ORIN_LLM_INT8_ATTN=0
+(A/B measurements), decode attention runs the torch ops as before, and the log says so once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import platform
-import threading
-from pathlib import Path
 from typing import Optional
 
 import torch
 
-log = logging.getLogger(__name__)
+from .native import NativeLib
 
-SOURCE = Path(__file__).with_name("csrc") / "int8_attention.cpp"
 HEAD_DIMS = (64, 128)  # the head sizes the op is compiled for (Llama 3.2 1B/3B, SmolLM2: 64 and 128)
 
-_lock = threading.Lock()
-_op = None
-_error: Optional[str] = None
-
-
-def _cpu_id() -> str:
-    """What the native build depends on: the architecture and the CPU's feature flags."""
-    flags = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = line
-                break
-    except OSError:
-        pass
-    return f"{platform.machine()} {flags}"
-
-
-def _build():
-    from torch.utils import cpp_extension
-
-    src = SOURCE.read_bytes()
-    key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()).hexdigest()[:12]
-    native = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
-    return cpp_extension.load(name=f"orin_llm_int8_attention_{key}", sources=[str(SOURCE)],
-                              extra_cflags=["-O3", native, "-fno-trapping-math"], verbose=False)
+_lib = NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the INT8 decode attention op",
+                 "decode attention runs torch's ops over converted K/V (slower, same results to rounding)")
 
 
 def op():
     """The compiled op, built on first call; None where it cannot be (the reason: `unavailable()`)."""
-    global _op, _error
-    if _op is not None or _error is not None:
-        return _op
-    with _lock:
-        if _op is None and _error is None:
-            if os.environ.get("ORIN_LLM_INT8_ATTN", "1") == "0":
-                _error = "turned off (ORIN_LLM_INT8_ATTN=0)"
-            else:
-                try:  # (built once per machine and torch: later processes load it in a second)
-                    log.info("loading the INT8 decode attention op (built on first use here: ~30 s)")
-                    _op = _build().int8_decode_attention
-                except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
-                    _error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else e}"
-            if _error is not None:
-                log.warning("the INT8 decode attention op is not available (%s): decode attention runs "
-                            "torch's ops over converted K/V (slower, same results to rounding)", _error)
-    return _op
+    lib = _lib.get()
+    return None if lib is None else lib.int8_decode_attention
 
 
 def unavailable() -> Optional[str]:
     """Why the op is not used here (None: it is, or has not been asked for yet)."""
-    return _error
+    return _lib.error
 
 
 def usable(cache, head_dim: int) -> bool:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import orin_llm.runtime.int8_attention as ia
 from orin_llm.runtime.kv_cache import Int8KVCache
+from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.sampling import SamplingParams
 
 H, KV, D = 9, 3, 64  # SmolLM2's heads: 3 query heads per KV head
@@ -121,8 +122,7 @@ def test_the_model_uses_it_for_decode_steps_and_matches_torchs_ops(engine):
 
 
 def test_turned_off_it_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine):
-    monkeypatch.setattr(ia, "_op", None)
-    monkeypatch.setattr(ia, "_error", None)
+    monkeypatch.setattr(ia, "_lib", NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the op", "torch's ops"))
     monkeypatch.setenv("ORIN_LLM_INT8_ATTN", "0")
     assert ia.op() is None
     assert ia.unavailable() == "turned off (ORIN_LLM_INT8_ATTN=0)"

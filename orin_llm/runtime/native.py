@@ -1,0 +1,81 @@
+"""Our C++ ops (csrc/*.cpp), built on first use for this CPU by torch's cpp_extension.
+
+What no library offers from torch: decode attention straight over the INT8 KV cache
+(int8_attention.py) and quantized weights times int8 activations in integer dot products (q8_dot.py).
+Each is built once per machine with a C++ compiler and ninja (package dependencies; JetPack has
+g++), with -O3 and -march/-mcpu=native. The build directory is named by the source, the torch
+version, the CPU's feature flags and the defines, so a shared cache never hands a binary to another
+CPU. Where a library cannot be built, or its switch is 0 (A/B measurements), `get()` returns None,
+the caller runs torch's ops as before, and the log says why, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import threading
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+log = logging.getLogger(__name__)
+
+CSRC = Path(__file__).with_name("csrc")
+
+
+def _cpu_id() -> str:
+    """What a native build depends on: the architecture and the CPU's feature flags."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line
+                break
+    except OSError:
+        pass
+    return f"{platform.machine()} {flags}"
+
+
+class NativeLib:
+    """One csrc/<stem>.cpp, built on first `get()`; `switch`=0 in the environment turns it off."""
+
+    def __init__(self, stem: str, switch: str, what: str, instead: str, defines: tuple[str, ...] = ()):
+        self.source = CSRC / f"{stem}.cpp"
+        self.stem, self.switch, self.what, self.instead, self.defines = stem, switch, what, instead, defines
+        self._lock = threading.Lock()
+        self._module = None
+        self.error: Optional[str] = None  # why it is not used here (None: it is, or not asked for yet)
+
+    def _build(self):
+        from torch.utils import cpp_extension
+
+        src = self.source.read_bytes()
+        key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
+                             + " ".join(self.defines).encode()).hexdigest()[:12]
+        native = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
+        # -fno-trapping-math: no FP exception is ever looked at, and it lets loops with clamps vectorize
+        flags = ["-O3", native, "-fno-trapping-math"] + [f"-D{d}" for d in self.defines]
+        return cpp_extension.load(name=f"orin_llm_{self.stem}_{key}", sources=[str(self.source)],
+                                  extra_cflags=flags, verbose=False)
+
+    def get(self):
+        """The compiled module, built on first call; None where it cannot be (the reason: `error`)."""
+        if self._module is not None or self.error is not None:
+            return self._module
+        with self._lock:
+            if self._module is None and self.error is None:
+                if os.environ.get(self.switch, "1") == "0":
+                    self.error = f"turned off ({self.switch}=0)"
+                else:
+                    try:  # (built once per machine and torch: later processes load it in a second)
+                        log.info("loading %s (built on first use on this machine: ~30 s)", self.what)
+                        self._module = self._build()
+                    except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
+                        text = str(e).strip()
+                        self.error = f"{type(e).__name__}: {text.splitlines()[-1] if text else e}"
+                if self.error is not None:
+                    log.warning("%s is not available (%s): %s", self.what, self.error, self.instead)
+        return self._module
