@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from . import q8_dot
 from .packed import PackedLinear, packing_available
 from .quant import Q8Embedding, QuantLinear
 
@@ -64,13 +65,19 @@ class Q8Head(nn.Module):
         # per-row scales as the kernel holds them (bf16), and the codes that round to nearest under them
         scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).to(torch.bfloat16).double()
         q = torch.clamp(torch.round(w / scales[:, None]), -127, 127).to(torch.int8)
+        kept = q.double() * scales[:, None]  # the values the int8 pass multiplies
         self.approx = QuantLinear(q, scales.float(), torch.float32)
         if not self.approx.pack():
             raise RuntimeError("no packed int8 kernel here")  # the loader checks kernel_available first
-        kept = self.approx.qweight.double() * self.approx.packed_scales.double()[:, None]
         delta = (w - kept).abs().amax(dim=1)
-        coef = delta + 2.0 ** -8 * w.abs().amax(dim=1)  # h's bf16 rounding (2^-9) and the sums', with room
+        # q8_dot's pass quantizes h to int8 (its error is measured per call: Σ|h - h~| times the row's
+        # largest kept weight); torch's takes bf16 (h's rounding, 2^-9, and the sums', with room)
+        self.int8_acts = self.approx.q8 is not None
+        coef = delta if self.int8_acts else delta + 2.0 ** -8 * w.abs().amax(dim=1)
         self.register_buffer("coef", coef.float() * (1 + 2.0 ** -20), persistent=False)  # rounded up
+        self.register_buffer("coef_acts", kept.abs().amax(dim=1).float() * (1 + 2.0 ** -20), persistent=False)
+        blocks = self.in_features // q8_dot.BLOCK
+        self.sum_eps = (blocks + 8) * 2.0 ** -24  # float32 sums of the blocks' products, relative to Σ|terms|
         self.full_head: Optional[nn.Module] = None  # float32 logits, made on first use (full)
 
     def _rows(self, idx: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -99,8 +106,15 @@ class Q8Head(nn.Module):
 
     def bound(self, h: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
         """[R, vocab]: how far each approximate logit (approx = self.approx(h)) can be from the exact one."""
-        bound = approx.abs().mul_(2.0 ** -8).add_(SLACK)
-        return bound.addcmul_(h.abs().sum(dim=1, keepdim=True).float(), self.coef)
+        n1 = h.abs().sum(dim=1, keepdim=True).float()
+        if not self.int8_acts:  # torch's kernel: bf16 h and bf16 output
+            bound = approx.abs().mul_(2.0 ** -8).add_(SLACK)
+            return bound.addcmul_(n1, self.coef)
+        # |L - L~| <= Σ|w - w~||h| + Σ|w~||h - h~| + the float32 sums' rounding
+        #          <= n1·delta + a~·(E + eps·(n1 + E)) + 2^-23·|L~|     (a~ = the row's largest |w~|)
+        e = q8_dot.activation_error(h)[:, None] * (1 + 2.0 ** -20)
+        bound = approx.abs().mul_(2.0 ** -23).add_(SLACK).addcmul_(n1, self.coef)
+        return bound.addcmul_(e + self.sum_eps * (n1 + e), self.coef_acts)
 
     def exact(self, h: torch.Tensor) -> torch.Tensor:
         """[R, vocab] float64: the exact logits (float64 sums over the GGUF's values; for tests)."""

@@ -14,14 +14,16 @@ groups are asymmetric: w = scale·q + min, q in 0..15). Every format is row-wise
   top (8 significant bits), which would leave argmax to the token order. head.py runs it as int8
   with exact greedy choices (error bounds, the top recomputed exactly) and float32 on demand.
 
-On a CPU a `QuantLinear` runs torch's packed weight-only kernels, which read the quantized weights
-as they are: `aten._weight_int8pack_mm` (int8, per-channel scales) and
-`aten._weight_int4pack_mm_for_cpu` (int4 in groups, a scale and a zero per group). Both take
-bfloat16 activations (the int4 kernel's float32 path is a slow reference, ~50× slower here) and
-round their output to bfloat16: the same class of precision as llama.cpp, whose Q4_1 dot products
-run on 8-bit quantized activations. Where a kernel is missing (CUDA builds, the Orin's torch), a
-draft's layers dequantize per call and a q4_1 target's once at load (runtime/weights.py). Measured
-side by side in bench/decode_step.py, bench/draft_speed.py and docs/BENCHMARKS.md. The Orin's
+On a CPU a `QuantLinear` runs our integer dot-product kernels where they build (q8_dot.py: the
+codes as stored times int8-quantized activations, llama.cpp's way, float32 outputs), else torch's
+packed weight-only kernels, which read the quantized weights as they are too:
+`aten._weight_int8pack_mm` (int8, per-channel scales) and `aten._weight_int4pack_mm_for_cpu` (int4
+in groups, a scale and a zero per group). Both take bfloat16 activations (the int4 kernel's float32
+path is a slow reference, ~50× slower here) and round their output to bfloat16: the same class of
+precision as llama.cpp, whose Q4_1 dot products run on 8-bit quantized activations. Where no kernel
+runs (CUDA builds, the Orin's torch), a draft's layers dequantize per call and a q4_1 target's once
+at load (runtime/weights.py). Measured side by side in bench/decode_step.py, bench/q8_dot.py,
+bench/draft_speed.py and docs/BENCHMARKS.md. The Orin's
 production path is TensorRT-LLM's INT4-AWQ kernels, not this.
 """
 
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import OrinError
+from . import q8_dot
 
 GGUF_BLOCK = 32  # weights per GGUF Q4_1 or Q8_0 block (one fp16 scale, and for Q4_1 one fp16 min)
 
@@ -158,13 +161,22 @@ class QuantLinear(nn.Module):
         self.dtype = dtype
         self.packed_scales: torch.Tensor | None = None  # set by pack(): bf16 scales for the int8 kernel
         self.int4: tuple[torch.Tensor, torch.Tensor, int] | None = None  # set by pack(): the int4 kernel's operands
+        self.q8: tuple[torch.Tensor, ...] | None = None  # set by pack(): q8_dot's tiles (codes, scales[, mins])
 
     @property
     def kernel(self) -> str:
         return INT8_KERNEL if self.bits == 8 else INT4_KERNEL
 
+    @property
+    def packed(self) -> bool:
+        """Whether pack() put this layer on a packed kernel (ours or torch's)."""
+        return self.q8 is not None or self.int4 is not None or self.packed_scales is not None
+
     def pack(self) -> bool:
-        """Use the packed kernel from now on, where this device has it (after .to(device))."""
+        """Use the fastest packed kernel from now on, where this device has one (after .to(device)):
+        q8_dot's where it builds and takes the shape, else torch's."""
+        if self._pack_q8_dot():
+            return True
         if not kernel_available(self.kernel, self.qweight.device.type):
             return False
         if self.bits == 4 and (self.group not in INT4_GROUPS or self.out_features % 16):
@@ -185,11 +197,33 @@ class QuantLinear(nn.Module):
         self.qweight = self.scales = self.mins = None  # the kernel's operands hold them: not kept twice
         return True
 
+    def _pack_q8_dot(self) -> bool:
+        if self.qweight.device.type != "cpu" or not q8_dot.fits(self.out_features, self.in_features, self.bits == 4):
+            return False
+        if (self.bits == 4 and self.group % q8_dot.BLOCK) or q8_dot.op() is None:
+            return False
+        if self.bits == 8:
+            self.q8 = (q8_dot.pack_q8(self.qweight), self.scales.float().contiguous())
+            self.qweight = None  # (the scales stay: an Int8Embedding over this head reads them)
+            return True
+        s = self.scales.float()
+        mins = self.mins.float() if self.mins is not None else -8 * s  # symmetric: (code - 8)·scale
+        rep = self.group // q8_dot.BLOCK  # a draft's larger groups: the same scale for each block of 32
+        self.q8 = q8_dot.pack_q4_1(self._codes(), s.repeat_interleave(rep, 1), mins.repeat_interleave(rep, 1))
+        self.qweight = self.scales = self.mins = None  # the tiles hold them: not kept twice
+        return True
+
+    def int8_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of an int8 layer's codes, however they are stored (Int8Embedding's lookups)."""
+        return self.qweight[ids] if self.q8 is None else q8_dot.unpack_q8_rows(self.q8[0], ids)
+
     def _codes(self) -> torch.Tensor:
         q = self.qweight
         return torch.stack((q & 0xF, q >> 4), dim=-1).view(q.shape[0], -1)
 
     def dequantize(self) -> torch.Tensor:
+        if self.q8 is not None:
+            raise OrinError("this layer runs the q8_dot kernels; its codes are kept only as their tiles")
         if self.bits == 8:
             return self.qweight.to(self.dtype) * self.scales[:, None]
         if self.int4 is not None:
@@ -200,9 +234,13 @@ class QuantLinear(nn.Module):
         return (w - 8) * self.scales.repeat_interleave(group, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed_scales is None and self.int4 is None:
+        if not self.packed:
             return F.linear(x, self.dequantize())
         flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # (rows, as the model passes them: no op)
+        if self.q8 is not None:
+            kernel = q8_dot.op().q4_1_linear if self.bits == 4 else q8_dot.op().q8_linear
+            y = kernel(flat.float().contiguous(), *self.q8).to(x.dtype)
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         flat = flat.to(torch.bfloat16)
         if self.int4 is not None:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, *self.int4)
@@ -214,8 +252,10 @@ class QuantLinear(nn.Module):
     @property
     def nbytes(self) -> int:
         """Bytes the layer holds: codes (packed or not), scales and mins."""
-        tensors = self.int4[::2] if self.int4 is not None else (self.qweight, self.scales, self.mins)
-        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+        tensors = self.int4[::2] if self.int4 is not None else \
+            (*self.q8, self.scales) if self.q8 is not None else (self.qweight, self.scales, self.mins)
+        unique = {t.data_ptr(): t for t in tensors if t is not None}  # (an int8 layer's scales may be its tiles')
+        return sum(t.numel() * t.element_size() for t in unique.values())
 
 
 class Int8Embedding(nn.Module):
@@ -229,7 +269,7 @@ class Int8Embedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         head = self.head[0]
-        return head.qweight[ids].to(head.dtype) * head.scales[ids].unsqueeze(-1)
+        return head.int8_rows(ids).to(head.dtype) * head.scales[ids].unsqueeze(-1)
 
 
 class Q8Embedding(nn.Module):

@@ -194,7 +194,7 @@ def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str) -> None:
     if quant and not all([m.pack() for _, m in quant]):
         if weights == "q4_1":  # the target: dequantize once, not per call (check_kernels refused a CPU)
             for name, m in quant:
-                if m.int4 is not None:  # this one's shape did run packed
+                if m.packed:  # this one's shape did run packed
                     continue
                 lin = nn.Linear(m.in_features, m.out_features, bias=False, device=device, dtype=dtype)
                 lin.weight.data = m.dequantize()

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from orin_llm.errors import OrinError
+from orin_llm.runtime import q8_dot
 from orin_llm.runtime.head import Q8Head
 from orin_llm.runtime.packed import PackedLinear
 from orin_llm.runtime.quant import (
@@ -67,7 +68,7 @@ def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     assert (outs[0] == outs[1]).float().mean() >= 0.8
 
 
-def test_packed_int8_kernel_matches_the_dequantized_weight():
+def test_packed_int8_kernel_matches_the_dequantized_weight(torch_kernels):
     """The draft's int8 layers run torch's packed weight-only kernel on CPUs (bf16 activations): the
     same linear map, to bf16's precision."""
     w, x = torch.randn(48, 64), torch.randn(5, 64)
@@ -82,18 +83,20 @@ def test_packed_int8_kernel_matches_the_dequantized_weight():
 
 
 def test_engine_draft_layers_run_packed_on_cpu(engine, engine_fp):
-    """Every int8 layer of the draft on the packed kernel, its tied head too: one int8 matrix for the
-    lm_head and the input embedding (rows dequantized on lookup), a quarter of the fp32 bytes."""
+    """Every int8 layer of the draft on a packed kernel (q8_dot's where it builds), its tied head too:
+    one int8 matrix for the lm_head and the input embedding (rows dequantized on lookup), a quarter of
+    the fp32 bytes."""
     draft = engine.load_draft()
     quant = [m for m in draft.modules() if isinstance(m, QuantLinear)]
-    assert quant and all(m.packed_scales is not None for m in quant)
+    assert quant and all(m.packed for m in quant)
+    assert all(m.q8 is not None for m in quant) == (q8_dot.op() is not None)
     head, emb = draft.lm_head, draft.embed_tokens
     assert isinstance(head, QuantLinear) and isinstance(emb, Int8Embedding)
     ids = torch.tensor([0, 5, 49151])
-    assert torch.equal(emb(ids), head.dequantize()[ids])  # the same matrix, row by row
+    assert torch.equal(emb(ids), head.int8_rows(ids).float() * head.scales[ids, None])  # the same matrix
     fp = engine_fp.model.embed_tokens.weight
     assert torch.allclose(emb(ids), fp[ids], atol=fp[ids].abs().amax().item() / 127)  # within half a step
-    assert head.qweight.numel() * head.qweight.element_size() == fp.numel()  # 1 byte instead of 4
+    assert head.nbytes == fp.numel() + 4 * fp.shape[0]  # 1 byte instead of 4, and a float32 scale a row
 
 
 def _q4_1_weight(out: int, inp: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -137,7 +140,7 @@ def test_weights_that_are_not_q4_1_are_refused_with_what_to_do():
 
 
 @pytest.mark.parametrize("asymmetric", [True, False])
-def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymmetric):
+def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymmetric, torch_kernels):
     """Q4_1 (scale·q + min) and the symmetric int4 format on torch's int4 kernel: the same linear map as
     the dequantized weight to bf16's precision, and each row's result independent of the rows beside
     it (what keeps a speculative verify bit-exact: llama.py)."""
@@ -162,15 +165,17 @@ def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymme
 
 
 def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
-    """The embedded engine's target keeps the GGUF's Q4_1 blocks: its linear layers run the int4
-    kernel (the manifest says which kernels), at under a fifth of the float32 bytes, and its kernels
-    are row-independent, so exact decoding needs no padding. The input embedding is the GGUF's Q8_0
+    """The embedded engine's target keeps the GGUF's Q4_1 blocks: its linear layers run q8_dot's
+    kernel, or torch's int4 kernel where that does not build (the manifest names torch's, the
+    floor), at under a fifth of the float32 bytes, and its kernels are row-independent, so exact
+    decoding needs no padding. The input embedding is the GGUF's Q8_0
     blocks (the very float values on lookup), and the tied lm_head runs over the same codes (int8
     with exact greedy choices, head.py; float32 where no int8 kernel is)."""
     target = engine.manifest.target
     assert target.weights == "q4_1" and target.kernels == [INT4_KERNEL]
     layers = [m for n, m in engine.model.named_modules() if isinstance(m, QuantLinear) and "layers" in n]
-    assert len(layers) == 4 * engine.model.arch.num_layers and all(m.int4 is not None for m in layers)
+    assert len(layers) == 4 * engine.model.arch.num_layers and all(m.packed for m in layers)
+    assert all((m.q8 if q8_dot.op() is not None else m.int4) is not None for m in layers)
     head = engine.model.lm_head
     assert isinstance(head, Q8Head if kernel_available(INT8_KERNEL, "cpu") else PackedLinear)
     emb, fp = engine.model.embed_tokens, engine_fp.model.embed_tokens.weight
@@ -183,7 +188,8 @@ def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
 
 
 def test_q4_1_target_agrees_with_its_float_export(engine, engine_fp):
-    """bf16 activations in the linear layers against the float32 reference, teacher-forced on the
+    """Quantized activations in the linear layers (int8 in q8_dot, bf16 in torch's kernels) against
+    the float32 reference, teacher-forced on the
     reference's own greedy text: the next token agrees at most positions (measured: 95.6 %,
     docs/BENCHMARKS.md); a kernel fed the wrong layout agrees at almost none."""
     from orin_llm.runtime.sampling import SamplingParams

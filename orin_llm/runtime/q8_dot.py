@@ -1,0 +1,94 @@
+"""Quantized weights times integer-quantized activations, in integer dot products (csrc/q8_dot.cpp), on CPUs.
+
+Why: torch's weight-only kernels (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`) convert every
+weight to float before multiplying; on one core that conversion, not the memory, sets their pace (a
+q4_1 decode step's linear layers and lm_head were 12 of its 19 ms, at about an eighth of the read
+bandwidth: docs/BENCHMARKS.md). llama.cpp quantizes each row of activations to int8 in blocks of 32
+and takes integer dot products with the 4- or 8-bit codes as stored. This does the same, for:
+
+- Q4_1 layers (`q4_1_linear`): scale·code + min per block of 32, the GGUF's own values; a symmetric
+  int4 draft layer is the same with min = -8·scale;
+- int8 per-row matrices (`q8_linear`): an int8 draft's layers and the q4_1 target's lm_head candidate
+  pass, on int16 activations: head.py bounds that pass's error, activation rounding included, and
+  int8 activations made the bound so wide that hundreds of tokens a row needed exact logits.
+
+The Q4_1 layers' int8 activation rounding is the same class of precision as the bf16 inputs torch's
+kernels took (and llama.cpp's Q8_1); outputs are float32. Each output is computed in one fixed order from its
+own row of x, so rows are bit for bit independent of the batch (runtime/packed.rows_independent
+probes it at load, as for every kernel). Weights are laid out once at load in tiles of 4 output rows
+(`pack_q4_1`, `pack_q8`), which the kernel reads as one stream. Built on first use (native.py);
+ORIN_LLM_Q8_DOT=0 turns it off, and torch's kernels run as before.
+
+Prefill runs the same kernel. A bf16 GEMM over the tiles dequantized per call was 1.5-3× faster for
+chunks of 32+ rows, but its rows differ from the decode kernel's by rounding, and with prefix caching
+a token's K/V then depends on whether it was computed in a prefill chunk or a decode step: greedy
+speculation stopped matching plain decoding (tests/runtime/test_speculative.py). One kernel for every
+row keeps a token's values independent of how it was batched.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .native import NativeLib
+
+BLOCK = 32  # activations (and weights) per scale
+ROWS = 4  # output rows per tile of the packed layouts
+
+_lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the int8 dot-product kernels",
+                 "quantized layers run torch's weight-only kernels (slower on one core)")
+
+
+def op():
+    """The compiled module (q4_1_linear, q8_linear, quantize_activations); None where it cannot be
+    built, or where it would run only its plain loops (no x86 AVX2: slower than torch's kernels)."""
+    lib = _lib.get()
+    if lib is not None and lib.simd() == "generic" and "ORIN_LLM_Q8_GENERIC" not in _lib.defines:
+        _lib.error = "no SIMD path for this CPU (x86 AVX2 only, so far)"
+        _lib._module = lib = None
+    return lib
+
+
+def unavailable() -> Optional[str]:
+    """Why the kernels are not used here (None: they are, or have not been asked for yet)."""
+    return _lib.error
+
+
+def fits(out_features: int, in_features: int, pairs: bool) -> bool:
+    """The shapes the kernels take: output rows in tiles of 4, input in blocks of 32 (pairs of them for Q4_1)."""
+    return out_features % ROWS == 0 and in_features % (2 * BLOCK if pairs else BLOCK) == 0
+
+
+def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
+    """Codes [N, K] (0..15, one per weight), scales and mins [N, K/32] → the kernel's tiles: codes
+    [N/4, K/64, 4, 32] uint8 (a pair of blocks per byte row: the first block's code in the low
+    nibble, the second's in the high one), scales and mins [N/4, K/32, 4] float32."""
+    n, k = codes.shape
+    c = codes.to(torch.uint8).view(n // ROWS, ROWS, k // (2 * BLOCK), 2, BLOCK)
+    tiles = (c[:, :, :, 0] | (c[:, :, :, 1] << 4)).permute(0, 2, 1, 3).contiguous()
+
+    def per_tile(a: torch.Tensor) -> torch.Tensor:
+        return a.float().view(n // ROWS, ROWS, -1).permute(0, 2, 1).contiguous()
+
+    return tiles, per_tile(scales), per_tile(mins)
+
+
+def pack_q8(codes: torch.Tensor) -> torch.Tensor:
+    """int8 codes [N, K] → the kernel's tiles [N/4, K/32, 4, 32]."""
+    n, k = codes.shape
+    return codes.view(n // ROWS, ROWS, k // BLOCK, BLOCK).permute(0, 2, 1, 3).contiguous()
+
+
+def unpack_q8_rows(tiles: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of the [N, K] int8 matrix that pack_q8 tiled (an int8 draft's embedding lookups)."""
+    rows = tiles[ids // ROWS, :, ids % ROWS]  # [..., K/32, 32]
+    return rows.reshape(*ids.shape, -1)
+
+
+def activation_error(x: torch.Tensor) -> torch.Tensor:
+    """[M] float32: Σ|x - x~| per row, x~ being x as q8_linear quantizes it (head.py's error bound)."""
+    q, d = op().quantize_activations(x.float().contiguous(), 16)
+    xq = q.view(x.shape[0], -1, BLOCK).double() * d.double()[..., None]
+    return (x.double() - xq.view_as(x)).abs().sum(dim=1).float()

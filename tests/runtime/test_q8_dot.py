@@ -1,0 +1,143 @@
+"""Our integer dot-product kernels (runtime/q8_dot.py): the GGUF's Q4_1 values (and int8 rows) times
+the activations as the kernels quantize them, to float32 rounding; rows bit for bit independent of
+the batch and of the thread count (what keeps speculation exactly lossless); the plain-loop build
+agreeing with the SIMD one; refusals that say what is wrong; and torch's kernels where the op is
+turned off."""
+
+import pytest
+import torch
+
+from orin_llm.errors import OrinError
+from orin_llm.runtime import q8_dot
+from orin_llm.runtime.native import NativeLib
+from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
+from tests.runtime.test_quant import _q4_1_weight
+
+pytestmark = pytest.mark.skipif(q8_dot.op() is None, reason=f"q8_dot does not build here: {q8_dot.unavailable()}")
+
+
+def _q4_1(out: int, inp: int, seed: int = 0) -> QuantLinear:
+    """A Q4_1 layer as a GGUF holds one (fp16 scale and min per 32 weights)."""
+    packed, scales, mins = recover_q4_1(_q4_1_weight(out, inp, seed)[3])
+    return QuantLinear(packed, scales, torch.float32, mins)
+
+
+def _quantized(x: torch.Tensor, qmax: int) -> torch.Tensor:
+    """x as the kernels see it: blocks of 32, d = amax/qmax, round(x · (1/d)) · d (float32 steps)."""
+    b = x.view(x.shape[0], -1, 32)
+    d = b.abs().amax(-1, keepdim=True) / qmax
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    return (torch.round(b * inv) * d).view_as(x)
+
+
+@pytest.mark.parametrize("out,inp", [(64, 128), (960, 576), (96, 1536)])
+def test_q4_1_layer_is_its_gguf_values_times_the_int8_activations(out, inp):
+    lin = _q4_1(out, inp)
+    w = lin.dequantize()
+    x = torch.randn(5, inp) * torch.linspace(0.1, 4, inp)  # blocks of different scales
+    x[:, 7] = 40.0  # an outlier feature, as hidden states have
+    assert lin.pack() and lin.q8 is not None and lin.int4 is None
+    got = lin(x)
+    want = _quantized(x, 127).double() @ w.double().T
+    assert got.dtype == torch.float32 and got.shape == (5, out)
+    assert float((got.double() - want).abs().max() / want.abs().max()) < 1e-6  # float32 sums
+    # and the int8 rounding of x is what separates it from the float layer: within its bound
+    err = (got.double() - x.double() @ w.double().T).abs()
+    bound = (x.double() - _quantized(x, 127).double()).abs() @ w.double().abs().T
+    assert bool((err <= bound * (1 + 1e-6) + 1e-5).all())
+
+
+def test_int8_rows_take_int16_activations():
+    w = torch.randn(64, 96)
+    lin = QuantLinear(*quantize_int8(w), torch.float32)
+    ref_w = lin.dequantize()
+    assert lin.pack() and lin.q8 is not None
+    x = torch.randn(3, 96) * 5
+    got = lin(x)
+    want = _quantized(x, 32767).double() @ ref_w.double().T
+    assert float((got.double() - want).abs().max() / want.abs().max()) < 1e-6
+    # an embedding's lookups read the same codes back from the tiles
+    ids = torch.tensor([0, 3, 17, 63])
+    assert torch.equal(lin.int8_rows(ids), quantize_int8(w)[0][ids])
+
+
+def test_a_symmetric_int4_draft_layer_with_larger_groups_runs_as_q4_1():
+    w = torch.randn(32, 256)
+    lin = QuantLinear(*quantize_int4(w, 64), torch.float32)
+    ref_w = lin.dequantize()  # (code - 8)·scale, one scale per 64
+    assert lin.pack() and lin.q8 is not None
+    x = torch.randn(4, 256)
+    want = _quantized(x, 127).double() @ ref_w.double().T
+    assert float((lin(x).double() - want).abs().max() / want.abs().max()) < 1e-6
+    with pytest.raises(OrinError, match="tiles"):
+        lin.dequantize()
+
+
+def test_rows_are_bit_for_bit_independent_of_the_batch_and_the_threads():
+    """A verify step's rows equal one-row decode steps: the property speculation's exactness needs."""
+    q4, q8 = _q4_1(256, 576, seed=1), QuantLinear(*quantize_int8(torch.randn(128, 576)), torch.float32)
+    assert q4.pack() and q8.pack()
+    x = torch.randn(16, 576)
+    threads = torch.get_num_threads()
+    for lin in (q4, q8):
+        full = lin(x)
+        for n in range(1, 16):
+            assert torch.equal(lin(x[n - 1:n]), full[n - 1:n]) and torch.equal(lin(x[:n]), full[:n]), n
+        torch.set_num_threads(2)
+        try:
+            assert torch.equal(lin(x), full)  # outputs split between two threads: the same bits
+        finally:
+            torch.set_num_threads(threads)
+
+
+def test_the_plain_loop_build_agrees_with_the_simd_one():
+    """The portable code (ORIN_LLM_Q8_GENERIC; what another CPU would compile) computes the same
+    products: the same results to float32 rounding, on the same tiles."""
+    generic = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "q8_dot (plain loops)", "-",
+                        defines=("ORIN_LLM_Q8_GENERIC",)).get()
+    assert generic is not None and generic.simd() == "generic" and q8_dot.op().simd() != "generic"
+    lin = _q4_1(64, 576, seed=2)
+    assert lin.pack()
+    x = torch.randn(3, 576)
+    a, b = generic.q4_1_linear(x, *lin.q8), q8_dot.op().q4_1_linear(x, *lin.q8)
+    assert float((a - b).abs().max() / b.abs().max()) < 1e-6
+    head = QuantLinear(*quantize_int8(torch.randn(32, 576)), torch.float32)
+    assert head.pack()
+    a, b = generic.q8_linear(x, *head.q8), q8_dot.op().q8_linear(x, *head.q8)
+    assert float((a - b).abs().max() / b.abs().max()) < 1e-6
+
+
+def test_bad_operands_are_refused_with_what_is_wrong():
+    lin = _q4_1(64, 128)
+    assert lin.pack()
+    codes, scales, mins = lin.q8
+    op = q8_dot.op()
+    with pytest.raises(RuntimeError, match="x has 64 columns, the weights 128"):
+        op.q4_1_linear(torch.randn(2, 64), codes, scales, mins)
+    with pytest.raises(RuntimeError, match=r"x: \[M, K\] float32"):
+        op.q4_1_linear(torch.randn(2, 128, dtype=torch.float64), codes, scales, mins)
+    with pytest.raises(RuntimeError, match="scales and mins"):
+        op.q4_1_linear(torch.randn(2, 128), codes, scales[:, :2].contiguous(), mins)
+    with pytest.raises(RuntimeError, match="codes"):
+        op.q8_linear(torch.randn(2, 128), codes, scales)
+    with pytest.raises(RuntimeError, match="bits"):
+        op.quantize_activations(torch.randn(2, 128), 4)
+    # shapes outside the tiles stay on torch's kernels (or dequantize): never a wrong answer
+    odd = QuantLinear(*quantize_int8(torch.randn(6, 64)), torch.float32)
+    assert not odd._pack_q8_dot() and odd.q8 is None
+
+
+def test_turned_off_torch_kernels_run_and_the_reason_is_kept(monkeypatch):
+    monkeypatch.setattr(q8_dot, "_lib", NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's"))
+    monkeypatch.setenv("ORIN_LLM_Q8_DOT", "0")
+    assert q8_dot.op() is None and q8_dot.unavailable() == "turned off (ORIN_LLM_Q8_DOT=0)"
+    lin = _q4_1(64, 128)
+    assert lin.pack() and lin.q8 is None and lin.int4 is not None
+
+
+def test_the_engine_runs_every_q4_1_layer_on_them(engine):
+    """Every Q4_1 layer of the target on q8_dot, its rows checked independent at load (packed.py)."""
+    model = engine.model
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    assert layers and all(m.q8 is not None for m in layers) and model.rows_independent
+    assert model.lm_head.int8_acts  # the head's candidate pass too (head.py)
