@@ -70,10 +70,10 @@ class Q8Head(nn.Module):
         if not self.approx.pack():
             raise RuntimeError("no packed int8 kernel here")  # the loader checks kernel_available first
         delta = (w - kept).abs().amax(dim=1)
-        # q8_dot's pass quantizes h to int8 (its error is measured per call: Σ|h - h~| times the row's
+        # q8_dot's pass quantizes h to int16 (its error is measured per call: Σ|h - h~| times the row's
         # largest kept weight); torch's takes bf16 (h's rounding, 2^-9, and the sums', with room)
-        self.int8_acts = self.approx.q8 is not None
-        coef = delta if self.int8_acts else delta + 2.0 ** -8 * w.abs().amax(dim=1)
+        self.on_q8_dot = self.approx.q8 is not None
+        coef = delta if self.on_q8_dot else delta + 2.0 ** -8 * w.abs().amax(dim=1)
         self.register_buffer("coef", coef.float() * (1 + 2.0 ** -20), persistent=False)  # rounded up
         self.register_buffer("coef_acts", kept.abs().amax(dim=1).float() * (1 + 2.0 ** -20), persistent=False)
         blocks = self.in_features // q8_dot.BLOCK
@@ -107,7 +107,7 @@ class Q8Head(nn.Module):
     def bound(self, h: torch.Tensor, approx: torch.Tensor) -> torch.Tensor:
         """[R, vocab]: how far each approximate logit (approx = self.approx(h)) can be from the exact one."""
         n1 = h.abs().sum(dim=1, keepdim=True).float()
-        if not self.int8_acts:  # torch's kernel: bf16 h and bf16 output
+        if not self.on_q8_dot:  # torch's kernel: bf16 h and bf16 output
             bound = approx.abs().mul_(2.0 ** -8).add_(SLACK)
             return bound.addcmul_(n1, self.coef)
         # |L - L~| <= Σ|w - w~||h| + Σ|w~||h - h~| + the float32 sums' rounding

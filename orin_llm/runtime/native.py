@@ -16,6 +16,7 @@ import logging
 import os
 import platform
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Optional
 
@@ -40,11 +41,14 @@ def _cpu_id() -> str:
 
 
 class NativeLib:
-    """One csrc/<stem>.cpp, built on first `get()`; `switch`=0 in the environment turns it off."""
+    """One csrc/<stem>.cpp, built on first `get()`; `switch`=0 in the environment turns it off, and
+    `refuse(module)`, where given, may name a reason not to use a build that did succeed."""
 
-    def __init__(self, stem: str, switch: str, what: str, instead: str, defines: tuple[str, ...] = ()):
+    def __init__(self, stem: str, switch: str, what: str, instead: str, defines: tuple[str, ...] = (),
+                 refuse: Optional[Callable[[object], Optional[str]]] = None):
         self.source = CSRC / f"{stem}.cpp"
         self.stem, self.switch, self.what, self.instead, self.defines = stem, switch, what, instead, defines
+        self.refuse = refuse
         self._lock = threading.Lock()
         self._module = None
         self.error: Optional[str] = None  # why it is not used here (None: it is, or not asked for yet)
@@ -72,10 +76,13 @@ class NativeLib:
                 else:
                     try:  # (built once per machine and torch: later processes load it in a second)
                         log.info("loading %s (built on first use on this machine: ~30 s)", self.what)
-                        self._module = self._build()
+                        module = self._build()
                     except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
                         text = str(e).strip()
                         self.error = f"{type(e).__name__}: {text.splitlines()[-1] if text else e}"
+                    else:
+                        self.error = self.refuse(module) if self.refuse else None
+                        self._module = module if self.error is None else None
                 if self.error is not None:
                     log.warning("%s is not available (%s): %s", self.what, self.error, self.instead)
         return self._module

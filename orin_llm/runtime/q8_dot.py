@@ -37,18 +37,19 @@ from .native import NativeLib
 BLOCK = 32  # activations (and weights) per scale
 ROWS = 4  # output rows per tile of the packed layouts
 
+def _plain_loops_only(module) -> Optional[str]:
+    """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
+    return "no SIMD path for this CPU (x86 AVX2 only, so far)" if module.simd() == "generic" else None
+
+
 _lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the int8 dot-product kernels",
-                 "quantized layers run torch's weight-only kernels (slower on one core)")
+                 "quantized layers run torch's weight-only kernels (slower on one core)", refuse=_plain_loops_only)
 
 
 def op():
     """The compiled module (q4_1_linear, q8_linear, quantize_activations); None where it cannot be
     built, or where it would run only its plain loops (no x86 AVX2: slower than torch's kernels)."""
-    lib = _lib.get()
-    if lib is not None and lib.simd() == "generic" and "ORIN_LLM_Q8_GENERIC" not in _lib.defines:
-        _lib.error = "no SIMD path for this CPU (x86 AVX2 only, so far)"
-        _lib._module = lib = None
-    return lib
+    return _lib.get()
 
 
 def unavailable() -> Optional[str]:

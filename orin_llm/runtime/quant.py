@@ -162,6 +162,7 @@ class QuantLinear(nn.Module):
         self.packed_scales: torch.Tensor | None = None  # set by pack(): bf16 scales for the int8 kernel
         self.int4: tuple[torch.Tensor, torch.Tensor, int] | None = None  # set by pack(): the int4 kernel's operands
         self.q8: tuple[torch.Tensor, ...] | None = None  # set by pack(): q8_dot's tiles (codes, scales[, mins])
+        self.q8_kernel = None  # set with q8: the q8_dot function that takes them (looked up once, not per call)
 
     @property
     def kernel(self) -> str:
@@ -200,8 +201,10 @@ class QuantLinear(nn.Module):
     def _pack_q8_dot(self) -> bool:
         if self.qweight.device.type != "cpu" or not q8_dot.fits(self.out_features, self.in_features, self.bits == 4):
             return False
-        if (self.bits == 4 and self.group % q8_dot.BLOCK) or q8_dot.op() is None:
+        lib = q8_dot.op()
+        if (self.bits == 4 and self.group % q8_dot.BLOCK) or lib is None:
             return False
+        self.q8_kernel = lib.q4_1_linear if self.bits == 4 else lib.q8_linear
         if self.bits == 8:
             self.q8 = (q8_dot.pack_q8(self.qweight), self.scales.float().contiguous())
             self.qweight = None  # (the scales stay: an Int8Embedding over this head reads them)
@@ -238,8 +241,7 @@ class QuantLinear(nn.Module):
             return F.linear(x, self.dequantize())
         flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # (rows, as the model passes them: no op)
         if self.q8 is not None:
-            kernel = q8_dot.op().q4_1_linear if self.bits == 4 else q8_dot.op().q8_linear
-            y = kernel(flat.float().contiguous(), *self.q8).to(x.dtype)
+            y = self.q8_kernel(flat.float().contiguous(), *self.q8).to(x.dtype)
             return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         flat = flat.to(torch.bfloat16)
         if self.int4 is not None:

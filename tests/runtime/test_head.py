@@ -46,7 +46,7 @@ def on_torchs_kernel(engine_dir):
         e = Engine.load(engine_dir, device="cpu", draft=False)
     if not isinstance(e.model.lm_head, Q8Head):
         pytest.skip("no packed int8 kernel here: the q4_1 target keeps its float32 head")
-    assert not e.model.lm_head.int8_acts
+    assert not e.model.lm_head.on_q8_dot
     return e
 
 
@@ -56,7 +56,7 @@ def test_the_bound_holds_and_greedy_rows_are_exact_at_the_top(which, request):
     measured per call) and torch's (bf16 h, bf16 output). Few candidates a row need exact logits."""
     fresh = request.getfixturevalue("fresh" if which == "q8_dot" else "on_torchs_kernel")
     head = fresh.model.lm_head
-    if which == "q8_dot" and not head.int8_acts:
+    if which == "q8_dot" and not head.on_q8_dot:
         pytest.skip(f"q8_dot does not build here: {q8_dot.unavailable()}")
     h = torch.cat([hidden_states(fresh, t) for t in TASKS])
     exact = head.exact(h)

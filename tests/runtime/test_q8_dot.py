@@ -140,4 +140,4 @@ def test_the_engine_runs_every_q4_1_layer_on_them(engine):
     model = engine.model
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     assert layers and all(m.q8 is not None for m in layers) and model.rows_independent
-    assert model.lm_head.int8_acts  # the head's candidate pass too (head.py)
+    assert model.lm_head.on_q8_dot  # the head's candidate pass too (head.py)

@@ -1,8 +1,8 @@
-// Quantized weights times 8-bit quantized activations, in integer dot products (CPU): see
+// Quantized weights times integer-quantized activations, in integer dot products (CPU): see
 // orin_llm/runtime/q8_dot.py.
 //
 // llama.cpp's way (ggml's Q4_1 x Q8_1 and Q8_0 x Q8_0 dot products): each row of x is quantized to
-// int8 in blocks of 32 (a float scale per block), and a weight block's dot product with it is one
+// int8 (int16 against int8 weights) in blocks of 32 (a float scale per block), and a weight block's dot product with it is one
 // integer sum (exact) times the two scales. A decode step then reads the weights as they are stored
 // (4 or 8 bits) and spends a few integer instructions per 32 multiply-adds, where torch's weight-only
 // kernels convert every weight to float first (their cost on one core, not the memory's).
@@ -21,7 +21,6 @@
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
-#include <cstring>
 #include <type_traits>
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(ORIN_LLM_Q8_GENERIC)
@@ -59,13 +58,13 @@ void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
 }
 
 #ifdef Q8_AVX2
-// 8 int32 sums of 4 products each: unsigned bytes u times signed bytes s
+// 8 int32 sums of 4 products each: unsigned bytes u (Q4_1 codes) times signed bytes s
 inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
   return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #elif defined(__AVXVNNI__)
   return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else  // (no saturation: |u·s| <= 255·127... the callers keep u <= 127 or s's partner <= 15)
+#else  // (maddubs cannot saturate here: u is a 4-bit code, 2·15·127 < 32767)
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 #endif
 }
