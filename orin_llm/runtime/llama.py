@@ -24,6 +24,7 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
+from . import decode_layer
 from .attention import MIN_KEYS, int8_attention_bf16
 from .head import Q8Head, vocab_mask
 from .int8_attention import int8_decode_attention, usable
@@ -277,6 +278,9 @@ class Llama(nn.Module):
         # Decode and verify steps over an INT8 cache read it directly (int8_attention.py); set at load
         # on CPUs where the op builds. Its rows are independent by construction, so exact steps use it.
         self.int8_decode = False
+        # Those steps' layers in one C++ call each (decode_layer.py): per layer, the op's weight
+        # arguments; set at load where every layer runs on q8_dot's kernels, else None.
+        self.fused_layers: Optional[list[tuple]] = None
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -302,6 +306,14 @@ class Llama(nn.Module):
         if len(items) > 1 and self.decode_width and not self.rows_independent:
             # padding to a fixed width keeps one sequence exact, not a batch of them
             return [self.forward_batch([it])[0] for it in items]
+        if self.fused_layers is not None and len(items) > 1:
+            fused = [self._int8_op(it) for it in items]
+            if any(fused) and not all(fused):  # decode rows take the fused op even beside a prefill chunk
+                outs = {}
+                for kind in (True, False):
+                    idx = [i for i, f in enumerate(fused) if f == kind]
+                    outs.update(zip(idx, self.forward_batch([items[i] for i in idx]), strict=True))
+                return [outs[i] for i in range(len(items))]
         steps, starts, at = [], [], 0
         for it in items:
             t = it.ids.shape[0]
@@ -321,8 +333,11 @@ class Llama(nn.Module):
         # are not independent of the row count
         width = self.decode_width if (len(items) == 1 and steps[0].exact and not self.rows_independent) else 0
         caches = [it.cache for it in items]
-        for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, caches, i, steps, width)
+        if self.fused_layers is not None and all(s.int8_op for s in steps) and x.dtype == torch.float32:
+            self._fused_layers(x, caches, steps)
+        else:
+            for i, block in enumerate(self.layers):
+                x = block(x, cos, sin, caches, i, steps, width)
         for it, step in zip(items, steps, strict=False):
             it.cache.length = step.pos + (step.rows.stop - step.rows.start)
         want = [(s.rows.stop - it.num_logits, s.rows.stop)
@@ -336,6 +351,24 @@ class Llama(nn.Module):
             out.append(logits[at:at + it.num_logits])
             at += it.num_logits
         return out
+
+    def _fused_layers(self, x: torch.Tensor, caches: list, steps: list[Step]) -> None:
+        """Every layer of a decode step, one C++ call each, on x in place (decode_layer.py)."""
+        run = decode_layer.op()
+        rows = [s.rows.stop - s.rows.start for s in steps]
+        pos = [s.pos for s in steps]
+        slots = [c.slot_table(p + n) for c, p, n in zip(caches, pos, rows, strict=True)]
+        h, kv = self.arch.num_heads, self.arch.num_kv_heads
+        for i, args in enumerate(self.fused_layers):
+            layer = []
+            for c, sl in zip(caches, slots, strict=True):
+                layer += [*c.int8_layer(i), sl]
+            run(x, *args, self.cos, self.sin, h, kv, layer, pos, rows)
+
+    def _int8_op(self, it: Item) -> bool:
+        """Whether _step gives this item's step to the INT8 attention op (and so to the fused layers)."""
+        return (not it.block and self.int8_decode and it.ids.shape[0] <= PROBE_ROWS
+                and usable(it.cache, self.arch.head_dim))
 
     def _logits(self, h: torch.Tensor, items: list[Item], width: int) -> torch.Tensor:
         """Float32 logits of h's rows ([R, vocab]), the items' rows in order. An int8 head (head.py)

@@ -1,7 +1,8 @@
 """Our C++ ops (csrc/*.cpp), built on first use for this CPU by torch's cpp_extension.
 
 What no library offers from torch: decode attention straight over the INT8 KV cache
-(int8_attention.py) and quantized weights times int8 activations in integer dot products (q8_dot.py).
+(int8_attention.py), quantized weights times int8 activations in integer dot products (q8_dot.py), and a
+decode step's whole layer in one call over both (decode_layer.py).
 Each is built once per machine with a C++ compiler and ninja (package dependencies; JetPack has
 g++), with -O3 and -march/-mcpu=native. The build directory is named by the source, the torch
 version, the CPU's feature flags and the defines, so a shared cache never hands a binary to another
@@ -56,14 +57,16 @@ class NativeLib:
     def _build(self):
         from torch.utils import cpp_extension
 
-        src = self.source.read_bytes()
-        key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
-                             + " ".join(self.defines).encode()).hexdigest()[:12]
         native = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
         # -fno-trapping-math: no FP exception is ever looked at, and it lets loops with clamps vectorize
         flags = ["-O3", native, "-fno-trapping-math"] + [f"-D{d}" for d in self.defines]
+        omp: list[str] = []
+        # the source and every header beside it (the kernels live in headers that several ops include)
+        src = self.source.read_bytes() + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
+        key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
+                             + " ".join(flags + omp).encode()).hexdigest()[:12]
         return cpp_extension.load(name=f"orin_llm_{self.stem}_{key}", sources=[str(self.source)],
-                                  extra_cflags=flags, verbose=False)
+                                  extra_cflags=flags + omp, extra_ldflags=omp, verbose=False)
 
     def get(self):
         """The compiled module, built on first call; None where it cannot be (the reason: `error`)."""

@@ -84,9 +84,18 @@ def test_bad_input_is_refused_with_what_is_wrong():
 def test_the_model_uses_it_for_decode_steps_and_matches_torchs_ops(engine):
     """Every layer's attention of a decode step over the engine's INT8 paged cache, with the op and
     with the torch ops it replaces (gather, convert, SDPA): the same to float32 rounding, i.e. within
-    a bf16 step of their scale after o_proj (the q4_1 kernel takes bf16 inputs). Greedy plans agree."""
+    a bf16 step of their scale after o_proj (the q4_1 kernel takes bf16 inputs). Greedy plans agree.
+    With the fused decode layer off: it runs this op inside its own call (tests/runtime/test_decode_layer.py)."""
     model = engine.model
     assert model.int8_decode  # an INT8 engine on this CPU: the loader turned it on
+    fused, model.fused_layers = model.fused_layers, None
+    try:
+        _compare_with_torchs_ops(engine, model)
+    finally:
+        model.fused_layers = fused
+
+
+def _compare_with_torchs_ops(engine, model):
     ids = engine.encode("The kitchen has a fridge, a sink and a mug. Put the mug in the sink.")
     errors, busy = [], []
 

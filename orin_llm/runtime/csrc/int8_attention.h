@@ -1,0 +1,143 @@
+// Decode attention straight over an INT8 KV cache (CPU): see orin_llm/runtime/int8_attention.py.
+//
+// One call per layer and sequence replaces the gather + int8->float copy of every cached K/V, the
+// scale multiplies and SDPA (about ten torch ops a layer, most of a decode step's attention time).
+// Each query row is computed on its own, in one fixed order that depends only on its q row and its
+// keys: a verify step's row t is bit for bit a one-token decode step at that position, whatever
+// else is in the call. That is what keeps greedy speculation exactly lossless (llama.py Step.exact).
+// Partial sums run in LANES independent lanes, reduced in a fixed tree, so the compiler vectorizes
+// them without -ffast-math (which would let it reorder, and so change, the sums); -fno-trapping-math
+// (results unchanged: no FP exception is ever looked at) lets it vectorize the clamp in the exp.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+constexpr int LANES = 16;
+
+inline float lane_sum(const float* a) {
+  float b[LANES / 2];
+  for (int l = 0; l < LANES / 2; ++l) b[l] = a[l] + a[l + LANES / 2];
+  for (int w = LANES / 4; w >= 1; w /= 2)
+    for (int l = 0; l < w; ++l) b[l] += b[l + w];
+  return b[0];
+}
+
+// exp(x) for x <= 0 (scores minus their row's max): Cephes' expf polynomial, branch-free so that a
+// loop of it vectorizes; within 2 ulp of expf over the range, 0 below -87.
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const int n = static_cast<int>(x * 1.44269504088896341f - 0.5f);  // round(x / ln 2), x <= 0
+  const float nf = static_cast<float>(n);
+  const float r = (x - nf * 0.693359375f) - nf * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float e = p * r * r + r + 1.0f;
+  return e * __builtin_bit_cast(float, static_cast<uint32_t>(n + 127) << 23);  // 2^n
+}
+
+// One query's heads of one KV head (g of them: GQA) over keys slots[0 .. n).
+template <int D>
+void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t* slots, int64_t n,
+                int64_t g, float q_mul, float v_mul, float* out, std::vector<float>& buf) {
+  buf.resize(static_cast<size_t>(g * n + g * D));
+  float* scores = buf.data();  // [g, n]
+  float* qs = scores + g * n;  // [g, D]: q with the K scale and 1/sqrt(D) folded in
+  for (int64_t h = 0; h < g * D; ++h) qs[h] = q[h] * q_mul;
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* kr = k + slots[i] * D;
+    float kf[D];
+    for (int c = 0; c < D; ++c) kf[c] = static_cast<float>(kr[c]);
+    for (int64_t h = 0; h < g; ++h) {
+      const float* qh = qs + h * D;
+      float part[LANES] = {0};
+      for (int c0 = 0; c0 < D; c0 += LANES)
+        for (int l = 0; l < LANES; ++l) part[l] += qh[c0 + l] * kf[c0 + l];
+      scores[h * n + i] = lane_sum(part);
+    }
+  }
+  float inv_sum[8];  // g <= 8 (checked by the caller): no allocation per query and layer
+  for (int64_t h = 0; h < g; ++h) {
+    float* s = scores + h * n;
+    float top[LANES];
+    for (int l = 0; l < LANES; ++l) top[l] = s[0];
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+      for (int l = 0; l < LANES; ++l) top[l] = top[l] < s[i + l] ? s[i + l] : top[l];
+    for (; i < n; ++i) top[0] = top[0] < s[i] ? s[i] : top[0];
+    float m = top[0];
+    for (int l = 1; l < LANES; ++l) m = m < top[l] ? top[l] : m;  // (max is exact: order is free)
+    for (int64_t j = 0; j < n; ++j) s[j] = exp_nonpositive(s[j] - m);
+    float part[LANES] = {0};
+    for (i = 0; i + LANES <= n; i += LANES)
+      for (int l = 0; l < LANES; ++l) part[l] += s[i + l];
+    for (; i < n; ++i) part[i % LANES] += s[i];
+    inv_sum[h] = v_mul / lane_sum(part);
+  }
+  float acc[D * 8];  // g <= 8 query heads per KV head (checked by the caller)
+  for (int64_t c = 0; c < g * D; ++c) acc[c] = 0.0f;
+  for (int64_t j = 0; j < n; ++j) {
+    const int8_t* vr = v + slots[j] * D;
+    float vf[D];
+    for (int c = 0; c < D; ++c) vf[c] = static_cast<float>(vr[c]);
+    for (int64_t h = 0; h < g; ++h) {
+      const float p = scores[h * n + j];
+      float* a = acc + h * D;
+      for (int c = 0; c < D; ++c) a[c] += p * vf[c];
+    }
+  }
+  for (int64_t h = 0; h < g; ++h)
+    for (int c = 0; c < D; ++c) out[h * D + c] = acc[h * D + c] * inv_sum[h];
+}
+
+}  // namespace
+
+// q: [T, H, D] float32 (after RoPE, unscaled); k, v: [KV, S, D] int8, one layer of the cache;
+// slots: int64, the slots of positions 0 .. pos+T-1; k_scale, v_scale: [KV] float32.
+// Query t sees positions 0 .. pos+t. Returns [T, H, D] float32: softmax(q·kᵀ/√D)·v in real units.
+inline torch::Tensor int8_decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor slots,
+                                    int64_t pos, torch::Tensor k_scale, torch::Tensor v_scale) {
+  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat && q.is_contiguous(), "q: [T, H, D] float32");
+  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == torch::kChar && k.is_contiguous(), "k: [KV, S, D] int8");
+  TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == torch::kChar && v.is_contiguous(), "v like k");
+  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == torch::kLong && slots.is_contiguous(), "slots: int64");
+  const int64_t t = q.size(0), h = q.size(1), d = q.size(2), kv = k.size(0), cap = k.size(1);
+  TORCH_CHECK(k.size(2) == d && (d == 64 || d == 128), "head_dim must match q's and be 64 or 128");
+  TORCH_CHECK(h % kv == 0 && h / kv <= 8, "query heads must be 1 to 8 times the KV heads");
+  TORCH_CHECK(slots.size(0) >= pos + t && pos >= 0, "slots must cover positions 0 .. pos+T-1");
+  TORCH_CHECK(k_scale.numel() == kv && v_scale.numel() == kv, "one K and one V scale per KV head");
+  auto ks = k_scale.to(torch::kFloat).contiguous(), vs = v_scale.to(torch::kFloat).contiguous();
+  const int64_t* sl = slots.data_ptr<int64_t>();
+  for (int64_t i = 0; i < pos + t; ++i) TORCH_CHECK(sl[i] >= 0 && sl[i] < cap, "slot out of range");
+  auto out = torch::empty_like(q);
+  const int64_t g = h / kv;
+  const float inv = 1.0f / std::sqrt(static_cast<float>(d));
+  const float* qp = q.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int8_t* kp = k.data_ptr<int8_t>();
+  const int8_t* vp = v.data_ptr<int8_t>();
+  const float* ksp = ks.data_ptr<float>();
+  const float* vsp = vs.data_ptr<float>();
+  at::parallel_for(0, t * kv, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf;
+    for (int64_t w = begin; w < end; ++w) {
+      const int64_t ti = w / kv, j = w % kv;
+      const int64_t at_ = (ti * h + j * g) * d;
+      auto one = d == 64 ? attend_one<64> : attend_one<128>;
+      one(qp + at_, kp + j * cap * d, vp + j * cap * d, sl, pos + ti + 1, g, ksp[j] * inv, vsp[j], op + at_, buf);
+    }
+  });
+  return out;
+}

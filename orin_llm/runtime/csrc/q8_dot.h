@@ -1,0 +1,348 @@
+// Quantized weights times integer-quantized activations, in integer dot products (CPU): see
+// orin_llm/runtime/q8_dot.py.
+//
+// llama.cpp's way (ggml's Q4_1 x Q8_1 and Q8_0 x Q8_0 dot products): each row of x is quantized to
+// int8 (int16 against int8 weights) in blocks of 32 (a float scale per block), and a weight block's dot product with it is one
+// integer sum (exact) times the two scales. A decode step then reads the weights as they are stored
+// (4 or 8 bits) and spends a few integer instructions per 32 multiply-adds, where torch's weight-only
+// kernels convert every weight to float first (their cost on one core, not the memory's).
+//
+// Every output is computed by one code path, in one fixed order that depends only on its own row of
+// x and its row of weights: an M-row call's row m is bit for bit the one-row call on x[m], whatever
+// M is and however the threads split the outputs. That is what keeps greedy speculation exactly
+// lossless (a verify step's rows equal the decode steps'), and what runtime/packed.rows_independent
+// probes at load. x86 with AVX2 runs intrinsics (VNNI's dpbusd where the CPU has it). Other CPUs get
+// plain loops (ORIN_LLM_Q8_GENERIC forces them, for the tests): correct, but slower than torch's
+// kernels, so q8_dot.py does not use them (an aarch64 path, with sdot, is not written yet).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <type_traits>
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(ORIN_LLM_Q8_GENERIC)
+#include <immintrin.h>
+#define Q8_AVX2 1
+#endif
+
+namespace {
+
+constexpr int BLOCK = 32;  // weights (and activations) per scale: a GGUF block
+
+// One row of x ([K] float32) to integer codes in blocks of 32: d = amax/QMAX, q = round(x/d) (ties
+// to even, as torch.round; x times the float32 reciprocal, as tests/runtime/test_q8_dot.py redoes it),
+// and per block d and d·Σq (what a Q4_1 block's min multiplies). int8 codes (QMAX 127) for the Q4_1
+// layers, as llama.cpp's Q8_1; int16 (QMAX 32767) for int8 weights, whose main use is the lm_head's
+// candidate pass: its exactness bound grows with the activations' rounding (head.py), and int8
+// activations left hundreds of candidates a row where int16 leaves a handful.
+template <typename Q, int QMAX>
+void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
+  for (int64_t b = 0; b < k / BLOCK; ++b) {
+    const float* xb = x + b * BLOCK;
+    float amax = 0.0f;
+    for (int i = 0; i < BLOCK; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+    const float db = amax / static_cast<float>(QMAX);
+    const float id = db > 0.0f ? 1.0f / db : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < BLOCK; ++i) {
+      const int v = static_cast<int>(std::nearbyint(xb[i] * id));
+      q[b * BLOCK + i] = static_cast<Q>(v);
+      sum += v;
+    }
+    d[b] = db;
+    s[b] = db * static_cast<float>(sum);
+  }
+}
+
+#ifdef Q8_AVX2
+// 8 int32 sums of 4 products each: unsigned bytes u (Q4_1 codes) times signed bytes s
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+#else  // (maddubs cannot saturate here: u is a 4-bit code, 2·15·127 < 32767)
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+inline float hsum(__m256 v) {  // a fixed tree: 8 -> 4 -> 2 -> 1
+  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_add_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+#endif
+
+// Weights are stored in tiles of ROWS output rows, block by block (q8_dot.py's pack_*): a tile's
+// loop then reads one sequential stream. (Four rows read side by side at their own addresses ran at
+// a third of the bandwidth of one row: four streams a few hundred bytes apart defeat the prefetcher.)
+constexpr int ROWS = 4;
+
+// A tile of a Q4_1 layer: ROWS weight rows times MR rows of x. w: the tile's npairs·ROWS·32 bytes, a
+// pair of blocks for each row in turn (byte j = code j of the first block | code j of the second << 4:
+// one load's low nibbles are the first block in order, its high nibbles the second); sc, mn: [nb][ROWS]
+// scales and mins. out[m][r] = Σ_b sc_b·d_b·Σ(code·q) + Σ_b mn_b·d_b·Σq, d_b and q being x's blocks.
+// Each output has its own accumulator and the same sequence of operations whatever MR is: a tile
+// changes which values stay in registers, never a result.
+template <int MR>
+void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, const int8_t* xq, int64_t k,
+               const float* xd, const float* xs, float* out, int64_t ostride) {
+  // The min terms, Σ_b mn_b·xs_b per output. (A plain fma chain per output over the blocks was a
+  // third of a one-row call: 4 outputs' chains of nb dependent fmas.) Here 2 blocks x 4 rows per
+  // vector, in two interleaved chains, then a fixed reduction.
+  float mins[MR][ROWS];
+#ifdef Q8_AVX2
+  for (int m = 0; m < MR; ++m) {
+    const float* x = xs + m * nb;
+    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) {
+      t0 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
+      t1 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + (b + 2) * ROWS),
+                           _mm256_set_m128(_mm_set1_ps(x[b + 3]), _mm_set1_ps(x[b + 2])), t1);
+    }
+    for (; b < nb; b += 2)  // (nb is even: pairs of blocks)
+      t0 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
+    const __m256 t = _mm256_add_ps(t0, t1);
+    _mm_storeu_ps(mins[m], _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
+  }
+#else
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < ROWS; ++r) mins[m][r] = 0.0f;
+  for (int64_t b = 0; b < nb; ++b)
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < ROWS; ++r) mins[m][r] = std::fma(mn[b * ROWS + r], xs[m * nb + b], mins[m][r]);
+#endif
+#ifdef Q8_AVX2
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256 acc[MR][ROWS];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int r = 0; r < ROWS; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < nb; p += 2, w += ROWS * 32) {
+    __m256i xa[MR], xb[MR];
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      xa[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + p * BLOCK));
+      xb[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + p * BLOCK + BLOCK));
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < ROWS; ++r) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * 32));
+      const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      const __m256 sa = _mm256_broadcast_ss(sc + p * ROWS + r), sb = _mm256_broadcast_ss(sc + (p + 1) * ROWS + r);
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        const __m256 da = _mm256_mul_ps(sa, _mm256_broadcast_ss(xd + m * nb + p));
+        const __m256 db = _mm256_mul_ps(sb, _mm256_broadcast_ss(xd + m * nb + p + 1));
+        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(lo, xa[m])), da, acc[m][r]);
+        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(hi, xb[m])), db, acc[m][r]);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < ROWS; ++r) out[m * ostride + r] = hsum(acc[m][r]) + mins[m][r];
+#else
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < ROWS; ++r) {
+      const int8_t* xm = xq + m * k;
+      float lane[8] = {0};  // the AVX2 path's shape: 8 lanes of 4 products, summed in the same tree
+      for (int64_t p = 0; p < nb; p += 2) {
+        const uint8_t* wp = w + (p / 2 * ROWS + r) * 32;
+        const int8_t* xa = xm + p * BLOCK;
+        const float da = sc[p * ROWS + r] * xd[m * nb + p], db = sc[(p + 1) * ROWS + r] * xd[m * nb + p + 1];
+        for (int l = 0; l < 8; ++l) {
+          int32_t ia = 0, ib = 0;
+          for (int j = 4 * l; j < 4 * l + 4; ++j) {
+            ia += static_cast<int32_t>(wp[j] & 0x0F) * xa[j];
+            ib += static_cast<int32_t>(wp[j] >> 4) * xa[BLOCK + j];
+          }
+          lane[l] = std::fma(static_cast<float>(ia), da, lane[l]);
+          lane[l] = std::fma(static_cast<float>(ib), db, lane[l]);
+        }
+      }
+      const float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+      out[m * ostride + r] = s + mins[m][r];
+    }
+#endif
+}
+
+// A tile of an int8 matrix (the lm_head's codes, [nb][ROWS][32]; its row scales applied by the
+// caller) times int16 activations. Per lane, 4 products of |w| <= 127 and |x| <= 32767: under 2^24,
+// so the int32 sums convert to float exactly.
+template <int MR>
+void tile_q8(const int8_t* w, int64_t nb, const int16_t* xq, int64_t k, const float* xd, float* out,
+             int64_t ostride) {
+#ifdef Q8_AVX2
+  __m256 acc[MR][ROWS];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int r = 0; r < ROWS; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b, w += ROWS * BLOCK) {
+    __m256i x0[MR], x1[MR];
+    __m256 d[MR];
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      x0[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + b * BLOCK));
+      x1[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + b * BLOCK + 16));
+      d[m] = _mm256_broadcast_ss(xd + m * nb + b);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < ROWS; ++r) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * BLOCK));
+      const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(wv));
+      const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(wv, 1));
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(w0, x0[m]), _mm256_madd_epi16(w1, x1[m]));
+        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), d[m], acc[m][r]);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < ROWS; ++r) out[m * ostride + r] = hsum(acc[m][r]);
+#else
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < ROWS; ++r) {
+      const int16_t* xm = xq + m * k;
+      float lane[8] = {0};
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* wb = w + (b * ROWS + r) * BLOCK;
+        const int16_t* xb = xm + b * BLOCK;
+        for (int l = 0; l < 8; ++l) {  // the AVX2 path's lanes: elements 2l, 2l+1, 16+2l, 17+2l
+          const int32_t i = (wb[2 * l] * xb[2 * l] + wb[2 * l + 1] * xb[2 * l + 1]) +
+                            (wb[16 + 2 * l] * xb[16 + 2 * l] + wb[17 + 2 * l] * xb[17 + 2 * l]);
+          lane[l] = std::fma(static_cast<float>(i), xd[m * nb + b], lane[l]);
+        }
+      }
+      out[m * ostride + r] = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    }
+#endif
+}
+
+// Runs fn(MR, i) over the rows of x in chunks of up to 4 (MR a compile-time constant).
+template <typename Fn>
+void for_row_chunks(int64_t m, Fn&& fn) {
+  for (int64_t i = 0; i < m; i += 4) {
+    switch (std::min<int64_t>(4, m - i)) {
+      case 1: fn(std::integral_constant<int, 1>{}, i); break;
+      case 2: fn(std::integral_constant<int, 2>{}, i); break;
+      case 3: fn(std::integral_constant<int, 3>{}, i); break;
+      default: fn(std::integral_constant<int, 4>{}, i); break;
+    }
+  }
+}
+
+struct QuantizedX {
+  torch::Tensor q, d, s;
+};
+
+template <typename Q, int QMAX>
+QuantizedX quantize(const torch::Tensor& x) {
+  const int64_t m = x.size(0), k = x.size(1), nb = k / BLOCK;
+  const auto dtype = sizeof(Q) == 1 ? torch::kChar : torch::kShort;
+  QuantizedX r{torch::empty({m, k}, dtype), torch::empty({m, nb}, torch::kFloat), torch::empty({m, nb}, torch::kFloat)};
+  const float* xp = x.data_ptr<float>();
+  Q* qp = static_cast<Q*>(r.q.data_ptr());
+  for (int64_t i = 0; i < m; ++i)
+    quantize_row<Q, QMAX>(xp + i * k, k, qp + i * k, r.d.data_ptr<float>() + i * nb, r.s.data_ptr<float>() + i * nb);
+  return r;
+}
+
+void check_x(const torch::Tensor& x, int64_t k) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: [M, K] float32");
+  TORCH_CHECK(x.size(1) == k, "x has ", x.size(1), " columns, the weights ", k);
+}
+
+// Tiles of output rows go to threads in chunks of this many: each output is one thread's, whole.
+constexpr int64_t GRAIN = 16;
+
+}  // namespace
+
+// x: [M, K] float32; codes: [N/4, K/64, 4, 32] uint8, scales and mins: [N/4, K/32, 4] float32, as
+// q8_dot.pack_q4_1 lays them out. Returns x @ Wᵀ [M, N] float32, W = scale·code + min per block of 32.
+inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, torch::Tensor mins) {
+  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == 32 &&
+              codes.scalar_type() == torch::kByte && codes.is_contiguous(), "codes: [N/4, K/64, 4, 32] uint8");
+  const int64_t tiles = codes.size(0), n = tiles * ROWS, k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
+  for (const auto* t : {&scales, &mins})
+    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == nb && t->size(2) == ROWS &&
+                t->scalar_type() == torch::kFloat && t->is_contiguous(), "scales and mins: [N/4, K/32, 4] float32");
+  check_x(x, k);
+  const int64_t m = x.size(0);
+  const QuantizedX qx = quantize<int8_t, 127>(x);
+  auto out = torch::empty({m, n}, torch::kFloat);
+  const uint8_t* wp = codes.data_ptr<uint8_t>();
+  const float* scp = scales.data_ptr<float>();
+  const float* mnp = mins.data_ptr<float>();
+  const int8_t* qp = qx.q.data_ptr<int8_t>();
+  const float* dp = qx.d.data_ptr<float>();
+  const float* sp = qx.s.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, tiles, GRAIN, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)  // one tile of weights, every row of x (it stays in L1)
+      for_row_chunks(m, [&](auto mr, int64_t i) {
+        tile_q4_1<decltype(mr)::value>(wp + t * (k / 2) * ROWS, scp + t * nb * ROWS, mnp + t * nb * ROWS, nb,
+                                       qp + i * k, k, dp + i * nb, sp + i * nb, op + i * n + t * ROWS, n);
+      });
+  });
+  return out;
+}
+
+// x: [M, K] float32; codes: [N/4, K/32, 4, 32] int8 (q8_dot.pack_q8); scales: [N] float32. Returns
+// x @ (scales·codes)ᵀ [M, N] float32, x quantized to int8 in blocks of 32 (head.py bounds the error).
+inline torch::Tensor q8_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales) {
+  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == BLOCK &&
+              codes.scalar_type() == torch::kChar && codes.is_contiguous(), "codes: [N/4, K/32, 4, 32] int8");
+  const int64_t tiles = codes.size(0), n = tiles * ROWS, nb = codes.size(1), k = nb * BLOCK;
+  TORCH_CHECK(scales.dim() == 1 && scales.size(0) == n && scales.scalar_type() == torch::kFloat &&
+              scales.is_contiguous(), "scales: [N] float32");
+  check_x(x, k);
+  const int64_t m = x.size(0);
+  const QuantizedX qx = quantize<int16_t, 32767>(x);
+  auto out = torch::empty({m, n}, torch::kFloat);
+  const int8_t* wp = codes.data_ptr<int8_t>();
+  const float* scp = scales.data_ptr<float>();
+  const int16_t* qp = qx.q.data_ptr<int16_t>();
+  const float* dp = qx.d.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, tiles, GRAIN, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      for_row_chunks(m, [&](auto mr, int64_t i) {
+        tile_q8<decltype(mr)::value>(wp + t * k * ROWS, nb, qp + i * k, k, dp + i * nb, op + i * n + t * ROWS, n);
+      });
+    for (int64_t i = 0; i < m; ++i)  // the row scales, after the sums
+      for (int64_t j = begin * ROWS; j < end * ROWS; ++j) op[i * n + j] *= scp[j];
+  });
+  return out;
+}
+
+// The activation quantization alone (tests, head.py's bound): codes [M, K] (int8 as q4_1_linear
+// takes them, or int16 as q8_linear does), scales [M, K/32] float32.
+inline std::vector<torch::Tensor> quantize_activations(torch::Tensor x, int64_t bits) {
+  TORCH_CHECK(x.dim() == 2 && x.size(1) % BLOCK == 0, "x: [M, K] with K a multiple of 32");
+  TORCH_CHECK(bits == 8 || bits == 16, "bits: 8 (q4_1_linear's) or 16 (q8_linear's)");
+  check_x(x, x.size(1));
+  const QuantizedX qx = bits == 8 ? quantize<int8_t, 127>(x) : quantize<int16_t, 32767>(x);
+  return {qx.q, qx.d};
+}
+
+// Which code path this build runs: "avx2-vnni", "avx2" or "generic" (plain loops: correct anywhere,
+// and slower than torch's kernels, so q8_dot.py uses them only when told to, for the tests).
+inline std::string simd() {
+#if defined(Q8_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+  return "avx2-vnni";
+#elif defined(Q8_AVX2)
+  return "avx2";
+#else
+  return "generic";
+#endif
+}

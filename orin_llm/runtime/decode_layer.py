@@ -1,0 +1,63 @@
+"""A decode step's decoder layer in one C++ call (csrc/decode_layer.cpp), on CPUs with q8_dot's kernels.
+
+Why: with the weights on q8_dot's kernels and attention on the INT8 op, a decode step of the embedded
+model still spent half its time between them: RMSNorm, RoPE, the K/V write, SiLU·up and the residual
+adds are about 150 torch op calls a layer, each a few microseconds of dispatch for a few hundred floats
+of work (docs/BENCHMARKS.md, the step breakdown). The op runs the same kernels and does the small
+work in place on the rows: one call per layer.
+
+Used for the steps the INT8 attention op serves (decode, verify and catch-up steps of at most
+PROBE_ROWS tokens per sequence, over an INT8 cache), on a model whose every layer runs on q8_dot's
+kernels (a q4_1 target; an int8 or int4 draft). Prefill keeps torch's ops around the same kernels.
+The small ops round differently from torch's, so a model takes this path for all of its decode steps
+or for none (loaded once; ORIN_LLM_FUSED_DECODE=0 turns it off for A/B measurements): rows stay
+independent of the batch, and greedy speculation stays exactly lossless (tests/runtime/test_decode_layer.py).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .native import NativeLib
+from .quant import QuantLinear
+
+_lib = NativeLib("decode_layer", "ORIN_LLM_FUSED_DECODE", "the fused decode layer",
+                 "decode steps run each layer as torch ops around the same kernels (slower, same results to rounding)")
+
+
+def op():
+    """The compiled op, built on first call; None where it cannot be (the reason: `unavailable()`)."""
+    lib = _lib.get()
+    return None if lib is None else lib.decode_layer
+
+
+def unavailable() -> Optional[str]:
+    return _lib.error
+
+
+def layer_args(block) -> Optional[tuple]:
+    """The op's weight arguments for one Block (llama.py), or None where a part of it does not run on
+    q8_dot's kernels (a float export, a CUDA model, a CPU without them)."""
+    attn, mlp = block.self_attn, block.mlp
+    linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
+    if not all(isinstance(m, QuantLinear) and m.q8 is not None for m in linears):
+        return None
+    n1, n2 = block.input_layernorm, block.post_attention_layernorm
+    if n1.weight.dtype != torch.float32 or n1.eps != n2.eps:
+        return None
+    return (n1.weight.detach().contiguous(), n2.weight.detach().contiguous(), float(n1.eps),
+            *(list(m.q8) for m in linears))
+
+
+def attach(model) -> bool:
+    """Give every layer of a loaded model its op arguments (model.fused_layers); False, and nothing
+    set, unless every layer can run the op here."""
+    if model.device.type != "cpu" or not model.int8_decode or model.cos.dtype != torch.float32:
+        return False
+    args = [layer_args(b) for b in model.layers]
+    if any(a is None for a in args) or op() is None:
+        return False
+    model.fused_layers = args
+    return True

@@ -1,0 +1,141 @@
+"""The fused decode layer (C++): the same layer as torch's ops around the same kernels to float32
+rounding, the very same K/V codes written, rows independent of what else shares the step (one
+sequence or several, beside a prefill chunk or not), used for every decode step of a q4_1 engine,
+bad input refused with what is wrong, and turned off on request with torch's ops taking over."""
+
+import pytest
+import torch
+
+from orin_llm.runtime import decode_layer as dl
+from orin_llm.runtime.llama import Item
+from orin_llm.runtime.native import NativeLib
+from orin_llm.runtime.sampling import SamplingParams
+
+pytestmark = pytest.mark.skipif(dl.op() is None, reason=f"the op does not build here: {dl.unavailable()}")
+
+
+@pytest.fixture
+def model(engine):
+    m = engine.model
+    if m.fused_layers is None:
+        pytest.skip("this engine's layers do not run on q8_dot's kernels here")
+    return m
+
+
+def _prefilled(engine, text: str, extra: int = 16):
+    ids = engine.encode(text)
+    cache = engine.contiguous_cache(len(ids) + extra)
+    engine.model(torch.tensor(ids), cache)
+    return cache
+
+
+@pytest.mark.parametrize("layer", [0, 7, 29])
+def test_a_layer_matches_torchs_ops_and_writes_the_same_kv_codes(engine, model, layer):
+    cache = _prefilled(engine, "The robot keeps a tidy home. " * 20)
+    n, t = cache.length, 3
+    x = model.embed_tokens(torch.tensor([1000, 17, 4242])).float().contiguous()
+    step = model._step(n, t, 0, cache, 0, True)
+    assert step.int8_op
+    want = model.layers[layer](x.clone(), model.cos[n:n + t], model.sin[n:n + t], [cache], layer, [step], 0)
+    k_want, v_want = cache.k[layer, :, n:n + t].clone(), cache.v[layer, :, n:n + t].clone()
+    cache.k[layer, :, n:n + t], cache.v[layer, :, n:n + t] = 0, 0  # the op must write them again
+    got = x.clone()
+    dl.op()(got, *model.fused_layers[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
+            [*cache.int8_layer(layer), cache.slot_table(n + t)], [n], [t])
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-5  # ~3e-7 measured
+    assert torch.equal(cache.k[layer, :, n:n + t], k_want) and torch.equal(cache.v[layer, :, n:n + t], v_want)
+
+
+def test_every_decode_step_takes_it_and_prefill_does_not(engine, model):
+    """No Block.forward runs in a decode step (the op ran every layer); prefill chunks run them all."""
+    calls = []  # per Block call: whether its steps (args: x, cos, sin, caches, layer, steps, width) hold an op step
+    hooks = [b.register_forward_hook(lambda m, a, o: calls.append(any(s.int8_op for s in a[5])))
+             for b in model.layers]
+    try:
+        r = engine.generate(engine.encode("Put the mug in the sink."), SamplingParams(max_tokens=6, temperature=0.0),
+                            "none").run()
+    finally:
+        for h in hooks:
+            h.remove()
+    assert len(r.token_ids) == 6
+    assert calls and not any(calls)  # the prompt's chunks ran the Blocks, no decode step did
+
+
+def test_rows_do_not_depend_on_the_batch(engine, model):
+    """Two sequences' decode rows in one step (4 + 1 rows), and beside a prefill chunk: each row bit
+    for bit the one-token step at its position, alone."""
+    texts = ["The kitchen has a fridge and a sink. " * 6, "A hallway leads to the bedroom. " * 9]
+    feeds = [torch.tensor([1000, 17, 4242, 9]), torch.tensor([511])]
+    alone = []
+    for text, feed in zip(texts, feeds, strict=True):
+        cache = _prefilled(engine, text)
+        n, rows = cache.length, []
+        for i in range(len(feed)):
+            rows.append(model.forward_batch([Item(feed[i:i + 1], cache, 1, decode=True)])[0][0])
+        cache.crop(n)
+        alone.append(torch.stack(rows))
+    caches = [_prefilled(engine, text) for text in texts]
+    together = model.forward_batch([Item(f, c, len(f), decode=True) for f, c in zip(feeds, caches, strict=True)])
+    for a, b in zip(alone, together, strict=True):
+        assert torch.equal(a, b)
+    # beside a prefill chunk of a third sequence (the scheduler's mixed steps): the op still runs the decode rows
+    caches = [_prefilled(engine, texts[0])]
+    chunk = engine.contiguous_cache(64)
+    block = engine.cache.block_size
+    ids = torch.tensor(engine.encode("Someone left the window open in the study. " * 4)[:block])
+    mixed = model.forward_batch([Item(feeds[0], caches[0], len(feeds[0]), decode=True),
+                                 Item(ids, chunk, 1, block=block)])
+    assert torch.equal(mixed[0], alone[0])
+
+
+def test_greedy_plans_stay_close_to_torchs_ops(engine, model):
+    """The op rounds its small ops differently, not wrongly: the next-token logits of a decode step
+    agree with torch's ops to within what the int8 activation rounding moves (a wrong layer moves
+    them by whole logits everywhere), and their argmax is the same."""
+    cache = _prefilled(engine, "Bring the remote from the living room to the bedroom. " * 4)
+    n, feed = cache.length, torch.tensor([1000, 17, 4242])
+    fused = model.forward_batch([Item(feed, cache, 3, decode=True)])[0]
+    cache.crop(n)
+    saved, model.fused_layers = model.fused_layers, None
+    try:
+        ops = model.forward_batch([Item(feed, cache, 3, decode=True)])[0]
+    finally:
+        model.fused_layers = saved
+    assert torch.equal(fused.argmax(-1), ops.argmax(-1))
+    assert float((fused - ops).abs().mean()) < 0.25
+
+
+def test_bad_input_is_refused_with_what_is_wrong(engine, model):
+    cache = _prefilled(engine, "A short home.")
+    n, args = cache.length, model.fused_layers[0]
+    x = torch.zeros(2, model.arch.hidden_size)
+    run = dl.op()
+    h, kv = model.arch.num_heads, model.arch.num_kv_heads
+
+    def call(x=x, caches=None, pos=(n,), rows=(2,), cos=model.cos):
+        caches = caches if caches is not None else [*cache.int8_layer(0), cache.slot_table(n + 2)]
+        run(x, *args, cos, model.sin, h, kv, caches, list(pos), list(rows))
+
+    with pytest.raises(RuntimeError, match="add up"):
+        call(rows=(3,))
+    with pytest.raises(RuntimeError, match="slots"):
+        call(caches=[*cache.int8_layer(0), cache.slot_table(n)])
+    with pytest.raises(RuntimeError, match="int8"):
+        k, v, ks, vs = cache.int8_layer(0)
+        call(caches=[k.float(), v, ks, vs, cache.slot_table(n + 2)])
+    with pytest.raises(RuntimeError, match="rope tables"):
+        call(pos=(model.cos.shape[0] - 1,))
+    with pytest.raises(RuntimeError, match="float32"):
+        call(x=x.double())
+
+
+def test_turned_off_it_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine, model):
+    monkeypatch.setattr(dl, "_lib", NativeLib("decode_layer", "ORIN_LLM_FUSED_DECODE", "the op", "torch's ops"))
+    monkeypatch.setenv("ORIN_LLM_FUSED_DECODE", "0")
+    saved = model.fused_layers
+    model.fused_layers = None
+    try:
+        assert not dl.attach(model) and model.fused_layers is None
+        assert dl.unavailable() == "turned off (ORIN_LLM_FUSED_DECODE=0)"
+    finally:
+        model.fused_layers = saved
