@@ -60,7 +60,11 @@ class NativeLib:
         native = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
         # -fno-trapping-math: no FP exception is ever looked at, and it lets loops with clamps vectorize
         flags = ["-O3", native, "-fno-trapping-math"] + [f"-D{d}" for d in self.defines]
-        omp: list[str] = []
+        # -fopenmp: at::parallel_for is a header template whose threads are `#pragma omp parallel`;
+        # without the flag the pragma is ignored and every op runs on one thread (as ours all did
+        # before). The module then needs libgomp.so.1, which torch has already loaded (the dynamic
+        # linker matches it by soname): one OpenMP runtime, torch's threads.
+        omp = ["-fopenmp"] if "parallel backend: OpenMP" in torch.__config__.parallel_info() else []
         # the source and every header beside it (the kernels live in headers that several ops include)
         src = self.source.read_bytes() + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
         key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
