@@ -65,7 +65,10 @@ def fits(out_features: int, in_features: int, pairs: bool) -> bool:
 def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
     """Codes [N, K] (0..15, one per weight), scales and mins [N, K/32] → the kernel's tiles: codes
     [N/4, K/64, 4, 32] uint8 (a pair of blocks per byte row: the first block's code in the low
-    nibble, the second's in the high one), scales and mins [N/4, K/32, 4] float32."""
+    nibble, the second's in the high one), scales and mins [N/4, K/32, 4], float16 where every one of
+    them is exact in it (a GGUF's Q4_1 blocks hold them as fp16: 13 MB less for the embedded model's
+    layers), else float32 (a symmetric int4 draft's scales). The kernel converts either to float32:
+    the same values, the same results."""
     n, k = codes.shape
     c = codes.to(torch.uint8).view(n // ROWS, ROWS, k // (2 * BLOCK), 2, BLOCK)
     tiles = (c[:, :, :, 0] | (c[:, :, :, 1] << 4)).permute(0, 2, 1, 3).contiguous()
@@ -73,7 +76,11 @@ def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
     def per_tile(a: torch.Tensor) -> torch.Tensor:
         return a.float().view(n // ROWS, ROWS, -1).permute(0, 2, 1).contiguous()
 
-    return tiles, per_tile(scales), per_tile(mins)
+    s, m = per_tile(scales), per_tile(mins)
+    hs, hm = s.half(), m.half()
+    if torch.equal(hs.float(), s) and torch.equal(hm.float(), m):
+        return tiles, hs, hm
+    return tiles, s, m
 
 
 def pack_q8(codes: torch.Tensor) -> torch.Tensor:

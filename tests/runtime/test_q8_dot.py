@@ -90,6 +90,23 @@ def test_rows_are_bit_for_bit_independent_of_the_batch_and_the_threads():
             torch.set_num_threads(threads)
 
 
+def test_gguf_scales_are_held_as_fp16_and_others_as_fp32_with_the_same_results():
+    """A GGUF's Q4_1 scales and mins are fp16 values: the tiles keep them as fp16 (half the bytes),
+    and the kernel gives bit for bit what it gives on the same values in float32. A symmetric int4
+    layer's float32 scales are not fp16 values: they stay float32."""
+    lin = _q4_1(64, 576, seed=3)
+    assert lin.pack()
+    codes, scales, mins = lin.q8
+    assert scales.dtype == mins.dtype == torch.float16
+    x = torch.randn(6, 576)
+    assert torch.equal(q8_dot.op().q4_1_linear(x, codes, scales, mins),
+                       q8_dot.op().q4_1_linear(x, codes, scales.float(), mins.float()))
+    draft = QuantLinear(*quantize_int4(torch.randn(64, 128), 64), torch.float32)
+    assert draft.pack() and draft.q8[1].dtype == draft.q8[2].dtype == torch.float32
+    with pytest.raises(RuntimeError, match="both float32 or both float16"):
+        q8_dot.op().q4_1_linear(x, codes, scales, mins.float())
+
+
 def test_the_plain_loop_build_agrees_with_the_simd_one():
     """The portable code (ORIN_LLM_Q8_GENERIC; what another CPU would compile) computes the same
     products: the same results to float32 rounding, on the same tiles."""

@@ -25,7 +25,7 @@
 #include <algorithm>
 #include <type_traits>
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(ORIN_LLM_Q8_GENERIC)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(ORIN_LLM_Q8_GENERIC)
 #include <immintrin.h>
 #define Q8_AVX2 1
 #endif
@@ -79,6 +79,17 @@ inline float hsum(__m256 v) {  // a fixed tree: 8 -> 4 -> 2 -> 1
 }
 #endif
 
+// A Q4_1 layer's scales and mins are float32, or float16 where every one of them is exact in it
+// (q8_dot.py pack_q4_1: the embedded model's are, fp16 in its GGUF; half the bytes). Both convert to
+// the same float32 values, so the results do not depend on which.
+inline float to_float(float v) { return v; }
+inline float to_float(at::Half v) { return static_cast<float>(v); }
+
+#ifdef Q8_AVX2
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+#endif
+
 // Weights are stored in tiles of ROWS output rows, block by block (q8_dot.py's pack_*): a tile's
 // loop then reads one sequential stream. (Four rows read side by side at their own addresses ran at
 // a third of the bandwidth of one row: four streams a few hundred bytes apart defeat the prefetcher.)
@@ -90,8 +101,8 @@ constexpr int ROWS = 4;
 // scales and mins. out[m][r] = Σ_b sc_b·d_b·Σ(code·q) + Σ_b mn_b·d_b·Σq, d_b and q being x's blocks.
 // Each output has its own accumulator and the same sequence of operations whatever MR is: a tile
 // changes which values stay in registers, never a result.
-template <int MR>
-void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, const int8_t* xq, int64_t k,
+template <int MR, typename S>
+void tile_q4_1(const uint8_t* w, const S* sc, const S* mn, int64_t nb, const int8_t* xq, int64_t k,
                const float* xd, const float* xs, float* out, int64_t ostride) {
   // The min terms, Σ_b mn_b·xs_b per output. (A plain fma chain per output over the blocks was a
   // third of a one-row call: 4 outputs' chains of nb dependent fmas.) Here 2 blocks x 4 rows per
@@ -103,12 +114,12 @@ void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, c
     __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) {
-      t0 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
-      t1 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + (b + 2) * ROWS),
+      t0 = _mm256_fmadd_ps(load8(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
+      t1 = _mm256_fmadd_ps(load8(mn + (b + 2) * ROWS),
                            _mm256_set_m128(_mm_set1_ps(x[b + 3]), _mm_set1_ps(x[b + 2])), t1);
     }
     for (; b < nb; b += 2)  // (nb is even: pairs of blocks)
-      t0 = _mm256_fmadd_ps(_mm256_loadu_ps(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
+      t0 = _mm256_fmadd_ps(load8(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
     const __m256 t = _mm256_add_ps(t0, t1);
     _mm_storeu_ps(mins[m], _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
   }
@@ -117,7 +128,7 @@ void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, c
     for (int r = 0; r < ROWS; ++r) mins[m][r] = 0.0f;
   for (int64_t b = 0; b < nb; ++b)
     for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < ROWS; ++r) mins[m][r] = std::fma(mn[b * ROWS + r], xs[m * nb + b], mins[m][r]);
+      for (int r = 0; r < ROWS; ++r) mins[m][r] = std::fma(to_float(mn[b * ROWS + r]), xs[m * nb + b], mins[m][r]);
 #endif
 #ifdef Q8_AVX2
   const __m256i low = _mm256_set1_epi8(0x0F);
@@ -128,6 +139,8 @@ void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, c
     for (int r = 0; r < ROWS; ++r) acc[m][r] = _mm256_setzero_ps();
   for (int64_t p = 0; p < nb; p += 2, w += ROWS * 32) {
     __m256i xa[MR], xb[MR];
+    float s2[2 * ROWS];  // this pair of blocks' scales, as float32
+    _mm256_storeu_ps(s2, load8(sc + p * ROWS));
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) {
       xa[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + p * BLOCK));
@@ -137,7 +150,7 @@ void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, c
     for (int r = 0; r < ROWS; ++r) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * 32));
       const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      const __m256 sa = _mm256_broadcast_ss(sc + p * ROWS + r), sb = _mm256_broadcast_ss(sc + (p + 1) * ROWS + r);
+      const __m256 sa = _mm256_broadcast_ss(s2 + r), sb = _mm256_broadcast_ss(s2 + ROWS + r);
 #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) {
         const __m256 da = _mm256_mul_ps(sa, _mm256_broadcast_ss(xd + m * nb + p));
@@ -157,7 +170,8 @@ void tile_q4_1(const uint8_t* w, const float* sc, const float* mn, int64_t nb, c
       for (int64_t p = 0; p < nb; p += 2) {
         const uint8_t* wp = w + (p / 2 * ROWS + r) * 32;
         const int8_t* xa = xm + p * BLOCK;
-        const float da = sc[p * ROWS + r] * xd[m * nb + p], db = sc[(p + 1) * ROWS + r] * xd[m * nb + p + 1];
+        const float da = to_float(sc[p * ROWS + r]) * xd[m * nb + p];
+        const float db = to_float(sc[(p + 1) * ROWS + r]) * xd[m * nb + p + 1];
         for (int l = 0; l < 8; ++l) {
           int32_t ia = 0, ib = 0;
           for (int j = 4 * l; j < 4 * l + 4; ++j) {
@@ -267,22 +281,18 @@ constexpr int64_t GRAIN = 16;
 
 }  // namespace
 
-// x: [M, K] float32; codes: [N/4, K/64, 4, 32] uint8, scales and mins: [N/4, K/32, 4] float32, as
-// q8_dot.pack_q4_1 lays them out. Returns x @ Wᵀ [M, N] float32, W = scale·code + min per block of 32.
-inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, torch::Tensor mins) {
-  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == 32 &&
-              codes.scalar_type() == torch::kByte && codes.is_contiguous(), "codes: [N/4, K/64, 4, 32] uint8");
+namespace {
+
+template <typename S>
+torch::Tensor q4_1_run(const torch::Tensor& x, const torch::Tensor& codes, const torch::Tensor& scales,
+                       const torch::Tensor& mins) {
   const int64_t tiles = codes.size(0), n = tiles * ROWS, k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
-  for (const auto* t : {&scales, &mins})
-    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == nb && t->size(2) == ROWS &&
-                t->scalar_type() == torch::kFloat && t->is_contiguous(), "scales and mins: [N/4, K/32, 4] float32");
-  check_x(x, k);
   const int64_t m = x.size(0);
   const QuantizedX qx = quantize<int8_t, 127>(x);
   auto out = torch::empty({m, n}, torch::kFloat);
   const uint8_t* wp = codes.data_ptr<uint8_t>();
-  const float* scp = scales.data_ptr<float>();
-  const float* mnp = mins.data_ptr<float>();
+  const S* scp = scales.data_ptr<S>();
+  const S* mnp = mins.data_ptr<S>();
   const int8_t* qp = qx.q.data_ptr<int8_t>();
   const float* dp = qx.d.data_ptr<float>();
   const float* sp = qx.s.data_ptr<float>();
@@ -290,11 +300,29 @@ inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Te
   at::parallel_for(0, tiles, GRAIN, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)  // one tile of weights, every row of x (it stays in L1)
       for_row_chunks(m, [&](auto mr, int64_t i) {
-        tile_q4_1<decltype(mr)::value>(wp + t * (k / 2) * ROWS, scp + t * nb * ROWS, mnp + t * nb * ROWS, nb,
-                                       qp + i * k, k, dp + i * nb, sp + i * nb, op + i * n + t * ROWS, n);
+        tile_q4_1<decltype(mr)::value, S>(wp + t * (k / 2) * ROWS, scp + t * nb * ROWS, mnp + t * nb * ROWS, nb,
+                                          qp + i * k, k, dp + i * nb, sp + i * nb, op + i * n + t * ROWS, n);
       });
   });
   return out;
+}
+
+}  // namespace
+
+// x: [M, K] float32; codes: [N/4, K/64, 4, 32] uint8, scales and mins: [N/4, K/32, 4] float32 or
+// both float16, as q8_dot.pack_q4_1 lays them out. Returns x @ Wᵀ [M, N] float32, W = scale·code +
+// min per block of 32.
+inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, torch::Tensor mins) {
+  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == 32 &&
+              codes.scalar_type() == torch::kByte && codes.is_contiguous(), "codes: [N/4, K/64, 4, 32] uint8");
+  const int64_t tiles = codes.size(0), k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
+  const bool half = scales.scalar_type() == torch::kHalf;
+  for (const auto* t : {&scales, &mins})
+    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == nb && t->size(2) == ROWS &&
+                t->scalar_type() == (half ? torch::kHalf : torch::kFloat) && t->is_contiguous(),
+                "scales and mins: [N/4, K/32, 4], both float32 or both float16");
+  check_x(x, k);
+  return half ? q4_1_run<at::Half>(x, codes, scales, mins) : q4_1_run<float>(x, codes, scales, mins);
 }
 
 // x: [M, K] float32; codes: [N/4, K/32, 4, 32] int8 (q8_dot.pack_q8); scales: [N] float32. Returns
