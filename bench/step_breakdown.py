@@ -7,8 +7,9 @@ process, interleaved:
 - one bare forward of one token over a ~`--context`-token cache, timed alone, then again with
   timers around each module call, which split it into: the linear layers (qkv, o, gate|up, down),
   attention (RoPE, the KV cache write and read, SDPA), the lm_head, the embedding, and the rest of
-  the forward (RMSNorms, SiLU·up, residual adds: small ops whose cost is mostly dispatch). The
-  timers' own cost is reported (hooked forward minus bare forward);
+  the forward (RMSNorms, SiLU·up, residual adds: small ops whose cost is mostly dispatch). Where the
+  decode steps run the fused decode layer (runtime/decode_layer.py), the layers are one C++ call each
+  and are timed as one part. The timers' own cost is reported (hooked forward minus bare forward);
 - greedy sampling of one row of logits (what `sampling.sample` does for temperature 0);
 - the floor: the bytes a step must read (every weight once, plus the context's K/V) over the read
   bandwidth measured here (a sum over a 1 GiB float32 tensor, best of 5, same thread count).
@@ -85,6 +86,15 @@ class Timers:
 
     def __init__(self, model):
         self.ms, self._t0, self.handles = defaultdict(float), {}, []
+        self.model = model
+        if model.fused_layers is not None:  # decode steps run every layer in one C++ call each (decode_layer.py)
+            layers = model._fused_layers
+
+            def timed(*args):
+                t0 = time.perf_counter()
+                layers(*args)
+                self.ms["fused decoder layers"] += (time.perf_counter() - t0) * 1e3
+            model._fused_layers = timed  # (an instance attribute over the method; remove() deletes it)
         for name, mod in model.named_modules():
             kind = _kind(name)
             if kind:
@@ -106,14 +116,16 @@ class Timers:
         return hook
 
     def parts(self, runs: int) -> dict:
-        ms = {k: v / runs for k, v in self.ms.items()}
-        ms["attention"] -= ms.pop("projections inside attention")
+        ms = defaultdict(float, {k: v / runs for k, v in self.ms.items()})
+        ms["attention"] -= ms.pop("projections inside attention", 0.0)
         return {"linear layers": ms["linear layers"], "attention (RoPE, KV write and read, SDPA)": ms["attention"],
+                "fused decoder layers (all of the above, one C++ call a layer)": ms["fused decoder layers"],
                 "lm_head": ms["lm_head"], "embedding": ms["embedding"]}
 
     def remove(self):
         for h in self.handles:
             h.remove()
+        self.model.__dict__.pop("_fused_layers", None)
 
 
 def measure(engine: Engine, ctx_ids: list[int]) -> dict:

@@ -48,13 +48,17 @@ inline float exp_nonpositive(float x) {
   return e * __builtin_bit_cast(float, static_cast<uint32_t>(n + 127) << 23);  // 2^n
 }
 
-// One query's heads of one KV head (g of them: GQA) over keys slots[0 .. n).
-template <int D>
+// One query's heads of one KV head (G of them: GQA) over keys slots[0 .. n). G and D are compile-time
+// constants so that q and the output accumulators stay in registers across the key loops (with a
+// runtime g they lived in memory: a load and a store per key and head, 2.5x the time over 4k keys).
+// The arithmetic is the same whatever G is: each head's sums run in the same order.
+template <int D, int G>
 void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t* slots, int64_t n,
-                int64_t g, float q_mul, float v_mul, float* out, std::vector<float>& buf) {
-  buf.resize(static_cast<size_t>(g * n + g * D));
+                float q_mul, float v_mul, float* out, std::vector<float>& buf) {
+  constexpr int64_t g = G;
+  buf.resize(static_cast<size_t>(g * n));
   float* scores = buf.data();  // [g, n]
-  float* qs = scores + g * n;  // [g, D]: q with the K scale and 1/sqrt(D) folded in
+  float qs[G * D];  // q with the K scale and 1/sqrt(D) folded in
   for (int64_t h = 0; h < g * D; ++h) qs[h] = q[h] * q_mul;
   for (int64_t i = 0; i < n; ++i) {
     const int8_t* kr = k + slots[i] * D;
@@ -68,7 +72,7 @@ void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t*
       scores[h * n + i] = lane_sum(part);
     }
   }
-  float inv_sum[8];  // g <= 8 (checked by the caller): no allocation per query and layer
+  float inv_sum[G];
   for (int64_t h = 0; h < g; ++h) {
     float* s = scores + h * n;
     float top[LANES];
@@ -86,7 +90,7 @@ void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t*
     for (; i < n; ++i) part[i % LANES] += s[i];
     inv_sum[h] = v_mul / lane_sum(part);
   }
-  float acc[D * 8];  // g <= 8 query heads per KV head (checked by the caller)
+  float acc[D * G];
   for (int64_t c = 0; c < g * D; ++c) acc[c] = 0.0f;
   for (int64_t j = 0; j < n; ++j) {
     const int8_t* vr = v + slots[j] * D;
@@ -101,6 +105,25 @@ void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t*
   for (int64_t h = 0; h < g; ++h)
     for (int c = 0; c < D; ++c) out[h * D + c] = acc[h * D + c] * inv_sum[h];
 }
+
+using AttendFn = void (*)(const float*, const int8_t*, const int8_t*, const int64_t*, int64_t, float, float, float*,
+                          std::vector<float>&);
+
+template <int D>
+AttendFn attend_for(int64_t g) {
+  switch (g) {
+    case 1: return attend_one<D, 1>;
+    case 2: return attend_one<D, 2>;
+    case 3: return attend_one<D, 3>;
+    case 4: return attend_one<D, 4>;
+    case 5: return attend_one<D, 5>;
+    case 6: return attend_one<D, 6>;
+    case 7: return attend_one<D, 7>;
+    default: return attend_one<D, 8>;  // (g <= 8: checked by the caller)
+  }
+}
+
+inline AttendFn attend(int64_t d, int64_t g) { return d == 64 ? attend_for<64>(g) : attend_for<128>(g); }
 
 }  // namespace
 
@@ -135,8 +158,7 @@ inline torch::Tensor int8_decode_attention(torch::Tensor q, torch::Tensor k, tor
     for (int64_t w = begin; w < end; ++w) {
       const int64_t ti = w / kv, j = w % kv;
       const int64_t at_ = (ti * h + j * g) * d;
-      auto one = d == 64 ? attend_one<64> : attend_one<128>;
-      one(qp + at_, kp + j * cap * d, vp + j * cap * d, sl, pos + ti + 1, g, ksp[j] * inv, vsp[j], op + at_, buf);
+      attend(d, g)(qp + at_, kp + j * cap * d, vp + j * cap * d, sl, pos + ti + 1, ksp[j] * inv, vsp[j], op + at_, buf);
     }
   });
   return out;
