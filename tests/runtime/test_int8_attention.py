@@ -59,6 +59,19 @@ def test_each_row_is_bit_for_bit_a_one_query_step():
         assert torch.equal(alone[0], together[i]), i
 
 
+def test_the_portable_loops_agree_with_the_avx512_ones():
+    """The key loop's portable code (ORIN_LLM_ATTN_GENERIC; what a CPU without AVX-512 compiles, the
+    Orin's included) computes the same scores: the same sums in the same order per key and head."""
+    generic = NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the op (portable loops)", "-",
+                        defines=("ORIN_LLM_ATTN_GENERIC",)).get()
+    assert generic is not None
+    for pos, t, d in [(600, 1, 64), (517, 9, 64), (40, 3, 128), (0, 1, 64)]:  # full and partial blocks of 16 keys
+        q, k, v, table, ks, vs = _case(pos, t, d=d, seed=pos)
+        a = generic.int8_decode_attention(q, k, v, table, pos, ks, vs)
+        b = ia.op()(q, k, v, table, pos, ks, vs)
+        assert float((a - b).abs().max() / b.abs().max()) < 1e-6
+
+
 def test_a_query_never_sees_later_keys():
     pos, t = 300, 6
     q, k, v, table, ks, vs = _case(pos, t)
