@@ -148,6 +148,8 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                 "kv_cache": {**{k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
                              **({"pool": kv["pool"]} if "pool" in kv else {})},
                 "scheduler": scheduler_info(engine),
+                # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
+                **({"kernels": engine.kernels()} if hasattr(engine, "kernels") else {}),
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
                            "max_body_bytes": config.max_body_bytes}}
 

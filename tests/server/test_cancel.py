@@ -101,8 +101,16 @@ def test_metrics_and_health(client):
         assert f"{gauge} {float(pool[key])}" in text
     assert float(re.search(r"^orin_llm_prefix_hit_tokens (\S+)$", text, re.M).group(1)) > 0
     assert health["scheduler"]["max_running"] >= 1 and "orin_llm_batch_size " in text
+    # which CPU fast paths run: each true, or a reason in words (never silently off)
+    kernels = health["kernels"]
+    assert kernels["threads"] >= 1 and kernels["device"] == "cpu"
+    for name in ("q8_dot", "int8_decode_attention", "fused_decode_layer"):
+        assert kernels[name] is True or (isinstance(kernels[name], str) and kernels[name]), name
     assert counter(client, "plan", "ok") >= 1
     cached = re.search(r'^orin_llm_cached_prompt_tokens_total{endpoint="plan"} (\S+)$', text, re.M)
-    assert float(cached.group(1)) >= health["prefix_tokens"]  # the pinned prefix was reused
+    # the pinned prefix was reused: at least its whole blocks (cached tokens count whole blocks, so a
+    # lone request's count is the prefix rounded down to the block size; earlier tests add to it)
+    whole = health["prefix_tokens"] // pool["block_size"] * pool["block_size"]
+    assert float(cached.group(1)) >= whole > 0
     assert f"orin_llm_prefix_tokens {float(health['prefix_tokens'])}" in text
     assert f"orin_llm_environment_version {float(health['environment']['version'])}" in text
