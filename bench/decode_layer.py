@@ -43,7 +43,12 @@ def use(on: bool) -> None:
     eng.model.fused_layers = fused if on else None
 
 
-result = flip_ab(planner, use, a.rounds, a.batch, a.max_tokens)
+def path(on: bool) -> Planner:
+    use(on)
+    return planner
+
+
+result = flip_ab(path, a.rounds, a.batch, a.max_tokens)
 report(result, ("fused layer", "torch ops"), len(planner.prefix.ids), a.rounds, a.threads)
 if a.out:
     with open(a.out, "w") as f:

@@ -42,7 +42,12 @@ def use(on: bool) -> None:
     eng.model.int8_decode = on
 
 
-result = flip_ab(planner, use, a.rounds, a.batch, a.max_tokens)
+def path(on: bool) -> Planner:
+    use(on)
+    return planner
+
+
+result = flip_ab(path, a.rounds, a.batch, a.max_tokens)
 report(result, ("INT8 op", "torch ops"), len(planner.prefix.ids), a.rounds, a.threads)
 if a.out:
     with open(a.out, "w") as f:

@@ -4,14 +4,15 @@ q8_dot's kernels (int8 activations, llama.cpp's way) and one on torch's weight-o
 activations), requests alternating. Per request: plain decode and lookup speculation, one request at
 a time and `--batch` at once; median of `--rounds`. Also the median time of one prompt prefill (a
 new task after the cached home) and how many of 10 held-out greedy plans differ between the two
-(they may: the activations are rounded differently, int8 per block of 32 against bf16).
+(they may: the activations are rounded differently, int8 per block of 32 against bf16). Both copies
+run torch's ops between the kernels: the fused decode layer (bench/decode_layer.py) is off in the
+q8_dot copy, so this measures the kernels alone.
 
     python bench/q8_dot.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -26,14 +27,13 @@ a = ap.parse_args()
 os.environ["ORIN_LLM_THREADS"] = str(a.threads)
 
 from orin_llm.bench.common import machine  # noqa: E402
-from orin_llm.calibration_data import load_split  # noqa: E402
+from orin_llm.bench.flip import flip_ab, report  # noqa: E402
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.runtime import q8_dot  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.native import NativeLib  # noqa: E402
 from orin_llm.runtime.planner import Planner  # noqa: E402
 from orin_llm.runtime.quant import QuantLinear  # noqa: E402
-from orin_llm.runtime.sampling import SamplingParams  # noqa: E402
 
 
 def load(on: bool) -> Planner:
@@ -53,61 +53,12 @@ def load(on: bool) -> Planner:
 
 
 planners = {True: load(True), False: load(False)}
-params = SamplingParams(max_tokens=a.max_tokens, temperature=0.0)
-tasks = [item.task for item in load_split("heldout")]
-counter = iter(range(10**9))
-
-
-def task() -> str:  # a new task each time: only the home is cached, as for a robot's next call
-    n = next(counter)
-    return f"{tasks[n % len(tasks)]} (request {n})"
-
-
-def one(planner: Planner, task: str, mode: str):
-    r = planner.plan(task, params, speculation=mode).result
-    return r.timings.decode_tokens_per_s
-
-
-def prefill(planner: Planner, task: str):
-    r = planner.plan(task, SamplingParams(max_tokens=1, temperature=0.0), speculation="none").result
-    return r.timings.ttft_s * 1000  # (the task's tokens after the cached home, and one step)
-
-
-def batch(planner: Planner, task: str):
-    gens = [planner.start(f"{task} ({i})", params, speculation="none") for i in range(a.batch)]
-    iters = [iter(g) for g in gens]
-    t0 = time.perf_counter()
-    for i in iters:  # all admitted before any finishes (engine.max_batch_size permitting)
-        next(i)
-    for i in iters:
-        for _ in i:
-            pass
-    return sum(g.result.timings.completion_tokens for g in gens) / (time.perf_counter() - t0)
-
-
-cases = {"plain (tok/s)": lambda p, t: one(p, t, "none"), "lookup (tok/s)": lambda p, t: one(p, t, "lookup"),
-         f"{a.batch} at once, plain (tok/s)": batch, "warm TTFT (ms)": prefill}
-times = {c: {True: [], False: []} for c in cases}
-for r in range(a.rounds + 1):  # round 0 warms both up, untimed
-    for c, fn in cases.items():
-        t = task()  # the same task for both copies
-        for on in (True, False):
-            v = fn(planners[on], t)
-            if r:
-                times[c][on].append(v)
-    print(f"round {r}/{a.rounds}", file=sys.stderr, flush=True)
-differ = sum(planners[True].plan(t, params, speculation="none").result.token_ids
-             != planners[False].plan(t, params, speculation="none").result.token_ids for t in tasks[:10])
-
-rows = {c: {"q8_dot": statistics.median(v[True]), "torch": statistics.median(v[False])} for c, v in times.items()}
-print(f"medians of {a.rounds} rounds, home of {len(planners[True].prefix.ids)} tokens, {a.threads} thread(s)")
-print(f"{'':30s} {'q8_dot':>9s} {'torch':>9s} {'speed-up':>9s}")
-for c, row in rows.items():
-    row["speedup"] = row["torch"] / row["q8_dot"] if c.endswith("(ms)") else row["q8_dot"] / row["torch"]
-    print(f"{c:30s} {row['q8_dot']:9.1f} {row['torch']:9.1f} {row['speedup']:8.2f}×")
-print(f"greedy plans of 10 held-out tasks that differ between the two: {differ}")
+# the kernels alone: torch's ops between them in both copies (bench/decode_layer.py measures the fused layer)
+planners[True].engine.model.fused_layers = None
+result = flip_ab(planners.__getitem__, a.rounds, a.batch, a.max_tokens, ttft=True)
+report(result, ("q8_dot", "torch"), len(planners[True].prefix.ids), a.rounds, a.threads)
 if a.out:
     with open(a.out, "w") as f:
         json.dump({"command": "python " + " ".join(sys.argv), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    "machine": machine(), "rounds": a.rounds, "home_tokens": len(planners[True].prefix.ids),
-                   "cases": rows, "plans_differing_of_10": differ}, f, indent=1)
+                   "arms": {"a": "q8_dot", "b": "torch's kernels"}, **result}, f, indent=1)
