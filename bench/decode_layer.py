@@ -8,24 +8,12 @@ the small ops round differently, and a last-bit difference can move an int8 acti
 
     python bench/decode_layer.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
-import argparse
-import json
-import os
 import sys
-import time
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--engine", default="engines/smollm2-135m-demo")
-ap.add_argument("--threads", type=int, default=1, help="torch threads (the daemon's default here: 1)")
-ap.add_argument("--rounds", type=int, default=5)
-ap.add_argument("--batch", type=int, default=4)
-ap.add_argument("--max-tokens", type=int, default=64)
-ap.add_argument("--out")
-a = ap.parse_args()
-os.environ["ORIN_LLM_THREADS"] = str(a.threads)
+from orin_llm.bench.flip import arguments, run
 
-from orin_llm.bench.common import machine  # noqa: E402
-from orin_llm.bench.flip import flip_ab, report  # noqa: E402
+a = arguments()
+
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.runtime import decode_layer  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
@@ -39,19 +27,9 @@ if fused is None:
 planner = Planner(eng, load_environment(EXAMPLE_HOME_PATH))  # the daemon's default home
 
 
-def use(on: bool) -> None:
-    eng.model.fused_layers = fused if on else None
-
-
 def path(on: bool) -> Planner:
-    use(on)
+    eng.model.fused_layers = fused if on else None
     return planner
 
 
-result = flip_ab(path, a.rounds, a.batch, a.max_tokens)
-report(result, ("fused layer", "torch ops"), len(planner.prefix.ids), a.rounds, a.threads)
-if a.out:
-    with open(a.out, "w") as f:
-        json.dump({"command": "python " + " ".join(sys.argv), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   "machine": machine(), "rounds": a.rounds, "home_tokens": len(planner.prefix.ids),
-                   "arms": {"a": "fused layer", "b": "torch ops"}, **result}, f, indent=1)
+run(path, ("fused layer", "torch ops"), a)

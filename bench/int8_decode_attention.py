@@ -8,24 +8,12 @@ layer (which runs the op inside its own call) is off in both arms: bench/decode_
 
     python bench/int8_decode_attention.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
-import argparse
-import json
-import os
 import sys
-import time
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--engine", default="engines/smollm2-135m-demo")
-ap.add_argument("--threads", type=int, default=1, help="torch threads (the daemon's default here: 1)")
-ap.add_argument("--rounds", type=int, default=5)
-ap.add_argument("--batch", type=int, default=4)
-ap.add_argument("--max-tokens", type=int, default=64)
-ap.add_argument("--out")
-a = ap.parse_args()
-os.environ["ORIN_LLM_THREADS"] = str(a.threads)
+from orin_llm.bench.flip import arguments, run
 
-from orin_llm.bench.common import machine  # noqa: E402
-from orin_llm.bench.flip import flip_ab, report  # noqa: E402
+a = arguments()
+
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.planner import Planner  # noqa: E402
@@ -38,19 +26,9 @@ planner = Planner(eng, load_environment(EXAMPLE_HOME_PATH))  # the daemon's defa
 eng.model.fused_layers = None
 
 
-def use(on: bool) -> None:
-    eng.model.int8_decode = on
-
-
 def path(on: bool) -> Planner:
-    use(on)
+    eng.model.int8_decode = on
     return planner
 
 
-result = flip_ab(path, a.rounds, a.batch, a.max_tokens)
-report(result, ("INT8 op", "torch ops"), len(planner.prefix.ids), a.rounds, a.threads)
-if a.out:
-    with open(a.out, "w") as f:
-        json.dump({"command": "python " + " ".join(sys.argv), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   "machine": machine(), "rounds": a.rounds, "home_tokens": len(planner.prefix.ids),
-                   "arms": {"a": "INT8 op", "b": "torch ops"}, **result}, f, indent=1)
+run(path, ("INT8 op", "torch ops"), a)

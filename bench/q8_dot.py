@@ -10,24 +10,12 @@ q8_dot copy, so this measures the kernels alone.
 
     python bench/q8_dot.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
-import argparse
-import json
-import os
 import sys
-import time
 
-ap = argparse.ArgumentParser()
-ap.add_argument("--engine", default="engines/smollm2-135m-demo")
-ap.add_argument("--threads", type=int, default=1, help="torch threads (the daemon's default here: 1)")
-ap.add_argument("--rounds", type=int, default=5)
-ap.add_argument("--batch", type=int, default=4)
-ap.add_argument("--max-tokens", type=int, default=64)
-ap.add_argument("--out")
-a = ap.parse_args()
-os.environ["ORIN_LLM_THREADS"] = str(a.threads)
+from orin_llm.bench.flip import arguments, run
 
-from orin_llm.bench.common import machine  # noqa: E402
-from orin_llm.bench.flip import flip_ab, report  # noqa: E402
+a = arguments()
+
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.runtime import q8_dot  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
@@ -55,10 +43,4 @@ def load(on: bool) -> Planner:
 planners = {True: load(True), False: load(False)}
 # the kernels alone: torch's ops between them in both copies (bench/decode_layer.py measures the fused layer)
 planners[True].engine.model.fused_layers = None
-result = flip_ab(planners.__getitem__, a.rounds, a.batch, a.max_tokens, ttft=True)
-report(result, ("q8_dot", "torch"), len(planners[True].prefix.ids), a.rounds, a.threads)
-if a.out:
-    with open(a.out, "w") as f:
-        json.dump({"command": "python " + " ".join(sys.argv), "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                   "machine": machine(), "rounds": a.rounds, "home_tokens": len(planners[True].prefix.ids),
-                   "arms": {"a": "q8_dot", "b": "torch's kernels"}, **result}, f, indent=1)
+run(planners.__getitem__, ("q8_dot", "torch's kernels"), a, ttft=True)

@@ -7,6 +7,9 @@ requests (bench/int8_decode_attention.py, bench/decode_layer.py) or two engines 
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -15,6 +18,34 @@ from collections.abc import Callable
 from ..calibration_data import load_split
 from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
+from .common import machine
+
+
+def arguments() -> argparse.Namespace:
+    """The A/B scripts' options. Sets ORIN_LLM_THREADS, which the engine applies when it loads."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", default="engines/smollm2-135m-demo")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (the daemon's default here: 1)")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    os.environ["ORIN_LLM_THREADS"] = str(a.threads)
+    return a
+
+
+def run(planner: Callable[[bool], Planner], names: tuple[str, str], a: argparse.Namespace, ttft: bool = False) -> None:
+    """flip_ab with the script's options, its table printed, and its JSON written to --out if given."""
+    result = flip_ab(planner, a.rounds, a.batch, a.max_tokens, ttft)
+    home_tokens = len(planner(True).prefix.ids)
+    report(result, names, home_tokens, a.rounds, a.threads)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"command": "python " + " ".join(sys.argv),
+                       "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": machine(),
+                       "rounds": a.rounds, "home_tokens": home_tokens,
+                       "arms": {"a": names[0], "b": names[1]}, **result}, f, indent=1)
 
 
 def flip_ab(planner: Callable[[bool], Planner], rounds: int, batch: int, max_tokens: int, ttft: bool = False) -> dict:
@@ -74,7 +105,7 @@ def flip_ab(planner: Callable[[bool], Planner], rounds: int, batch: int, max_tok
 def report(result: dict, names: tuple[str, str], home_tokens: int, rounds: int, threads: int) -> None:
     print(f"decode tokens/s or ms (median of {rounds}), home of {home_tokens} tokens, {threads} thread(s); "
           "ratio: how many times faster A is")
-    print(f"{'':22s} {names[0]:>12s} {names[1]:>12s} {'ratio':>7s}")
+    print(f"{'':22s} {names[0]:>16s} {names[1]:>16s} {'ratio':>7s}")
     for c, row in result["cases"].items():
-        print(f"{c:22s} {row['a']:12.1f} {row['b']:12.1f} {row['ratio']:6.2f}×")
+        print(f"{c:22s} {row['a']:16.1f} {row['b']:16.1f} {row['ratio']:6.2f}×")
     print(f"greedy plans of 10 held-out tasks that differ between the two: {result['plans_differing_of_10']}")

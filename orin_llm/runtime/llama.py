@@ -307,7 +307,7 @@ class Llama(nn.Module):
             # padding to a fixed width keeps one sequence exact, not a batch of them
             return [self.forward_batch([it])[0] for it in items]
         if self.fused_layers is not None and len(items) > 1:
-            fused = [self._int8_op(it) for it in items]
+            fused = [self._int8_op(it.ids.shape[0], it.cache, it.block) for it in items]
             if any(fused) and not all(fused):  # decode rows take the fused op even beside a prefill chunk
                 outs = {}
                 for kind in (True, False):
@@ -365,10 +365,9 @@ class Llama(nn.Module):
                 layer += [*c.int8_layer(i), sl]
             run(x, *args, self.cos, self.sin, h, kv, layer, pos, rows)
 
-    def _int8_op(self, it: Item) -> bool:
-        """Whether _step gives this item's step to the INT8 attention op (and so to the fused layers)."""
-        return (not it.block and self.int8_decode and it.ids.shape[0] <= PROBE_ROWS
-                and usable(it.cache, self.arch.head_dim))
+    def _int8_op(self, t: int, cache, block: int) -> bool:
+        """Whether a step of t tokens over this cache runs the INT8 attention op (and so the fused layers)."""
+        return not block and self.int8_decode and t <= PROBE_ROWS and usable(cache, self.arch.head_dim)
 
     def _logits(self, h: torch.Tensor, items: list[Item], width: int) -> torch.Tensor:
         """Float32 logits of h's rows ([R, vocab]), the items' rows in order. An int8 head (head.py)
@@ -398,7 +397,7 @@ class Llama(nn.Module):
         # whatever its rows (the engine keeps them within decode_width); else by the row count alone
         exact = bool(self.decode_width) and (decode or t <= self.decode_width)
         bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
-        if self.int8_decode and t <= PROBE_ROWS and usable(cache, self.arch.head_dim):
+        if self._int8_op(t, cache, block):
             return Step(pos, slice(row, row + t), None, exact, False, int8_op=True)
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
