@@ -15,7 +15,7 @@ and takes integer dot products with the 4- or 8-bit codes as stored. This does t
 The Q4_1 layers' int8 activation rounding is the same class of precision as the bf16 inputs torch's
 kernels took (and llama.cpp's Q8_1); outputs are float32. Each output is computed in one fixed order from its
 own row of x, so rows are bit for bit independent of the batch (runtime/packed.rows_independent
-probes it at load, as for every kernel). Weights are laid out once at load in tiles of 4 output rows
+probes it at load, as for every kernel). Weights are laid out once at load in tiles of output rows
 (`pack_q4_1`, `pack_q8`), which the kernel reads as one stream. Built on first use (native.py);
 ORIN_LLM_Q8_DOT=0 turns it off, and torch's kernels run as before.
 
@@ -35,7 +35,8 @@ import torch
 from .native import NativeLib
 
 BLOCK = 32  # activations (and weights) per scale
-ROWS = 4  # output rows per tile of the packed layouts
+ROWS = 4  # output rows per tile of an int8 matrix (pack_q8)
+QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): one lane of a vector each
 
 def _plain_loops_only(module) -> Optional[str]:
     """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
@@ -58,23 +59,27 @@ def unavailable() -> Optional[str]:
 
 
 def fits(out_features: int, in_features: int, pairs: bool) -> bool:
-    """The shapes the kernels take: output rows in tiles of 4, input in blocks of 32 (pairs of them for Q4_1)."""
-    return out_features % ROWS == 0 and in_features % (2 * BLOCK if pairs else BLOCK) == 0
+    """The shapes the kernels take: Q4_1 (pairs) output rows in tiles of 8 and input in pairs of blocks
+    of 32; int8 output rows in tiles of 4 and input in blocks of 32."""
+    if pairs:
+        return out_features % QROWS == 0 and in_features % (2 * BLOCK) == 0
+    return out_features % ROWS == 0 and in_features % BLOCK == 0
 
 
 def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
-    """Codes [N, K] (0..15, one per weight), scales and mins [N, K/32] → the kernel's tiles: codes
-    [N/4, K/64, 4, 32] uint8 (a pair of blocks per byte row: the first block's code in the low
-    nibble, the second's in the high one), scales and mins [N/4, K/32, 4], float16 where every one of
-    them is exact in it (a GGUF's Q4_1 blocks hold them as fp16: 13 MB less for the embedded model's
-    layers), else float32 (a symmetric int4 draft's scales). The kernel converts either to float32:
-    the same values, the same results."""
+    """Codes [N, K] (0..15, one per weight), scales and mins [N, K/32] → the kernel's tiles of 8 output
+    rows, with the rows in the lanes of a vector (csrc/q8_dot.h tile_q4_1): codes [N/8, K/64, 8, 32]
+    uint8, per pair of blocks 8 groups of 4 codes of each row (byte 4r+i of group g: code 4g+i of row
+    r's first block in the low nibble, of its second block in the high one); scales and mins
+    [N/8, K/32, 8], float16 where every one of them is exact in it (a GGUF's Q4_1 blocks hold them as
+    fp16: 13 MB less for the embedded model's layers), else float32 (a symmetric int4 draft's scales).
+    The kernel converts either to float32: the same values, the same results."""
     n, k = codes.shape
-    c = codes.to(torch.uint8).view(n // ROWS, ROWS, k // (2 * BLOCK), 2, BLOCK)
-    tiles = (c[:, :, :, 0] | (c[:, :, :, 1] << 4)).permute(0, 2, 1, 3).contiguous()
+    c = codes.to(torch.uint8).view(n // QROWS, QROWS, k // (2 * BLOCK), 2, 8, 4)  # [tile, r, pair, block, g, i]
+    tiles = (c[:, :, :, 0] | (c[:, :, :, 1] << 4)).permute(0, 2, 3, 1, 4).reshape(n // QROWS, k // (2 * BLOCK), 8, 32)
 
     def per_tile(a: torch.Tensor) -> torch.Tensor:
-        return a.float().view(n // ROWS, ROWS, -1).permute(0, 2, 1).contiguous()
+        return a.float().view(n // QROWS, QROWS, -1).permute(0, 2, 1).contiguous()
 
     s, m = per_tile(scales), per_tile(mins)
     hs, hm = s.half(), m.half()
@@ -84,7 +89,7 @@ def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
 
 
 def pack_q8(codes: torch.Tensor) -> torch.Tensor:
-    """int8 codes [N, K] → the kernel's tiles [N/4, K/32, 4, 32]."""
+    """int8 codes [N, K] → the kernel's tiles [N/4, K/32, 4, 32] (a row's 32 codes of a block side by side)."""
     n, k = codes.shape
     return codes.view(n // ROWS, ROWS, k // BLOCK, BLOCK).permute(0, 2, 1, 3).contiguous()
 

@@ -22,6 +22,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <algorithm>
 #include <type_traits>
 
@@ -60,14 +61,14 @@ void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
 }
 
 #ifdef Q8_AVX2
-// 8 int32 sums of 4 products each: unsigned bytes u (Q4_1 codes) times signed bytes s
-inline __m256i dot_u8s8(__m256i u, __m256i s) {
+// acc + 8 int32 sums of 4 products each: unsigned bytes u (Q4_1 codes) times signed bytes s
+inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+  return _mm256_dpbusd_epi32(acc, u, s);
 #elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
-#else  // (maddubs cannot saturate here: u is a 4-bit code, 2·15·127 < 32767)
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else  // (maddubs cannot saturate here: u is a 4-bit code, 2·15·128 < 32767)
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 #endif
 }
 
@@ -90,100 +91,83 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #endif
 
-// Weights are stored in tiles of ROWS output rows, block by block (q8_dot.py's pack_*): a tile's
-// loop then reads one sequential stream. (Four rows read side by side at their own addresses ran at
-// a third of the bandwidth of one row: four streams a few hundred bytes apart defeat the prefetcher.)
-constexpr int ROWS = 4;
+// Weights are stored in tiles of output rows, block by block (q8_dot.py's pack_*): a tile's loop
+// then reads one sequential stream. (Four rows read side by side at their own addresses ran at a
+// third of the bandwidth of one row: four streams a few hundred bytes apart defeat the prefetcher.)
+constexpr int ROWS = 4;  // an int8 matrix's tiles
+constexpr int QROWS = 8;  // a Q4_1 layer's tiles: one int32 lane per output row
 
-// A tile of a Q4_1 layer: ROWS weight rows times MR rows of x. w: the tile's npairs·ROWS·32 bytes, a
-// pair of blocks for each row in turn (byte j = code j of the first block | code j of the second << 4:
-// one load's low nibbles are the first block in order, its high nibbles the second); sc, mn: [nb][ROWS]
-// scales and mins. out[m][r] = Σ_b sc_b·d_b·Σ(code·q) + Σ_b mn_b·d_b·Σq, d_b and q being x's blocks.
-// Each output has its own accumulator and the same sequence of operations whatever MR is: a tile
-// changes which values stay in registers, never a result.
+// A tile of a Q4_1 layer: QROWS weight rows times MR rows of x, the output rows in the lanes of one
+// vector (as ggml's repacked Q4_0x8 GEMM has them). w: the tile's nb/2 pairs of blocks, each 8
+// groups of 32 bytes; group g's byte 4r+i = code 4g+i of row r's first block | that of its second
+// block << 4. One dpbusd then takes 4 codes of all 8 rows against 4 bytes of x broadcast, a block's
+// 8 of them sum its 32 products per row exactly (in int32), and one fma per block scales all 8 rows:
+// the float work is per block and 8 rows, not per block and row (what made an M-row call cost M
+// one-row calls). sc, mn: [nb][QROWS] scales and mins. out[m][r] = Σ_b sc_b·d_b·Σ(code·q) (chain f)
+// + Σ_b mn_b·s_b (chain g), d_b and s_b being x's block scale and d_b·Σq. Each output's operations
+// and their order depend only on its own rows of x and of weights, never on MR or on the other lanes.
 template <int MR, typename S>
 void tile_q4_1(const uint8_t* w, const S* sc, const S* mn, int64_t nb, const int8_t* xq, int64_t k,
                const float* xd, const float* xs, float* out, int64_t ostride) {
-  // The min terms, Σ_b mn_b·xs_b per output. (A plain fma chain per output over the blocks was a
-  // third of a one-row call: 4 outputs' chains of nb dependent fmas.) Here 2 blocks x 4 rows per
-  // vector, in two interleaved chains, then a fixed reduction.
-  float mins[MR][ROWS];
-#ifdef Q8_AVX2
-  for (int m = 0; m < MR; ++m) {
-    const float* x = xs + m * nb;
-    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) {
-      t0 = _mm256_fmadd_ps(load8(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
-      t1 = _mm256_fmadd_ps(load8(mn + (b + 2) * ROWS),
-                           _mm256_set_m128(_mm_set1_ps(x[b + 3]), _mm_set1_ps(x[b + 2])), t1);
-    }
-    for (; b < nb; b += 2)  // (nb is even: pairs of blocks)
-      t0 = _mm256_fmadd_ps(load8(mn + b * ROWS), _mm256_set_m128(_mm_set1_ps(x[b + 1]), _mm_set1_ps(x[b])), t0);
-    const __m256 t = _mm256_add_ps(t0, t1);
-    _mm_storeu_ps(mins[m], _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1)));
-  }
-#else
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < ROWS; ++r) mins[m][r] = 0.0f;
-  for (int64_t b = 0; b < nb; ++b)
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < ROWS; ++r) mins[m][r] = std::fma(to_float(mn[b * ROWS + r]), xs[m * nb + b], mins[m][r]);
-#endif
 #ifdef Q8_AVX2
   const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256 acc[MR][ROWS];
+  __m256 f[MR], g[MR];
 #pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
+  for (int m = 0; m < MR; ++m) f[m] = g[m] = _mm256_setzero_ps();
+  for (int64_t p = 0; p < nb; p += 2, w += 8 * 32) {
+    __m256i ia[MR], ib[MR];
 #pragma GCC unroll 4
-    for (int r = 0; r < ROWS; ++r) acc[m][r] = _mm256_setzero_ps();
-  for (int64_t p = 0; p < nb; p += 2, w += ROWS * 32) {
-    __m256i xa[MR], xb[MR];
-    float s2[2 * ROWS];  // this pair of blocks' scales, as float32
-    _mm256_storeu_ps(s2, load8(sc + p * ROWS));
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m) {
-      xa[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + p * BLOCK));
-      xb[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + p * BLOCK + BLOCK));
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < ROWS; ++r) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * 32));
+    for (int m = 0; m < MR; ++m) ia[m] = ib[m] = _mm256_setzero_si256();
+    const int8_t* xa = xq + p * BLOCK;
+#pragma GCC unroll 8
+    for (int gi = 0; gi < 8; ++gi) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + gi * 32));
       const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      const __m256 sa = _mm256_broadcast_ss(s2 + r), sb = _mm256_broadcast_ss(s2 + ROWS + r);
 #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) {
-        const __m256 da = _mm256_mul_ps(sa, _mm256_broadcast_ss(xd + m * nb + p));
-        const __m256 db = _mm256_mul_ps(sb, _mm256_broadcast_ss(xd + m * nb + p + 1));
-        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(lo, xa[m])), da, acc[m][r]);
-        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(hi, xb[m])), db, acc[m][r]);
+        int32_t a4, b4;  // 4 bytes of x, as one int32 to broadcast
+        std::memcpy(&a4, xa + m * k + 4 * gi, 4);
+        std::memcpy(&b4, xa + m * k + BLOCK + 4 * gi, 4);
+        ia[m] = dot_u8s8(ia[m], lo, _mm256_set1_epi32(a4));
+        ib[m] = dot_u8s8(ib[m], hi, _mm256_set1_epi32(b4));
       }
     }
+    const __m256 sa = load8(sc + p * QROWS), sb = load8(sc + (p + 1) * QROWS);
+    const __m256 ma = load8(mn + p * QROWS), mb = load8(mn + (p + 1) * QROWS);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const float* d = xd + m * nb + p;
+      const float* s = xs + m * nb + p;
+      f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ia[m]), _mm256_mul_ps(sa, _mm256_set1_ps(d[0])), f[m]);
+      f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib[m]), _mm256_mul_ps(sb, _mm256_set1_ps(d[1])), f[m]);
+      g[m] = _mm256_fmadd_ps(ma, _mm256_set1_ps(s[0]), g[m]);
+      g[m] = _mm256_fmadd_ps(mb, _mm256_set1_ps(s[1]), g[m]);
+    }
   }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < ROWS; ++r) out[m * ostride + r] = hsum(acc[m][r]) + mins[m][r];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) _mm256_storeu_ps(out + m * ostride, _mm256_add_ps(f[m], g[m]));
 #else
   for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < ROWS; ++r) {
+    for (int r = 0; r < QROWS; ++r) {
       const int8_t* xm = xq + m * k;
-      float lane[8] = {0};  // the AVX2 path's shape: 8 lanes of 4 products, summed in the same tree
+      float f = 0.0f, g = 0.0f;
       for (int64_t p = 0; p < nb; p += 2) {
-        const uint8_t* wp = w + (p / 2 * ROWS + r) * 32;
-        const int8_t* xa = xm + p * BLOCK;
-        const float da = to_float(sc[p * ROWS + r]) * xd[m * nb + p];
-        const float db = to_float(sc[(p + 1) * ROWS + r]) * xd[m * nb + p + 1];
-        for (int l = 0; l < 8; ++l) {
-          int32_t ia = 0, ib = 0;
-          for (int j = 4 * l; j < 4 * l + 4; ++j) {
-            ia += static_cast<int32_t>(wp[j] & 0x0F) * xa[j];
-            ib += static_cast<int32_t>(wp[j] >> 4) * xa[BLOCK + j];
+        const uint8_t* wp = w + (p / 2) * 8 * 32 + 4 * r;
+        int32_t ia = 0, ib = 0;  // (integer sums: exact in any order)
+        for (int gi = 0; gi < 8; ++gi)
+          for (int i = 0; i < 4; ++i) {
+            const int c = wp[gi * 32 + i];
+            ia += (c & 0x0F) * xm[p * BLOCK + 4 * gi + i];
+            ib += (c >> 4) * xm[p * BLOCK + BLOCK + 4 * gi + i];
           }
-          lane[l] = std::fma(static_cast<float>(ia), da, lane[l]);
-          lane[l] = std::fma(static_cast<float>(ib), db, lane[l]);
-        }
+        const float* d = xd + m * nb + p;
+        const float* s = xs + m * nb + p;
+        f = std::fma(static_cast<float>(ia), to_float(sc[p * QROWS + r]) * d[0], f);
+        f = std::fma(static_cast<float>(ib), to_float(sc[(p + 1) * QROWS + r]) * d[1], f);
+        g = std::fma(to_float(mn[p * QROWS + r]), s[0], g);
+        g = std::fma(to_float(mn[(p + 1) * QROWS + r]), s[1], g);
       }
-      const float s = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
-      out[m * ostride + r] = s + mins[m][r];
+      out[m * ostride + r] = f + g;
     }
 #endif
 }
@@ -286,7 +270,7 @@ namespace {
 template <typename S>
 torch::Tensor q4_1_run(const torch::Tensor& x, const torch::Tensor& codes, const torch::Tensor& scales,
                        const torch::Tensor& mins) {
-  const int64_t tiles = codes.size(0), n = tiles * ROWS, k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
+  const int64_t tiles = codes.size(0), n = tiles * QROWS, k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
   const int64_t m = x.size(0);
   const QuantizedX qx = quantize<int8_t, 127>(x);
   auto out = torch::empty({m, n}, torch::kFloat);
@@ -300,8 +284,8 @@ torch::Tensor q4_1_run(const torch::Tensor& x, const torch::Tensor& codes, const
   at::parallel_for(0, tiles, GRAIN, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t)  // one tile of weights, every row of x (it stays in L1)
       for_row_chunks(m, [&](auto mr, int64_t i) {
-        tile_q4_1<decltype(mr)::value, S>(wp + t * (k / 2) * ROWS, scp + t * nb * ROWS, mnp + t * nb * ROWS, nb,
-                                          qp + i * k, k, dp + i * nb, sp + i * nb, op + i * n + t * ROWS, n);
+        tile_q4_1<decltype(mr)::value, S>(wp + t * (k / 2) * QROWS, scp + t * nb * QROWS, mnp + t * nb * QROWS, nb,
+                                          qp + i * k, k, dp + i * nb, sp + i * nb, op + i * n + t * QROWS, n);
       });
   });
   return out;
@@ -309,18 +293,18 @@ torch::Tensor q4_1_run(const torch::Tensor& x, const torch::Tensor& codes, const
 
 }  // namespace
 
-// x: [M, K] float32; codes: [N/4, K/64, 4, 32] uint8, scales and mins: [N/4, K/32, 4] float32 or
+// x: [M, K] float32; codes: [N/8, K/64, 8, 32] uint8, scales and mins: [N/8, K/32, 8] float32 or
 // both float16, as q8_dot.pack_q4_1 lays them out. Returns x @ Wᵀ [M, N] float32, W = scale·code +
 // min per block of 32.
 inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales, torch::Tensor mins) {
-  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == 32 &&
-              codes.scalar_type() == torch::kByte && codes.is_contiguous(), "codes: [N/4, K/64, 4, 32] uint8");
+  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == 8 && codes.size(3) == 32 &&
+              codes.scalar_type() == torch::kByte && codes.is_contiguous(), "codes: [N/8, K/64, 8, 32] uint8");
   const int64_t tiles = codes.size(0), k = codes.size(1) * 2 * BLOCK, nb = k / BLOCK;
   const bool half = scales.scalar_type() == torch::kHalf;
   for (const auto* t : {&scales, &mins})
-    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == nb && t->size(2) == ROWS &&
+    TORCH_CHECK(t->dim() == 3 && t->size(0) == tiles && t->size(1) == nb && t->size(2) == QROWS &&
                 t->scalar_type() == (half ? torch::kHalf : torch::kFloat) && t->is_contiguous(),
-                "scales and mins: [N/4, K/32, 4], both float32 or both float16");
+                "scales and mins: [N/8, K/32, 8], both float32 or both float16");
   check_x(x, k);
   return half ? q4_1_run<at::Half>(x, codes, scales, mins) : q4_1_run<float>(x, codes, scales, mins);
 }
