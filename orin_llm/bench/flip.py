@@ -21,9 +21,12 @@ from ..runtime.sampling import SamplingParams
 from .common import machine
 
 
-def arguments() -> argparse.Namespace:
-    """The A/B scripts' options. Sets ORIN_LLM_THREADS, which the engine applies when it loads."""
+def arguments(home_tokens: int = 0) -> argparse.Namespace:
+    """The A/B scripts' options (`--home-tokens` where the script builds a home of that size: its
+    default). Sets ORIN_LLM_THREADS, which the engine applies when it loads."""
     ap = argparse.ArgumentParser()
+    if home_tokens:
+        ap.add_argument("--home-tokens", type=int, default=home_tokens, help="the home's size in tokens")
     ap.add_argument("--engine", default="engines/smollm2-135m-demo")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the daemon's default here: 1)")
     ap.add_argument("--rounds", type=int, default=5)
@@ -55,8 +58,11 @@ def flip_ab(planner: Callable[[bool], Planner], rounds: int, batch: int, max_tok
     tasks = [item.task for item in load_split("heldout")]
     counter = iter(range(10**9))
 
-    def task(base: str) -> str:  # a new request each time: only the home is cached, as for a robot's next call
-        return f"{base} (request {next(counter)})"
+    def task(base: str) -> str:
+        # a new request each time: only the home is cached, as for a robot's next call. The number
+        # comes first: after the task, the second arm found the first one's blocks of the same task
+        # cached and computed fewer tokens (one engine flipped between arms shares one pool)
+        return f"(request {next(counter)}) {base}"
 
     def one(p: Planner, mode: str, base: str) -> float:
         return p.plan(task(base), params, speculation=mode).result.timings.decode_tokens_per_s

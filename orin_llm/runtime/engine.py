@@ -468,14 +468,15 @@ class Engine(EngineText):
     def kernels(self) -> dict:
         """Which of our CPU fast paths the target runs here, and why not where it does not (/health):
         a daemon that fell back to torch's ops answers the same, only slower, so say it."""
-        from . import decode_layer, int8_attention, q8_dot
+        from . import decode_layer, int8_attention, prefill_attention, q8_dot
         from .quant import QuantLinear
 
         model = self.model
         quant = [m for m in model.modules() if isinstance(m, QuantLinear)]
         paths = {"q8_dot": (bool(quant) and all(m.q8 is not None for m in quant), q8_dot.unavailable()),
                  "int8_decode_attention": (model.int8_decode, int8_attention.unavailable()),
-                 "fused_decode_layer": (model.fused_layers is not None, decode_layer.unavailable())}
+                 "fused_decode_layer": (model.fused_layers is not None, decode_layer.unavailable()),
+                 "int8_prompt_attention": (model.int8_prefill, prefill_attention.unavailable())}
         out: dict = {"device": str(self.device), "threads": torch.get_num_threads()}
         for name, (used, why) in paths.items():
             out[name] = True if used else (why or "not applicable to this engine or device")

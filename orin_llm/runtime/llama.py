@@ -29,6 +29,8 @@ from .attention import MIN_KEYS, int8_attention_bf16
 from .head import Q8Head, vocab_mask
 from .int8_attention import int8_decode_attention, usable
 from .kv_cache import KVCache
+from .prefill_attention import int8_prefill_attention
+from .prefill_attention import usable as prefill_usable
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)
@@ -106,6 +108,7 @@ class Step:
     bf16: bool  # a prefill over an INT8 cache: attention as bf16 GEMMs (attention.py)
     blocks: int = 0  # > 0: a prompt chunk whose attention runs per aligned block of this many tokens
     int8_op: bool = False  # a decode-sized step over an INT8 cache: int8_attention's op reads it directly
+    prompt_op: bool = False  # a bf16 step's rows run prefill_attention's op instead of the GEMMs (Llama.int8_prefill)
 
 
 @dataclass
@@ -155,10 +158,24 @@ class Attention(nn.Module):
             cache.write(layer, step.pos, ks, vs)
             if step.int8_op:
                 outs.append(int8_decode_attention(qs, cache, layer, step.pos))
+            elif step.prompt_op:
+                outs.append(self._attend_prompt(qs, cache, layer, step))
             else:
                 outs.append(self._attend_cached(qs, cache, layer, step))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return padded(self.o_proj, out, width)
+
+    def _attend_prompt(self, q, cache, layer: int, step: Step):
+        """q: [T, H, D] of one sequence → [T, H·D]: the rows the bf16 GEMMs would take, on the INT8 prompt
+        attention op. Its rows do not depend on each other, so one call serves every block; in a block
+        step, the blocks that end before MIN_KEYS keys (a short prompt's first ones) keep their SDPA."""
+        split = max(step.pos, (-(-MIN_KEYS // step.blocks) - 1) * step.blocks) if step.blocks else step.pos
+        n = min(split - step.pos, q.shape[0])
+        out = int8_prefill_attention(q[n:], cache, layer, step.pos + n)
+        if not n:
+            return out
+        head = Step(step.pos, slice(0, n), None, False, False, step.blocks)
+        return torch.cat([self._attend_cached(q[:n], cache, layer, head), out])
 
     def _attend_cached(self, q, cache, layer: int, step: Step):
         """q: [T, H, D] of one sequence → [T, H·D], over its cache's keys 0 .. pos+T-1."""
@@ -278,6 +295,9 @@ class Llama(nn.Module):
         # Decode and verify steps over an INT8 cache read it directly (int8_attention.py); set at load
         # on CPUs where the op builds. Its rows are independent by construction, so exact steps use it.
         self.int8_decode = False
+        # Those bf16 prefill steps over an INT8 cache read it directly instead (prefill_attention.py); set
+        # at load on CPUs where that op builds.
+        self.int8_prefill = False
         # Those steps' layers in one C++ call each (decode_layer.py): per layer, the op's weight
         # arguments; set at load where every layer runs on q8_dot's kernels, else None.
         self.fused_layers: Optional[list[tuple]] = None
@@ -369,6 +389,10 @@ class Llama(nn.Module):
         """Whether a step of t tokens over this cache runs the INT8 attention op (and so the fused layers)."""
         return not block and self.int8_decode and t <= PROBE_ROWS and usable(cache, self.arch.head_dim)
 
+    def _prompt_op(self, bf16: bool, cache) -> bool:
+        """Whether a step whose attention would run as bf16 GEMMs runs the INT8 prompt op instead."""
+        return bf16 and self.int8_prefill and prefill_usable(cache, self.arch.head_dim)
+
     def _logits(self, h: torch.Tensor, items: list[Item], width: int) -> torch.Tensor:
         """Float32 logits of h's rows ([R, vocab]), the items' rows in order. An int8 head (head.py)
         gives greedy items exact argmaxes in one pass and the others their float32 logits."""
@@ -392,13 +416,15 @@ class Llama(nn.Module):
         int8 = cache.dtype == torch.int8
         if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
             bf16 = self.bf16_prefill and int8 and pos + t >= MIN_KEYS
-            return Step(pos, slice(row, row + t), None, False, bf16, block)
+            return Step(pos, slice(row, row + t), None, False, bf16, block, prompt_op=self._prompt_op(bf16, cache))
         # exact (per query, as a one-token step computes it): every decode step of an exact model,
         # whatever its rows (the engine keeps them within decode_width); else by the row count alone
         exact = bool(self.decode_width) and (decode or t <= self.decode_width)
         bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
         if self._int8_op(t, cache, block):
             return Step(pos, slice(row, row + t), None, exact, False, int8_op=True)
+        if self._prompt_op(bf16, cache):
+            return Step(pos, slice(row, row + t), None, False, True, prompt_op=True)
         mask = None
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=cache.device).tril(diagonal=pos)

@@ -1,8 +1,9 @@
 """Our C++ ops (csrc/*.cpp), built on first use for this CPU by torch's cpp_extension.
 
 What no library offers from torch: decode attention straight over the INT8 KV cache
-(int8_attention.py), quantized weights times int8 activations in integer dot products (q8_dot.py), and a
-decode step's whole layer in one call over both (decode_layer.py).
+(int8_attention.py), quantized weights times int8 activations in integer dot products (q8_dot.py), a
+decode step's whole layer in one call over both (decode_layer.py), and prompt attention over the INT8
+cache (prefill_attention.py).
 Each is built once per machine with a C++ compiler and ninja (package dependencies; JetPack has
 g++), with -O3 and -march/-mcpu=native. The build directory is named by the source, the torch
 version, the CPU's feature flags and the defines, so a shared cache never hands a binary to another

@@ -28,7 +28,7 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from . import decode_layer, int8_attention
+from . import decode_layer, int8_attention, prefill_attention
 from .attention import bf16_attention_available
 from .head import Q8Head
 from .llama import PROBE_ROWS, Llama
@@ -182,6 +182,7 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
             release_freed_memory()  # the float32 head just dropped: 113 MB for the embedded model
     model.bf16_prefill = bf16_attention_available(device)
     model.int8_decode = torch.device(device).type == "cpu" and int8_attention.op() is not None
+    model.int8_prefill = model.bf16_prefill and prefill_attention.op() is not None
     if model.rows_independent:  # the decode steps' layers in one call each, where every layer can
         decode_layer.attach(model)
     if torch.device(device).type == "cpu" and not model.bf16_prefill:

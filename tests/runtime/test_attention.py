@@ -82,8 +82,10 @@ def _prefill_logits(model, cache, ids, bf16: bool):
 def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     """The engine routes a long prefill over its INT8 cache through it; decode and verify steps (at
     most PROBE_ROWS tokens) keep SDPA, which is what keeps speculation bit-exact, and so does a
-    short prompt, where SDPA is faster."""
+    short prompt, where SDPA is faster. (With the INT8 prompt op off: where it builds, it takes these
+    same steps instead, tests/runtime/test_prefill_attention.py.)"""
     model, cache = engine.model, engine.contiguous_cache(2048)
+    monkeypatch.setattr(model, "int8_prefill", False)
     calls = []
 
     def spy(q, keys, values, pos):

@@ -104,7 +104,7 @@ def test_metrics_and_health(client):
     # which CPU fast paths run: each true, or a reason in words (never silently off)
     kernels = health["kernels"]
     assert kernels["threads"] >= 1 and kernels["device"] == "cpu"
-    for name in ("q8_dot", "int8_decode_attention", "fused_decode_layer"):
+    for name in ("q8_dot", "int8_decode_attention", "fused_decode_layer", "int8_prompt_attention"):
         assert kernels[name] is True or (isinstance(kernels[name], str) and kernels[name]), name
     assert counter(client, "plan", "ok") >= 1
     cached = re.search(r'^orin_llm_cached_prompt_tokens_total{endpoint="plan"} (\S+)$', text, re.M)

@@ -1,0 +1,114 @@
+"""Prompt attention straight over the INT8 cache (the C++ op): the same attention as float64 over the
+scaled int8 values, closer to it than the bf16 GEMMs it replaces, causal, each row independent of the
+rows that share its call (so a prompt block's K/V do not depend on how the prompt was chunked or what
+was cached), used by the model exactly where the bf16 path ran, and refused loudly, with the bf16
+GEMMs taking over, where it is turned off."""
+
+import pytest
+import torch
+
+import orin_llm.runtime.prefill_attention as pa
+from orin_llm.runtime.attention import MIN_KEYS, int8_attention_bf16
+from orin_llm.runtime.llama import Attention, Item
+from orin_llm.runtime.native import NativeLib
+from tests.runtime.test_int8_attention import KV, H, _case, _reference
+
+pytestmark = pytest.mark.skipif(pa.op() is None, reason=f"the op does not build or run here: {pa.unavailable()}")
+
+
+@pytest.mark.parametrize("pos,t,d", [(0, 1, 64), (0, 21, 64), (600, 16, 64), (3000, 40, 64), (250, 7, 128)])
+def test_matches_float64_attention_and_beats_the_bf16_gemms(pos, t, d):
+    q, k, v, table, ks, vs = _case(pos, t, d=d)
+    got = pa.op()(q, k, v, table, pos, ks, vs)
+    want = _reference(q, k, v, table, pos, ks, vs)
+    assert got.shape == (t, H, d) and got.dtype == torch.float32
+    err = float((got.double() - want).abs().max() / want.abs().max())
+    assert err < 3e-3  # the bf16 weights' rounding (2^-9 relative), ~1e-3 measured
+    # what it replaces: the same int8 values through attention.py's bf16 GEMMs (q, scores and weights in bf16)
+    rep = H // KV
+    qs = q.transpose(0, 1) * ks.repeat_interleave(rep)[:, None, None]
+    gemm = int8_attention_bf16(qs, k[:, table], v[:, table], pos) * vs.repeat_interleave(rep)[:, None, None]
+    assert err <= float((gemm.transpose(0, 1).double() - want).abs().max() / want.abs().max())
+
+
+def test_rows_do_not_depend_on_the_rows_beside_them():
+    """Row t of a call equals that query computed alone, or in any other split of the chunk: a block's
+    K/V are then the same however the prompt was chunked and whatever was cached before it."""
+    pos, t = 1000, 37
+    q, k, v, table, ks, vs = _case(pos, t)
+    together = pa.op()(q, k, v, table, pos, ks, vs)
+    for a, b in [(0, 1), (5, 6), (36, 37), (0, 16), (3, 29), (16, 37)]:
+        part = pa.op()(q[a:b].contiguous(), k, v, table, pos + a, ks, vs)
+        assert torch.equal(part, together[a:b]), (a, b)
+
+
+def test_a_query_never_sees_later_keys():
+    pos, t = 700, 20
+    q, k, v, table, ks, vs = _case(pos, t)
+    before = pa.op()(q, k, v, table, pos, ks, vs)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, table[pos + 10:]] = 127  # the keys of positions past query 9
+    v2[:, table[pos + 10:]] = -127
+    after = pa.op()(q, k2, v2, table, pos, ks, vs)
+    assert torch.equal(before[:10], after[:10]) and not torch.equal(before[10:], after[10:])
+
+
+def test_bad_input_is_refused_with_what_is_wrong():
+    q, k, v, table, ks, vs = _case(100, 4)
+    op = pa.op()
+    with pytest.raises(RuntimeError, match="q: \\[T, H, D\\] float32"):
+        op(q.double(), k, v, table, 100, ks, vs)
+    with pytest.raises(RuntimeError, match="head_dim"):
+        op(q[..., :32].contiguous(), k[..., :32].contiguous(), v[..., :32].contiguous(), table, 100, ks, vs)
+    with pytest.raises(RuntimeError, match="slots must cover"):
+        op(q, k, v, table[:50], 100, ks, vs)
+    with pytest.raises(RuntimeError, match="slot out of range"):
+        bad = table.clone()
+        bad[3] = k.shape[1]
+        op(q, k, v, bad, 100, ks, vs)
+
+
+def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine):
+    """A long prompt in block-aligned chunks over an INT8 cache: the chunks whose blocks end past
+    MIN_KEYS keys take the op, for those blocks only (the blocks before them keep SDPA); the last
+    position's logits agree with the bf16 GEMM path's, and so does the greedy next token."""
+    model = engine.model
+    assert model.int8_prefill  # an INT8 engine on a CPU with the instructions: the loader turned it on
+    ids = engine.encode("The kitchen has a fridge, a sink and a mug; the hall has a coat rack. " * 60)[:MIN_KEYS + 90]
+    bs = engine.cache.block_size
+    chunk = 3 * bs + 5  # a chunk boundary inside a block, and one block that straddles MIN_KEYS's
+    calls, logits = [], {}
+    real = Attention._attend_prompt
+
+    def spy(self, q, cache, layer, step):
+        calls.append((step.pos, q.shape[0]))
+        return real(self, q, cache, layer, step)
+
+    for on in (True, False):
+        model.int8_prefill = on
+        cache = engine.contiguous_cache(len(ids) + 8)
+        Attention._attend_prompt = spy
+        try:
+            for a in range(0, len(ids), chunk):
+                out = model.forward_batch([Item(torch.tensor(ids[a:a + chunk]), cache, 1, block=bs)])[0]
+            logits[on] = out
+        finally:
+            Attention._attend_prompt = real
+            model.int8_prefill = True
+    # every chunk that ends at or past MIN_KEYS keys called the op in each layer, and only those
+    expect = [(a, min(chunk, len(ids) - a)) for a in range(0, len(ids), chunk)
+              if min(a + chunk, len(ids)) >= MIN_KEYS]
+    assert calls == [c for c in expect for _ in model.layers]
+    assert torch.equal(logits[True].argmax(-1), logits[False].argmax(-1))
+    assert float((logits[True] - logits[False]).abs().max()) < 1.0
+
+
+def test_turned_off_it_says_why_and_the_bf16_gemms_run(monkeypatch, engine):
+    monkeypatch.setattr(pa, "_lib", NativeLib("prefill_attention", "ORIN_LLM_PREFILL_ATTN", "the op", "the GEMMs"))
+    monkeypatch.setenv("ORIN_LLM_PREFILL_ATTN", "0")
+    assert pa.op() is None
+    assert pa.unavailable() == "turned off (ORIN_LLM_PREFILL_ATTN=0)"
+    cache = engine.contiguous_cache(MIN_KEYS + 64)
+    assert not pa.usable(cache, 64)
+    step = engine.model._step(MIN_KEYS, 32, 0, cache, block=16)
+    assert step.bf16 and not step.prompt_op  # the bf16 GEMMs run the step
