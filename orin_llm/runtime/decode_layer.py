@@ -1,4 +1,5 @@
-"""A decode step's decoder layer in one C++ call (csrc/decode_layer.cpp), on CPUs with q8_dot's kernels.
+"""A decode step's (or a prompt chunk's) decoder layer in one C++ call (csrc/decode_layer.cpp), on CPUs
+with q8_dot's kernels.
 
 Why: with the weights on q8_dot's kernels and attention on the INT8 op, a decode step of the embedded
 model still spent half its time between them: RMSNorm, RoPE, the K/V write, SiLU·up and the residual
@@ -8,8 +9,11 @@ work in place on the rows: one call per layer.
 
 Used for the steps the INT8 attention op serves (decode, verify and catch-up steps of at most
 PROBE_ROWS tokens per sequence, over an INT8 cache), on a model whose every layer runs on q8_dot's
-kernels (a q4_1 target; an int8 or int4 draft). Prefill keeps torch's ops around the same kernels.
-The small ops round differently from torch's, so a model takes this path for all of its decode steps
+kernels (a q4_1 target; an int8 or int4 draft). Prompt chunks over an INT8 cache take it too where
+the INT8 prompt attention op runs (prefill_attention.py): their rows in blocks that end at or past
+MIN_KEYS keys attend with that op, the rows before with the decode op (about 8 % off a warm request's
+time to first token on a 4k home: torch's ops between the kernels were ~150 calls a layer there too).
+The small ops round differently from torch's, so a model takes this path for all of those steps
 or for none (loaded once; ORIN_LLM_FUSED_DECODE=0 turns it off for A/B measurements): rows stay
 independent of the batch, and greedy speculation stays exactly lossless (tests/runtime/test_decode_layer.py).
 """

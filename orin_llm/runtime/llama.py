@@ -169,8 +169,7 @@ class Attention(nn.Module):
         """q: [T, H, D] of one sequence → [T, H·D]: the rows the bf16 GEMMs would take, on the INT8 prompt
         attention op. Its rows do not depend on each other, so one call serves every block; in a block
         step, the blocks that end before MIN_KEYS keys (a short prompt's first ones) keep their SDPA."""
-        split = max(step.pos, (-(-MIN_KEYS // step.blocks) - 1) * step.blocks) if step.blocks else step.pos
-        n = min(split - step.pos, q.shape[0])
+        n = _prompt_from(step, q.shape[0])
         out = int8_prefill_attention(q[n:], cache, layer, step.pos + n)
         if not n:
             return out
@@ -230,6 +229,15 @@ class Attention(nn.Module):
             return torch.cat([_sdpa(q[:, :, i:i + 1], keys[:, :, :pos + i + 1], values[:, :, :pos + i + 1], None)
                              for i in range(t)], dim=2)
         return _sdpa(q, keys, values, step.mask)
+
+
+def _prompt_from(step: Step, rows: int) -> int:
+    """The first row of a bf16 prompt step that takes the INT8 prompt op: in a block step, the rows of
+    blocks that end before MIN_KEYS keys attend as before (SDPA; in the fused layer, the decode op)."""
+    if not step.blocks:
+        return 0
+    first = (-(-MIN_KEYS // step.blocks) - 1) * step.blocks  # the first block that ends at or past MIN_KEYS
+    return min(rows, max(0, first - step.pos))
 
 
 @functools.lru_cache(maxsize=64)
@@ -326,14 +334,13 @@ class Llama(nn.Module):
         if len(items) > 1 and self.decode_width and not self.rows_independent:
             # padding to a fixed width keeps one sequence exact, not a batch of them
             return [self.forward_batch([it])[0] for it in items]
-        if self.fused_layers is not None and len(items) > 1:
-            fused = [self._int8_op(it.ids.shape[0], it.cache, it.block) for it in items]
-            if any(fused) and not all(fused):  # decode rows take the fused op even beside a prefill chunk
-                outs = {}
-                for kind in (True, False):
-                    idx = [i for i, f in enumerate(fused) if f == kind]
-                    outs.update(zip(idx, self.forward_batch([items[i] for i in idx]), strict=True))
-                return [outs[i] for i in range(len(items))]
+        fused = [self._fusable(it) for it in items] if self.fused_layers is not None else [False]
+        if any(fused) and not all(fused):  # the fused items take the fused op even beside the others
+            outs = {}
+            for kind in (True, False):
+                idx = [i for i, f in enumerate(fused) if f == kind]
+                outs.update(zip(idx, self.forward_batch([items[i] for i in idx]), strict=True))
+            return [outs[i] for i in range(len(items))]
         steps, starts, at = [], [], 0
         for it in items:
             t = it.ids.shape[0]
@@ -353,7 +360,7 @@ class Llama(nn.Module):
         # are not independent of the row count
         width = self.decode_width if (len(items) == 1 and steps[0].exact and not self.rows_independent) else 0
         caches = [it.cache for it in items]
-        if self.fused_layers is not None and all(s.int8_op for s in steps) and x.dtype == torch.float32:
+        if all(fused) and x.dtype == torch.float32:
             self._fused_layers(x, caches, steps)
         else:
             for i, block in enumerate(self.layers):
@@ -378,12 +385,24 @@ class Llama(nn.Module):
         rows = [s.rows.stop - s.rows.start for s in steps]
         pos = [s.pos for s in steps]
         slots = [c.slot_table(p + n) for c, p, n in zip(caches, pos, rows, strict=True)]
+        # per sequence, its first row on the prompt op (rows: none): a decode step's none; a prompt
+        # chunk's rows where the unfused path runs the op (_attend_prompt), the rows before on the decode op
+        prompt = [_prompt_from(s, n) if s.blocks and s.bf16 else n for s, n in zip(steps, rows, strict=True)]
         h, kv = self.arch.num_heads, self.arch.num_kv_heads
         for i, args in enumerate(self.fused_layers):
             layer = []
             for c, sl in zip(caches, slots, strict=True):
                 layer += [*c.int8_layer(i), sl]
-            run(x, *args, self.cos, self.sin, h, kv, layer, pos, rows)
+            run(x, *args, self.cos, self.sin, h, kv, layer, pos, rows, prompt)
+
+    def _fusable(self, it: Item) -> bool:
+        """Whether an item's step runs the fused layer: a decode-sized step on the INT8 attention op, or
+        a prompt chunk over an INT8 cache where the prompt op runs too (a model with fused layers runs
+        all of those steps fused: the small ops round differently from torch's)."""
+        if self._int8_op(it.ids.shape[0], it.cache, it.block):
+            return True
+        d = self.arch.head_dim
+        return bool(it.block) and self.int8_prefill and usable(it.cache, d) and prefill_usable(it.cache, d)
 
     def _int8_op(self, t: int, cache, block: int) -> bool:
         """Whether a step of t tokens over this cache runs the INT8 attention op (and so the fused layers)."""

@@ -69,9 +69,10 @@ def test_bad_input_is_refused_with_what_is_wrong():
 
 
 def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine):
-    """A long prompt in block-aligned chunks over an INT8 cache: the chunks whose blocks end past
-    MIN_KEYS keys take the op, for those blocks only (the blocks before them keep SDPA); the last
-    position's logits agree with the bf16 GEMM path's, and so does the greedy next token."""
+    """A long prompt in block-aligned chunks over an INT8 cache, with torch's ops between the layers'
+    kernels: the chunks whose blocks end past MIN_KEYS keys take the op, for those blocks only (the
+    blocks before them keep SDPA); the last position's logits agree with the bf16 GEMM path's, and with
+    the fused layer's (which runs the op inside, test_decode_layer.py), and so does the greedy next token."""
     model = engine.model
     assert model.int8_prefill  # an INT8 engine on a CPU with the instructions: the loader turned it on
     ids = engine.encode("The kitchen has a fridge, a sink and a mug; the hall has a coat rack. " * 60)[:MIN_KEYS + 90]
@@ -84,8 +85,9 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
         calls.append((step.pos, q.shape[0]))
         return real(self, q, cache, layer, step)
 
-    for on in (True, False):
-        model.int8_prefill = on
+    fused = model.fused_layers
+    for on, layers in ((True, None), (False, None), ("fused", fused)):  # torch's ops around the op, or the fused layer
+        model.int8_prefill, model.fused_layers = bool(on), layers
         cache = engine.contiguous_cache(len(ids) + 8)
         Attention._attend_prompt = spy
         try:
@@ -94,13 +96,14 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
             logits[on] = out
         finally:
             Attention._attend_prompt = real
-            model.int8_prefill = True
+            model.int8_prefill, model.fused_layers = True, fused
     # every chunk that ends at or past MIN_KEYS keys called the op in each layer, and only those
     expect = [(a, min(chunk, len(ids) - a)) for a in range(0, len(ids), chunk)
               if min(a + chunk, len(ids)) >= MIN_KEYS]
     assert calls == [c for c in expect for _ in model.layers]
-    assert torch.equal(logits[True].argmax(-1), logits[False].argmax(-1))
-    assert float((logits[True] - logits[False]).abs().max()) < 1.0
+    for other in (False, "fused"):  # (the fused layer's small ops round differently: the same bound)
+        assert torch.equal(logits[True].argmax(-1), logits[other].argmax(-1))
+        assert float((logits[True] - logits[other]).abs().max()) < 1.0
 
 
 def test_turned_off_it_says_why_and_the_bf16_gemms_run(monkeypatch, engine):

@@ -1,6 +1,8 @@
-// One decoder layer of a decode or verify step in one call (CPU): see orin_llm/runtime/decode_layer.py.
+// One decoder layer of a decode or verify step, or of a prompt chunk, in one call (CPU): see
+// orin_llm/runtime/decode_layer.py.
 //
-// The same kernels as the per-op path (q8_dot.h's linear layers, int8_attention.h's attention), with
+// The same kernels as the per-op path (q8_dot.h's linear layers, int8_attention.h's and
+// prefill_attention.h's attention), with
 // the small ops between them (RMSNorm, RoPE, the INT8 K/V write, SiLU·up, the residual adds) done
 // here on the rows in place, where torch needed about 150 op calls a layer for them, each a few
 // microseconds of dispatch for a few hundred floats of work.
@@ -12,6 +14,7 @@
 // summation order in the norm, no separate rounding of RoPE's two products): the model's decode
 // steps all take this path or all take torch's (llama.py), never a mix within one model.
 #include "int8_attention.h"
+#include "prefill_attention.h"
 #include "q8_dot.h"
 
 namespace {
@@ -66,12 +69,15 @@ void check_float(const torch::Tensor& t, const char* what) {
 // norms: the layer's input and post-attention RMSNorm weights [hidden]; qkv, o, gate_up, down: each
 // linear layer's q8_dot tiles (q8_dot.py). cos, sin: rope_tables' [P, 1, head_dim]. Per sequence,
 // in row order: caches[5·i ..] = K, V ([KV, S, D] int8, this layer), their [KV] scales and the slots
-// of positions 0 .. pos+t-1 (int64); pos[i], its first position; rows[i], its row count.
+// of positions 0 .. pos+t-1 (int64); pos[i], its first position; rows[i], its row count;
+// prompt_from[i], its first row that attends with the prompt op (the rows before it, and all rows where
+// it is rows[i] or more, attend with the decode op).
 void decode_layer(torch::Tensor x, torch::Tensor norm1, torch::Tensor norm2, double eps,
                   std::vector<torch::Tensor> qkv, std::vector<torch::Tensor> o,
                   std::vector<torch::Tensor> gate_up, std::vector<torch::Tensor> down,
                   torch::Tensor cos, torch::Tensor sin, int64_t heads, int64_t kv_heads,
-                  std::vector<torch::Tensor> caches, std::vector<int64_t> pos, std::vector<int64_t> rows) {
+                  std::vector<torch::Tensor> caches, std::vector<int64_t> pos, std::vector<int64_t> rows,
+                  std::vector<int64_t> prompt_from) {
   check_float(x, "x");
   TORCH_CHECK(x.dim() == 2, "x: [T, hidden]");
   const int64_t t = x.size(0), hidden = x.size(1);
@@ -83,7 +89,8 @@ void decode_layer(torch::Tensor x, torch::Tensor norm1, torch::Tensor norm2, dou
   TORCH_CHECK(cos.dim() == 3 && cos.sizes() == sin.sizes(), "cos, sin: [P, 1, head_dim]");
   const int64_t d = cos.size(2), positions = cos.size(0);
   TORCH_CHECK(d == 64 || d == 128, "head_dim must be 64 or 128");
-  TORCH_CHECK(pos.size() == rows.size() && caches.size() == 5 * pos.size(), "5 cache tensors, a pos and a row count per sequence");
+  TORCH_CHECK(pos.size() == rows.size() && caches.size() == 5 * pos.size() && prompt_from.size() == pos.size(),
+              "5 cache tensors, a pos, a row count and a prompt_from per sequence");
   int64_t total = 0;
   for (size_t i = 0; i < pos.size(); ++i) {
     TORCH_CHECK(pos[i] >= 0 && rows[i] > 0 && pos[i] + rows[i] <= positions, "positions past the rope tables");
@@ -133,7 +140,16 @@ void decode_layer(torch::Tensor x, torch::Tensor norm1, torch::Tensor norm2, dou
         }
       }
     }
-    auto out = int8_decode_attention(q, k, v, slots, pos[i], ks, vs);  // [t, H, D]
+    const int64_t s = std::max<int64_t>(0, std::min(prompt_from[i], rows[i]));
+    torch::Tensor out;  // [t, H, D]
+    if (s == rows[i]) {
+      out = int8_decode_attention(q, k, v, slots, pos[i], ks, vs);
+    } else if (s == 0) {
+      out = int8_prefill_attention(q, k, v, slots, pos[i], ks, vs);
+    } else {  // a prompt chunk whose first blocks end before MIN_KEYS keys (llama.py _fused_layers)
+      out = torch::cat({int8_decode_attention(q.narrow(0, 0, s).contiguous(), k, v, slots, pos[i], ks, vs),
+                        int8_prefill_attention(q.narrow(0, s, rows[i] - s).contiguous(), k, v, slots, pos[i] + s, ks, vs)});
+    }
     std::copy(out.data_ptr<float>(), out.data_ptr<float>() + rows[i] * heads * d,
               attn.data_ptr<float>() + row * heads * d);
     row += rows[i];
@@ -163,5 +179,5 @@ void decode_layer(torch::Tensor x, torch::Tensor norm1, torch::Tensor norm2, dou
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_layer", &decode_layer, "one decoder layer of a decode step, in place on x");
+  m.def("decode_layer", &decode_layer, "one decoder layer of a decode step or a prompt chunk, in place on x");
 }
