@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import orin_llm.runtime.int8_attention as ia
 from orin_llm.runtime.kv_cache import Int8KVCache
+from orin_llm.runtime.llama import Item
 from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.sampling import SamplingParams
 
@@ -97,7 +98,8 @@ def test_bad_input_is_refused_with_what_is_wrong():
 def test_the_model_uses_it_for_decode_steps_and_matches_torchs_ops(engine):
     """Every layer's attention of a decode step over the engine's INT8 paged cache, with the op and
     with the torch ops it replaces (gather, convert, SDPA): the same to float32 rounding, i.e. within
-    a bf16 step of their scale after o_proj (the q4_1 kernel takes bf16 inputs). Greedy plans agree.
+    a bf16 step of their scale after o_proj (the q4_1 kernel takes bf16 inputs). Greedy choices agree
+    but at near-ties.
     With the fused decode layer off: it runs this op inside its own call (tests/runtime/test_decode_layer.py)."""
     model = engine.model
     assert model.int8_decode  # an INT8 engine on this CPU: the loader turned it on
@@ -133,14 +135,32 @@ def _compare_with_torchs_ops(engine, model):
             h.remove()
     assert len(errors) >= 2 * len(model.layers)  # every layer of the decode steps took the op
     assert max(errors) <= 2 ** -7
-    plain = {}
-    for on in (True, False):
-        model.int8_decode = on
-        try:
-            plain[on] = engine.generate(ids, SamplingParams(max_tokens=24, temperature=0.0), "none").run().token_ids
-        finally:
-            model.int8_decode = True
-    assert plain[True] == plain[False]
+    # Greedy choices: each decode step of the op's plan computed with the op and with torch's ops over
+    # the same cache (the op's K/V kept, so differences do not accumulate). Where the two choose
+    # differently it is a near-tie that float32 rounding (amplified by the int8 activation codes of the
+    # next linear layer) decides, never a wrong layer.
+    plan = engine.generate(ids, SamplingParams(max_tokens=24, temperature=0.0), "none").run().token_ids
+    cache = engine.contiguous_cache(len(ids) + len(plan) + 1)
+    model(torch.tensor(ids), cache)
+    logits = {True: [], False: []}
+    try:
+        for tok in plan:
+            n = cache.length
+            for on in (False, True):  # the op last: its K/V stay in the cache
+                model.int8_decode = on
+                cache.crop(n)
+                logits[on].append(model.forward_batch([Item(torch.tensor([tok]), cache, 1, decode=True)])[0][0])
+    finally:
+        model.int8_decode = True
+    a, b = torch.stack(logits[True]), torch.stack(logits[False])
+    gap = (a - b).abs()
+    # per step, the mean logit difference: most steps ~0.1 or ~0 (0.49 at worst measured, where a code
+    # flipped early); a wrong attention moves logits by whole units
+    per_step = gap.mean(-1)
+    assert float(per_step.median()) < 0.25 and float(per_step.max()) < 1.0
+    for i in (a.argmax(-1) != b.argmax(-1)).nonzero().flatten().tolist():
+        top = b[i].topk(2).values
+        assert float(top[0] - top[1]) <= 2 * float(gap[i].max()), i  # a tie within the two paths' difference
 
 
 def test_turned_off_it_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine):
