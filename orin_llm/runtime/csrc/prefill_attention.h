@@ -19,6 +19,8 @@
 
 #include <torch/extension.h>
 
+#include "attention_args.h"
+
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -239,18 +241,10 @@ GroupFn group_for(int64_t g) {
 inline torch::Tensor int8_prefill_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor slots,
                                      int64_t pos, torch::Tensor k_scale, torch::Tensor v_scale) {
 #ifdef PREFILL_SIMD
-  TORCH_CHECK(q.dim() == 3 && q.scalar_type() == torch::kFloat && q.is_contiguous(), "q: [T, H, D] float32");
-  TORCH_CHECK(k.dim() == 3 && k.scalar_type() == torch::kChar && k.is_contiguous(), "k: [KV, S, D] int8");
-  TORCH_CHECK(v.sizes() == k.sizes() && v.scalar_type() == torch::kChar && v.is_contiguous(), "v like k");
-  TORCH_CHECK(slots.dim() == 1 && slots.scalar_type() == torch::kLong && slots.is_contiguous(), "slots: int64");
-  const int64_t t = q.size(0), h = q.size(1), d = q.size(2), kv = k.size(0), cap = k.size(1);
-  TORCH_CHECK(k.size(2) == d && (d == 64 || d == 128), "head_dim must match q's and be 64 or 128");
-  TORCH_CHECK(h % kv == 0 && h / kv <= 8, "query heads must be 1 to 8 times the KV heads");
-  TORCH_CHECK(slots.size(0) >= pos + t && pos >= 0, "slots must cover positions 0 .. pos+T-1");
-  TORCH_CHECK(k_scale.numel() == kv && v_scale.numel() == kv, "one K and one V scale per KV head");
-  auto ks = k_scale.to(torch::kFloat).contiguous(), vs = v_scale.to(torch::kFloat).contiguous();
+  const AttentionArgs a = check_attention_args(q, k, v, slots, pos, k_scale, v_scale);
+  const int64_t t = a.t, h = a.h, d = a.d, kv = a.kv, cap = a.cap;
+  const torch::Tensor &ks = a.ks, &vs = a.vs;
   const int64_t* sl = slots.data_ptr<int64_t>();
-  for (int64_t i = 0; i < pos + t; ++i) TORCH_CHECK(sl[i] >= 0 && sl[i] < cap, "slot out of range");
   auto out = torch::empty_like(q);
   // groups of at most QPOS positions, as even as they can be (20 queries: 10 + 10, not 16 + 4: equal
   // work items for the threads, and no small group paying a whole group's key conversions)
