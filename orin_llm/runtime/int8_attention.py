@@ -37,11 +37,16 @@ def unavailable() -> Optional[str]:
     return _lib.error
 
 
-def usable(cache, head_dim: int) -> bool:
-    """True when decode attention over this cache can run the op: an INT8 cache on a CPU that
-    offers the op's surface (int8_layer, slot_table)."""
+def int8_cache(cache, head_dim: int) -> bool:
+    """An INT8 cache on a CPU that offers what our attention ops read (int8_layer, slot_table), at a
+    head size they are compiled for (this op and prefill_attention's)."""
     return (getattr(cache, "dtype", None) == torch.int8 and cache.device.type == "cpu"
-            and head_dim in HEAD_DIMS and hasattr(cache, "int8_layer") and op() is not None)
+            and head_dim in HEAD_DIMS and hasattr(cache, "int8_layer"))
+
+
+def usable(cache, head_dim: int) -> bool:
+    """True when decode attention over this cache can run the op: an INT8 cache it reads, and the op built here."""
+    return int8_cache(cache, head_dim) and op() is not None
 
 
 def int8_decode_attention(q: torch.Tensor, cache, layer: int, pos: int) -> torch.Tensor:

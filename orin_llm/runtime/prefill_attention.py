@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from .int8_attention import HEAD_DIMS
+from .int8_attention import int8_cache
 from .native import NativeLib
 
 
@@ -47,10 +47,9 @@ def unavailable() -> Optional[str]:
 
 
 def usable(cache, head_dim: int) -> bool:
-    """True when prompt attention over this cache can run the op: an INT8 cache on a CPU, with the
-    surface the op reads (int8_layer, slot_table), and the op built here."""
-    return (getattr(cache, "dtype", None) == torch.int8 and cache.device.type == "cpu"
-            and head_dim in HEAD_DIMS and hasattr(cache, "int8_layer") and op() is not None)
+    """True when prompt attention over this cache can run the op: an INT8 cache it reads
+    (int8_attention.int8_cache), and the op built here."""
+    return int8_cache(cache, head_dim) and op() is not None
 
 
 def int8_prefill_attention(q: torch.Tensor, cache, layer: int, pos: int) -> torch.Tensor:

@@ -4,6 +4,7 @@
 #include <torch/extension.h>
 
 #include <cstdint>
+#include <type_traits>
 
 // q: [T, H, D] float32 (after RoPE, unscaled); k, v: [KV, S, D] int8, one layer of the cache;
 // slots: int64, the slots of positions 0 .. pos+T-1; k_scale, v_scale: [KV] float32.
@@ -27,4 +28,24 @@ inline AttentionArgs check_attention_args(const torch::Tensor& q, const torch::T
   const int64_t* sl = slots.data_ptr<int64_t>();
   for (int64_t i = 0; i < pos + t; ++i) TORCH_CHECK(sl[i] >= 0 && sl[i] < cap, "slot out of range");
   return {t, h, d, kv, cap, k_scale.to(torch::kFloat).contiguous(), v_scale.to(torch::kFloat).contiguous()};
+}
+
+// fn(D, G) with D, the head size (64 or 128), and G, the query heads per KV head (1 .. 8), as
+// compile-time constants (std::integral_constant): both ops' kernels are templates on them, so that
+// q and the accumulators stay in registers. d and g are checked by check_attention_args.
+template <typename Fn>
+auto by_shape(int64_t d, int64_t g, Fn&& fn) {
+  auto with_g = [&](auto D) {
+    switch (g) {
+      case 1: return fn(D, std::integral_constant<int, 1>{});
+      case 2: return fn(D, std::integral_constant<int, 2>{});
+      case 3: return fn(D, std::integral_constant<int, 3>{});
+      case 4: return fn(D, std::integral_constant<int, 4>{});
+      case 5: return fn(D, std::integral_constant<int, 5>{});
+      case 6: return fn(D, std::integral_constant<int, 6>{});
+      case 7: return fn(D, std::integral_constant<int, 7>{});
+      default: return fn(D, std::integral_constant<int, 8>{});
+    }
+  };
+  return d == 64 ? with_g(std::integral_constant<int, 64>{}) : with_g(std::integral_constant<int, 128>{});
 }

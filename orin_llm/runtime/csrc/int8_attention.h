@@ -179,24 +179,6 @@ void attend_one(const float* q, const int8_t* k, const int8_t* v, const int64_t*
     for (int c = 0; c < D; ++c) out[h * D + c] = acc[h * D + c] * inv_sum[h];
 }
 
-using AttendFn = void (*)(const float*, const int8_t*, const int8_t*, const int64_t*, int64_t, float, float, float*,
-                          std::vector<float>&);
-
-template <int D>
-AttendFn attend_for(int64_t g) {
-  switch (g) {
-    case 1: return attend_one<D, 1>;
-    case 2: return attend_one<D, 2>;
-    case 3: return attend_one<D, 3>;
-    case 4: return attend_one<D, 4>;
-    case 5: return attend_one<D, 5>;
-    case 6: return attend_one<D, 6>;
-    case 7: return attend_one<D, 7>;
-    default: return attend_one<D, 8>;  // (g <= 8: checked by the caller)
-  }
-}
-
-inline AttendFn attend(int64_t d, int64_t g) { return d == 64 ? attend_for<64>(g) : attend_for<128>(g); }
 
 }  // namespace
 
@@ -218,12 +200,13 @@ inline torch::Tensor int8_decode_attention(torch::Tensor q, torch::Tensor k, tor
   const int8_t* vp = v.data_ptr<int8_t>();
   const float* ksp = ks.data_ptr<float>();
   const float* vsp = vs.data_ptr<float>();
+  const auto fn = by_shape(d, g, [](auto D, auto G) { return &attend_one<decltype(D)::value, decltype(G)::value>; });
   at::parallel_for(0, t * kv, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> buf;
     for (int64_t w = begin; w < end; ++w) {
       const int64_t ti = w / kv, j = w % kv;
       const int64_t at_ = (ti * h + j * g) * d;
-      attend(d, g)(qp + at_, kp + j * cap * d, vp + j * cap * d, sl, pos + ti + 1, ksp[j] * inv, vsp[j], op + at_, buf);
+      fn(qp + at_, kp + j * cap * d, vp + j * cap * d, sl, pos + ti + 1, ksp[j] * inv, vsp[j], op + at_, buf);
     }
   });
   return out;

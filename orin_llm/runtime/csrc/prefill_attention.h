@@ -98,7 +98,6 @@ void attend_group(const float* q, int64_t qstride, int nq, int64_t pos0, const i
   P.resize(static_cast<size_t>(R) * npad);
   alignas(64) int16_t q16[R_MAX][D];
   float rowmul[R_MAX];
-  int64_t last[R_MAX];  // each row's last visible key
   for (int r = 0; r < R; ++r) {
     const float* qr = q + (r / G) * qstride + (r % G) * D;
     float amax = 0.0f;
@@ -106,7 +105,6 @@ void attend_group(const float* q, int64_t qstride, int nq, int64_t pos0, const i
     const float d = amax / 32767.0f, inv = d > 0.0f ? 1.0f / d : 0.0f;
     for (int c = 0; c < D; ++c) q16[r][c] = static_cast<int16_t>(std::nearbyint(qr[c] * inv));
     rowmul[r] = d * q_mul;
-    last[r] = pos0 + r / G;
   }
   // scores: per tile of 16 keys, the keys as int16 pairs transposed (vector c: pair c of each key),
   // then 8 rows at a time against them (8 independent sums: one vpdpwssd per pair and row)
@@ -146,7 +144,7 @@ void attend_group(const float* q, int64_t qstride, int nq, int64_t pos0, const i
   float inv_sum[R_MAX];
   for (int r = 0; r < R; ++r) {
     float* s = &S[r * npad];
-    const int64_t n = last[r] + 1, nfull = n / KT * KT;
+    const int64_t n = pos0 + r / G + 1, nfull = n / KT * KT;  // the row sees keys 0 .. its position
     __m512 mx = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < nfull; j += KT) mx = _mm512_max_ps(mx, _mm512_loadu_ps(s + j));
     float m = _mm512_reduce_max_ps(mx);
@@ -214,22 +212,6 @@ void attend_group(const float* q, int64_t qstride, int nq, int64_t pos0, const i
   }
 }
 
-using GroupFn = void (*)(const float*, int64_t, int, int64_t, const int8_t*, const int8_t*, const int64_t*, float,
-                         float, float*);
-
-template <int D>
-GroupFn group_for(int64_t g) {
-  switch (g) {
-    case 1: return attend_group<D, 1>;
-    case 2: return attend_group<D, 2>;
-    case 3: return attend_group<D, 3>;
-    case 4: return attend_group<D, 4>;
-    case 5: return attend_group<D, 5>;
-    case 6: return attend_group<D, 6>;
-    case 7: return attend_group<D, 7>;
-    default: return attend_group<D, 8>;
-  }
-}
 #endif
 
 }  // namespace
@@ -250,7 +232,7 @@ inline torch::Tensor int8_prefill_attention(torch::Tensor q, torch::Tensor k, to
   // work items for the threads, and no small group paying a whole group's key conversions)
   const int64_t g = h / kv, groups = (t + QPOS - 1) / QPOS, per = (t + groups - 1) / groups;
   const float inv = 1.0f / std::sqrt(static_cast<float>(d));
-  const GroupFn fn = d == 64 ? group_for<64>(g) : group_for<128>(g);
+  const auto fn = by_shape(d, g, [](auto D, auto G) { return &attend_group<decltype(D)::value, decltype(G)::value>; });
   const float* qp = q.data_ptr<float>();
   float* op = out.data_ptr<float>();
   const int8_t* kp = k.data_ptr<int8_t>();
