@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import orin_llm.runtime.attention as attention
+import orin_llm.runtime.attention_layer as attention_layer
 import orin_llm.runtime.llama as llama
 from orin_llm.runtime.attention import bf16_attention_available, int8_attention_bf16
 from orin_llm.runtime.kv_cache import KVCache
@@ -92,7 +93,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         calls.append((q.shape[1], pos))
         return int8_attention_bf16(q, keys, values, pos)
 
-    monkeypatch.setattr(llama, "int8_attention_bf16", spy)
+    monkeypatch.setattr(attention_layer, "int8_attention_bf16", spy)
     short = torch.tensor(engine.chat_ids([{"role": "user", "content": "Bring the red mug from the kitchen."}]))
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "The hall leads to the kitchen. " * 90}]))
     assert llama.PROBE_ROWS < len(short) < attention.MIN_KEYS <= len(ids)

@@ -9,7 +9,8 @@ import torch
 
 import orin_llm.runtime.prefill_attention as pa
 from orin_llm.runtime.attention import MIN_KEYS, int8_attention_bf16
-from orin_llm.runtime.llama import Attention, Item
+from orin_llm.runtime.attention_layer import Attention
+from orin_llm.runtime.llama import Item
 from orin_llm.runtime.native import NativeLib
 from tests.runtime.test_int8_attention import KV, H, _case, _reference
 
