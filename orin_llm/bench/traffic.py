@@ -48,13 +48,17 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     limit = text.manifest.limits["max_input_len"]
     env = scaled_environment([load_home(n) for n in home_names()], text.encode, render, min(size, limit - 64))
     home = home_file(env, Path(tempfile.mkdtemp(prefix="orin-llm-traffic-")))
+    env_tokens = len(text.encode(render(env)))
     numbers = itertools.count()
     samples: dict[str, list[dict]] = {k: [] for k in KINDS}
 
     def task() -> str:  # every request is new to the daemon's cache (module doc)
         return f"Request {next(numbers)}: {TASK}"
 
-    with DaemonProcess(engine_dir, extra=("--environment", str(home), "--state-dir", "none")) as daemon, \
+    progress(f"traffic: starting the daemon; it prefills the home first ({env_tokens} tokens: seconds for the "
+             "embedded model, minutes for a 3B on one core)")
+    # a 3B-shaped engine (bench/shaped.py) on the daemon's one core prefills a 4k home in ~3 minutes
+    with DaemonProcess(engine_dir, extra=("--environment", str(home), "--state-dir", "none"), ready_s=1800) as daemon, \
             PlannerClient(daemon.socket, timeout_s=600) as c:
         health = c.health()
         prefix_tokens = health["prefix_tokens"]

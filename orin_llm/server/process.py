@@ -16,7 +16,8 @@ from ..errors import OrinError
 class DaemonProcess:
     """`python -m orin_llm.server.daemon` on a private socket, for as long as the `with` lasts."""
 
-    def __init__(self, engine_dir: Path, env: dict | None = None, extra: tuple[str, ...] = ()):
+    def __init__(self, engine_dir: Path, env: dict | None = None, extra: tuple[str, ...] = (), ready_s: float = 180):
+        self.ready_s = ready_s  # load + the home's prefill: seconds for the embedded model, minutes for a 3B
         self.dir = Path(tempfile.mkdtemp(prefix="orin-llm-", dir="/tmp"))  # short: sockets have a 108-byte path
         self.socket = self.dir / "planner.sock"
         self.log = open(self.dir / "daemon.log", "wb")
@@ -35,11 +36,11 @@ class DaemonProcess:
     def _wait_ready(self) -> None:
         try:
             with PlannerClient(self.socket, timeout_s=30) as c:
-                c.wait_ready(180, alive=lambda: self.proc.poll() is None)
+                c.wait_ready(self.ready_s, alive=lambda: self.proc.poll() is None)
         except PlannerError as e:
             if self.proc.poll() is not None:
                 raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}") from None
-            raise OrinError(f"the daemon did not become ready within 180 s: {e}") from None
+            raise OrinError(f"the daemon did not become ready within {self.ready_s:g} s: {e}") from None
 
     def __exit__(self, *exc) -> None:
         if self.proc.poll() is None:
