@@ -35,8 +35,8 @@ import torch
 from .native import NativeLib
 
 BLOCK = 32  # activations (and weights) per scale
-ROWS = 4  # output rows per tile of an int8 matrix (pack_q8)
-QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): one lane of a vector each
+ROWS = 8  # output rows per tile of an int8 matrix (pack_q8): one lane of a vector each
+QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): the same
 
 def _plain_loops_only(module) -> Optional[str]:
     """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
@@ -60,7 +60,7 @@ def unavailable() -> Optional[str]:
 
 def fits(out_features: int, in_features: int, pairs: bool) -> bool:
     """The shapes the kernels take: Q4_1 (pairs) output rows in tiles of 8 and input in pairs of blocks
-    of 32; int8 output rows in tiles of 4 and input in blocks of 32."""
+    of 32; int8 output rows in tiles of 8 and input in blocks of 32."""
     if pairs:
         return out_features % QROWS == 0 and in_features % (2 * BLOCK) == 0
     return out_features % ROWS == 0 and in_features % BLOCK == 0
@@ -89,14 +89,18 @@ def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
 
 
 def pack_q8(codes: torch.Tensor) -> torch.Tensor:
-    """int8 codes [N, K] → the kernel's tiles [N/4, K/32, 4, 32] (a row's 32 codes of a block side by side)."""
+    """int8 codes [N, K] → the kernel's tiles of 8 output rows with the rows in the lanes of a vector
+    (csrc/q8_dot.h tile_q8): [N/8, K/32, 16, 16], per block 16 groups of 2 codes of each row (byte
+    2r+i of group c: code 2c+i of row r)."""
     n, k = codes.shape
-    return codes.view(n // ROWS, ROWS, k // BLOCK, BLOCK).permute(0, 2, 1, 3).contiguous()
+    c = codes.view(n // ROWS, ROWS, k // BLOCK, BLOCK // 2, 2)  # [tile, r, block, c, i]
+    return c.permute(0, 2, 3, 1, 4).reshape(n // ROWS, k // BLOCK, BLOCK // 2, 2 * ROWS).contiguous()
 
 
 def unpack_q8_rows(tiles: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` of the [N, K] int8 matrix that pack_q8 tiled (an int8 draft's embedding lookups)."""
-    rows = tiles[ids // ROWS, :, ids % ROWS]  # [..., K/32, 32]
+    t = tiles.view(tiles.shape[0], tiles.shape[1], BLOCK // 2, ROWS, 2)
+    rows = t[ids // ROWS, :, :, ids % ROWS]  # [..., K/32, 16, 2]
     return rows.reshape(*ids.shape, -1)
 
 

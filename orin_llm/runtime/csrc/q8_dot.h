@@ -72,12 +72,17 @@ inline __m256i dot_u8s8(__m256i acc, __m256i u, __m256i s) {
 #endif
 }
 
-inline float hsum(__m256 v) {  // a fixed tree: 8 -> 4 -> 2 -> 1
-  __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-  a = _mm_add_ss(a, _mm_movehdup_ps(a));
-  return _mm_cvtss_f32(a);
+// acc + 8 int32 sums of 2 products each: int16 pairs w and x
+inline __m256i dot_s16(__m256i acc, __m256i w, __m256i x) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, w, x);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpwssd_avx_epi32(acc, w, x);
+#else  // the same exact pair sums (|w·x| < 2^22: no wrap)
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(w, x));
+#endif
 }
+
 #endif
 
 // A Q4_1 layer's scales and mins are float32, or float16 where every one of them is exact in it
@@ -94,8 +99,8 @@ inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(
 // Weights are stored in tiles of output rows, block by block (q8_dot.py's pack_*): a tile's loop
 // then reads one sequential stream. (Four rows read side by side at their own addresses ran at a
 // third of the bandwidth of one row: four streams a few hundred bytes apart defeat the prefetcher.)
-constexpr int ROWS = 4;  // an int8 matrix's tiles
-constexpr int QROWS = 8;  // a Q4_1 layer's tiles: one int32 lane per output row
+constexpr int ROWS = 8;  // an int8 matrix's tiles: one int32 lane per output row
+constexpr int QROWS = 8;  // a Q4_1 layer's tiles: the same
 
 // A tile of a Q4_1 layer: QROWS weight rows times MR rows of x, the output rows in the lanes of one
 // vector (as ggml's repacked Q4_0x8 GEMM has them). w: the tile's nb/2 pairs of blocks, each 8
@@ -172,56 +177,63 @@ void tile_q4_1(const uint8_t* w, const S* sc, const S* mn, int64_t nb, const int
 #endif
 }
 
-// A tile of an int8 matrix (the lm_head's codes, [nb][ROWS][32]; its row scales applied by the
-// caller) times int16 activations. Per lane, 4 products of |w| <= 127 and |x| <= 32767: under 2^24,
-// so the int32 sums convert to float exactly.
+// A tile of an int8 matrix (the lm_head's codes; its row scales applied by the caller) times int16
+// activations, with the output rows in the lanes as tile_q4_1 has them. w: per block of 32 inputs, 16
+// groups of 16 bytes; group c's byte 2r+i = code 2c+i of row r. Sign-extended to int16, a group is one
+// vector of 8 rows × 2 inputs, and one int16 dot product (vpdpwssd) takes both inputs of all 8 rows
+// against a broadcast pair of x; a block's 32 products per row sum exactly in int32 (|w| <= 127,
+// |x| <= 32767: under 2^27). Its conversion to float and one fma per block scale all 8 rows (the
+// float32 rounding head.py's bound counts: one per block and the conversion, (blocks + 8)·2^-24).
+// The 4-row tiles before this converted and scaled every 4 products of every row. NA independent
+// integer chains per row keep the dot-product unit busy when few rows of x come (a decode step).
 template <int MR>
 void tile_q8(const int8_t* w, int64_t nb, const int16_t* xq, int64_t k, const float* xd, float* out,
              int64_t ostride) {
 #ifdef Q8_AVX2
-  __m256 acc[MR][ROWS];
+  constexpr int NA = MR == 1 ? 4 : 2;
+  __m256 f[MR];
 #pragma GCC unroll 4
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-    for (int r = 0; r < ROWS; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (int m = 0; m < MR; ++m) f[m] = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b, w += ROWS * BLOCK) {
-    __m256i x0[MR], x1[MR];
-    __m256 d[MR];
+    __m256i acc[MR][NA];
 #pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m) {
-      x0[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + b * BLOCK));
-      x1[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + m * k + b * BLOCK + 16));
-      d[m] = _mm256_broadcast_ss(xd + m * nb + b);
-    }
+    for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 4
-    for (int r = 0; r < ROWS; ++r) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + r * BLOCK));
-      const __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(wv));
-      const __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(wv, 1));
+      for (int a = 0; a < NA; ++a) acc[m][a] = _mm256_setzero_si256();
+    const int16_t* xb = xq + b * BLOCK;
+#pragma GCC unroll 16
+    for (int c = 0; c < BLOCK / 2; ++c) {
+      const __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * c)));
 #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) {
-        const __m256i i = _mm256_add_epi32(_mm256_madd_epi16(w0, x0[m]), _mm256_madd_epi16(w1, x1[m]));
-        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), d[m], acc[m][r]);
+        int32_t pair;  // x's inputs 2c and 2c+1, as one int32 to broadcast
+        std::memcpy(&pair, xb + m * k + 2 * c, 4);
+        acc[m][c % NA] = dot_s16(acc[m][c % NA], wv, _mm256_set1_epi32(pair));
       }
     }
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      __m256i i = acc[m][0];
+#pragma GCC unroll 4
+      for (int a = 1; a < NA; ++a) i = _mm256_add_epi32(i, acc[m][a]);  // integers: exact in any order
+      f[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(xd[m * nb + b]), f[m]);
+    }
   }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < ROWS; ++r) out[m * ostride + r] = hsum(acc[m][r]);
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) _mm256_storeu_ps(out + m * ostride, f[m]);
 #else
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < ROWS; ++r) {
       const int16_t* xm = xq + m * k;
-      float lane[8] = {0};
+      float f = 0.0f;
       for (int64_t b = 0; b < nb; ++b) {
-        const int8_t* wb = w + (b * ROWS + r) * BLOCK;
-        const int16_t* xb = xm + b * BLOCK;
-        for (int l = 0; l < 8; ++l) {  // the AVX2 path's lanes: elements 2l, 2l+1, 16+2l, 17+2l
-          const int32_t i = (wb[2 * l] * xb[2 * l] + wb[2 * l + 1] * xb[2 * l + 1]) +
-                            (wb[16 + 2 * l] * xb[16 + 2 * l] + wb[17 + 2 * l] * xb[17 + 2 * l]);
-          lane[l] = std::fma(static_cast<float>(i), xd[m * nb + b], lane[l]);
-        }
+        const int8_t* wb = w + b * ROWS * BLOCK;
+        int32_t i = 0;  // (an integer sum: exact in any order)
+        for (int c = 0; c < BLOCK / 2; ++c)
+          for (int j = 0; j < 2; ++j) i += wb[16 * c + 2 * r + j] * xm[b * BLOCK + 2 * c + j];
+        f = std::fma(static_cast<float>(i), xd[m * nb + b], f);
       }
-      out[m * ostride + r] = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+      out[m * ostride + r] = f;
     }
 #endif
 }
@@ -309,11 +321,11 @@ inline torch::Tensor q4_1_linear(torch::Tensor x, torch::Tensor codes, torch::Te
   return half ? q4_1_run<at::Half>(x, codes, scales, mins) : q4_1_run<float>(x, codes, scales, mins);
 }
 
-// x: [M, K] float32; codes: [N/4, K/32, 4, 32] int8 (q8_dot.pack_q8); scales: [N] float32. Returns
+// x: [M, K] float32; codes: [N/8, K/32, 16, 16] int8 (q8_dot.pack_q8); scales: [N] float32. Returns
 // x @ (scales·codes)ᵀ [M, N] float32, x quantized to int8 in blocks of 32 (head.py bounds the error).
 inline torch::Tensor q8_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scales) {
-  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == ROWS && codes.size(3) == BLOCK &&
-              codes.scalar_type() == torch::kChar && codes.is_contiguous(), "codes: [N/4, K/32, 4, 32] int8");
+  TORCH_CHECK(codes.dim() == 4 && codes.size(2) == BLOCK / 2 && codes.size(3) == 2 * ROWS &&
+              codes.scalar_type() == torch::kChar && codes.is_contiguous(), "codes: [N/8, K/32, 16, 16] int8");
   const int64_t tiles = codes.size(0), n = tiles * ROWS, nb = codes.size(1), k = nb * BLOCK;
   TORCH_CHECK(scales.dim() == 1 && scales.size(0) == n && scales.scalar_type() == torch::kFloat &&
               scales.is_contiguous(), "scales: [N] float32");
