@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -93,9 +92,11 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
                         force: bool = False, seed: int = 0) -> Path:
     """An engine directory at `out` of `config`'s shape (module doc), the embedded profile's settings
     otherwise (Q4_1 weights, INT8 KV, limits, cached prefix tokens), no draft model."""
+    from tokenizers import Tokenizer
+
     from ..build.calibrate import calibrate_engine
     from ..build.memory import check_feasible, plan_memory
-    from ..build.pipeline import _entry, _manifest
+    from ..build.pipeline import _entry, _manifest, staged
     from ..build.source import resolve_source
 
     if out.exists() and not force:
@@ -106,8 +107,6 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
     if tok.backend != "torch":
         raise OrinError(f"{tokenizer_engine}: the tokenizer comes from a torch engine")
     cfg = json.loads(config.read_text())
-    from tokenizers import Tokenizer
-
     words = Tokenizer.from_file(str(tokenizer_engine / "tokenizer" / "tokenizer.json")).get_vocab_size()
     if cfg["vocab_size"] < words:
         raise OrinError(f"{config}: vocab_size {cfg['vocab_size']} is smaller than the tokenizer's {words} "
@@ -118,10 +117,7 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
         "name": name, "draft": None, "calibration_size": calibration_size,
         "target": ModelSpec(model=str(config.parent), weights="q4_1", kv_cache="int8", dtype="float32")})
     plan = check_feasible(plan_memory(profile))  # infeasible here: refused with the numbers
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o755)
-    try:
+    with staged(out) as tmp:
         target = tmp / "target"
         target.mkdir()
         shutil.copy(config, target / "config.json")
@@ -135,10 +131,4 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
         write_manifest(tmp, _manifest(profile, tmp, entry, None, plan))
         progress(f"shaped engine: calibrating INT8 KV scales on {calibration_size} items of the calib split")
         calibrate_engine(tmp, "calib", calibration_size, quiet=False)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out

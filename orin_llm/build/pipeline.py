@@ -13,6 +13,8 @@ import platform
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -84,10 +86,7 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
     steps = Steps(5 if _needs_scales(profile) else 4, quiet)
     source = resolve_source(profile.target.model, profile_dir)
     draft_source = resolve_source(profile.draft.model, profile_dir) if profile.draft else None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; an engine is read by the daemon's user too
-    try:
+    with staged(out) as tmp:
         with steps.step("hashing source files"):
             hashes = {s.path: [file_entry(f) for f in s.files] for s in (source, draft_source) if s}
         with steps.step(f"loading and writing the target from {source.path.name} ({source.kind})"):
@@ -119,13 +118,25 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
                 from .calibrate import calibrate_engine
 
                 calibrate_engine(tmp, profile.calibration, profile.calibration_size, quiet=quiet)
+    return out
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A temp dir beside `out` to write an engine into, renamed to `out` (replacing it) when the block
+    ends without an error and removed otherwise: a failed build never leaves a half-engine where a
+    good one is expected."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it 0700; an engine is read by the daemon's user too
+    try:
+        yield tmp
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _needs_scales(profile: Profile) -> bool:
