@@ -13,6 +13,7 @@ from orin_llm.runtime.attention_layer import Attention
 from orin_llm.runtime.llama import Item
 from orin_llm.runtime.native import NativeLib
 from tests.runtime.test_int8_attention import KV, H, _case, _reference
+from tests.runtime.test_q8_dot import waits_for_the_gil
 
 pytestmark = pytest.mark.skipif(pa.op() is None, reason=f"the op does not build or run here: {pa.unavailable()}")
 
@@ -116,3 +117,11 @@ def test_turned_off_it_says_why_and_the_bf16_gemms_run(monkeypatch, engine):
     assert not pa.usable(cache, 64)
     step = engine.model._step(MIN_KEYS, 32, 0, cache, block=16)
     assert step.bf16 and not step.prompt_op  # the bf16 GEMMs run the step
+
+
+def test_it_lets_other_python_threads_run():
+    """A cold prompt's chunks run this op for tens of ms a layer: it releases the GIL while it computes,
+    so the daemon's HTTP loop keeps answering (/health, the queue, other streams) meanwhile."""
+    q, k, v, table, ks, vs = _case(3000, 256)
+    waited, alone = waits_for_the_gil(lambda: pa.op()(q, k, v, table, 3000, ks, vs))
+    assert waited < alone / 2, (waited, alone)

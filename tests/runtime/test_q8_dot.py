@@ -4,6 +4,10 @@ the batch and of the thread count (what keeps speculation exactly lossless); the
 agreeing with the SIMD one; refusals that say what is wrong; and torch's kernels where the op is
 turned off."""
 
+import sys
+import threading
+import time
+
 import pytest
 import torch
 
@@ -159,3 +163,41 @@ def test_the_engine_runs_every_q4_1_layer_on_them(engine):
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     assert layers and all(m.q8 is not None for m in layers) and model.rows_independent
     assert model.lm_head.on_q8_dot  # the head's candidate pass too (head.py)
+
+
+def waits_for_the_gil(call) -> tuple[float, float]:
+    """(ms this thread waited to run Python once `call` had begun in another thread, ms the call takes
+    alone). An op that holds the GIL keeps this thread out for the whole call, as it would keep the
+    daemon's event loop; one that releases it lets it in at once. The switch interval is set longer
+    than the call, so that only a release lets this thread in during it."""
+    started, began = threading.Event(), []
+    t0 = time.perf_counter()
+    call()
+    alone = (time.perf_counter() - t0) * 1e3
+
+    def work():
+        began.append(time.perf_counter())
+        started.set()
+        call()
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(max(0.5, 4 * alone / 1e3))
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+        started.wait()  # returns once this thread holds the GIL again
+        waited = (time.perf_counter() - began[0]) * 1e3
+        t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    return waited, alone
+
+
+def test_the_kernels_let_other_python_threads_run():
+    """The daemon's HTTP loop shares the process with the engine: our C++ calls release the GIL while
+    they compute (a 3B prompt chunk's layer runs for ~0.5 s), as torch's own ops do."""
+    lin = _q4_1(3072, 576)
+    assert lin.pack()
+    x = torch.randn(4096, 576)  # ~7 G multiply-adds: tens of ms or more
+    waited, alone = waits_for_the_gil(lambda: q8_dot.op().q4_1_linear(x, *lin.q8))
+    assert waited < alone / 2, (waited, alone)  # ~0.1 against ~60 ms here; holding it: ~60

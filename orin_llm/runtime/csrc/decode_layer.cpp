@@ -179,5 +179,6 @@ void decode_layer(torch::Tensor x, torch::Tensor norm1, torch::Tensor norm2, dou
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_layer", &decode_layer, "one decoder layer of a decode step or a prompt chunk, in place on x");
+  m.def("decode_layer", &decode_layer, "one decoder layer of a decode step or a prompt chunk, in place on x",
+        py::call_guard<py::gil_scoped_release>());
 }

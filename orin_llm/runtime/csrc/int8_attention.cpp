@@ -2,5 +2,6 @@
 #include "int8_attention.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("int8_decode_attention", &int8_decode_attention, "decode attention over an INT8 KV cache");
+  m.def("int8_decode_attention", &int8_decode_attention, "decode attention over an INT8 KV cache",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -10,6 +10,7 @@ inline bool prefill_simd() {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("int8_prefill_attention", &int8_prefill_attention, "prompt attention over an INT8 KV cache");
+  m.def("int8_prefill_attention", &int8_prefill_attention, "prompt attention over an INT8 KV cache",
+        py::call_guard<py::gil_scoped_release>());
   m.def("simd", &prefill_simd, "whether this build has the AVX-512 VNNI and BF16 path (else the op refuses)");
 }
