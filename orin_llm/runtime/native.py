@@ -13,12 +13,14 @@ the caller runs torch's ops as before, and the log says why, once.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import platform
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -27,6 +29,26 @@ import torch
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
+
+
+@contextmanager
+def build_lock(build_dir: Path) -> Iterator[None]:
+    """Hold a build directory for one process at a time, with a lock the kernel drops when its holder
+    dies. torch's own lock is a file (`lock`) that the builder deletes when it is done: a process killed
+    while building (a daemon stopped during its first start, a test timeout) leaves it behind, and
+    every later load of that op then waits for it forever, at no CPU (measured: a daemon start hung
+    10 minutes). Under this lock nobody else is building, so such a file is stale: it is removed."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with open(build_dir.parent / f".{build_dir.name}.flock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # waits only for a live builder
+        try:
+            stale = build_dir / "lock"
+            if stale.exists():
+                log.warning("%s: removing a build lock left by a process that died while building", build_dir)
+                stale.unlink()
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _cpu_id() -> str:
@@ -53,6 +75,7 @@ class NativeLib:
         self.refuse = refuse
         self._lock = threading.Lock()
         self._module = None
+        self.build_name: Optional[str] = None  # the build directory's name, once get() has run
         self.error: Optional[str] = None  # why it is not used here (None: it is, or not asked for yet)
 
     def _build(self):
@@ -70,8 +93,11 @@ class NativeLib:
         src = self.source.read_bytes() + b"".join(h.read_bytes() for h in sorted(CSRC.glob("*.h")))
         key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
                              + " ".join(flags + omp).encode()).hexdigest()[:12]
-        return cpp_extension.load(name=f"orin_llm_{self.stem}_{key}", sources=[str(self.source)],
-                                  extra_cflags=flags + omp, extra_ldflags=omp, verbose=False)
+        name = f"orin_llm_{self.stem}_{key}"
+        self.build_name = name
+        with build_lock(Path(cpp_extension._get_build_directory(name, verbose=False))):
+            return cpp_extension.load(name=name, sources=[str(self.source)], extra_cflags=flags + omp,
+                                      extra_ldflags=omp, verbose=False)
 
     def get(self):
         """The compiled module, built on first call; None where it cannot be (the reason: `error`)."""
