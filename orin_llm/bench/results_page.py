@@ -1,0 +1,481 @@
+"""docs/BENCHMARKS.md, the results page, generated from the run JSON committed under docs/bench/.
+
+Each scenario's table holds its goal, our figure and its anchor's (what the goal is measured against:
+llama.cpp on the same GGUF, the runtime before a change, plain decoding, ...), every number read from
+the JSON a run wrote. What a JSON does not record (the CPU and the commit of runs made before
+`machine()` recorded them, anchors from an issue's text, runs that are older than the code) is in
+docs/bench/runs.json; the first-run timings are in docs/bench/first_run.json. The dated lab notes
+behind these runs: docs/notes/benchmarks-lab-notes.md.
+
+    python -m orin_llm.bench.results_page            # rewrite docs/BENCHMARKS.md
+    python -m orin_llm.bench.results_page --check    # exit 1 if it is out of date
+
+tests/bench/test_results_page.py fails when the committed page differs from what this writes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from .report import ANCHORS
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = "docs/BENCHMARKS.md"
+BENCH = "docs/bench"
+NOTES = "docs/notes/benchmarks-lab-notes.md"
+
+
+@dataclass
+class Row:
+    """One line of a goal table: `ours` and `anchor` are formatted; `met` None = the row has no goal."""
+    what: str
+    goal: str
+    ours: str
+    anchor: str
+    met: Optional[bool] = None
+
+
+def verdict(met: Optional[bool]) -> str:
+    return "—" if met is None else "yes" if met else "**no**"
+
+
+def table(anchor: str, rows: list[Row]) -> list[str]:
+    lines = [f"| | goal | ours | {anchor} | met |", "|---|---|---|---|---|"]
+    return lines + [f"| {r.what} | {r.goal} | {r.ours} | {r.anchor} | {verdict(r.met)} |" for r in rows]
+
+
+def ms(x: float) -> str:
+    return f"{x:,.0f} ms" if x >= 100 else f"{x:.1f} ms"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s" if seconds >= 10 or seconds == int(seconds) else f"{seconds:.1f} s"
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s:02d} s" if s else f"{m} min"
+
+
+KEEP = "\x00"  # a space inside `code`, which a line break must not split (tests/test_docs.py reads code per line)
+
+
+def prose(text: str) -> list[str]:
+    """Text wrapped like the rest of the page, ending with a full stop (or a colon), never broken inside `code`."""
+    text = " ".join(text.split())
+    text = text if text.endswith((".", ":")) else text + "."
+    text = re.sub(r"`[^`]+`", lambda m: m.group(0).replace(" ", KEEP), text)
+    return [line.replace(KEEP, " ") for line in textwrap.wrap(text, 110, break_long_words=False, break_on_hyphens=False)]
+
+
+# --- the goal tables, one function per scenario: a run's JSON in, rows out --------------------------
+
+
+def peer_rows(d: dict) -> list[Row]:
+    """Issue #17's goals against llama-server on the same GGUF, both at the same precision and threads."""
+    rows, mem, home = d["rows"], d["memory_mb"], d["long_home"]
+    llama_key = next(k for k in rows if k.startswith("llama.cpp"))
+    llama = rows[llama_key]
+    plain = rows["orin-llm q4_1, none"]
+    ours_plans = {k: r for k, r in rows.items() if k.startswith("orin-llm")}
+    best_key = min(ours_plans, key=lambda k: ours_plans[k]["plan_at_max_tokens_s"])
+    best = ours_plans[best_key]["plan_at_max_tokens_s"]
+    decode = plain["decode_tok_s"] / llama["decode_tok_s"]
+    plan = best / llama["plan_at_max_tokens_s"]
+    memory = mem["orin-llm q4_1"] / mem[llama_key]
+    ttft = home["orin-llm warm ttft ms"] / home["llama.cpp warm ttft ms"]
+    return [
+        Row("plain decode, tokens/s", "≥ 1.0× llama.cpp", f"{plain['decode_tok_s']:.1f} ({decode:.2f}×)",
+            f"{llama['decode_tok_s']:.1f}", decode >= 1.0),
+        Row(f"best {d.get('max_tokens', 64)}-token plan (ours: {best_key.removeprefix('orin-llm ')})",
+            "≤ 1.0× llama.cpp", f"{best:.2f} s ({plan:.2f}×)", f"{llama['plan_at_max_tokens_s']:.2f} s", plan <= 1.0),
+        Row("daemon resident memory", "≤ 1.5× llama-server", f"{mem['orin-llm q4_1']:.0f} MB ({memory:.2f}×)",
+            f"{mem[llama_key]:.0f} MB", memory <= 1.5),
+        Row(f"warm TTFT, {home['prefix_tokens']:,}-token home", "≤ 0.5× llama.cpp",
+            f"{ms(home['orin-llm warm ttft ms'])} ({ttft:.2f}×)", ms(home["llama.cpp warm ttft ms"]), ttft <= 0.5),
+        Row("cold prefill of that home", "—", duration(home["orin-llm cold prefill s"]),
+            duration(home["llama.cpp cold prefill s"])),
+    ]
+
+
+def peer_configs(d: dict) -> list[str]:
+    """Every server and drafter of the run: decode rate, TTFT, a 64-token plan's time."""
+    lines = ["| server, weights, drafter | decode tokens/s | TTFT | 64-token plan | tokens (median) |",
+             "|---|---|---|---|---|"]
+    return lines + [f"| {k} | {r['decode_tok_s']:.1f} | {ms(r['ttft_ms'])} | {r['plan_at_max_tokens_s']:.2f} s | "
+                    f"{r['completion_tokens']:.0f} |" for k, r in d["rows"].items()]
+
+
+def ratio(x: float) -> str:
+    return f"{x:.0f}×" if x >= 10 else f"{x:.1f}×"
+
+
+def traffic_rows(d: dict, anchor: dict) -> list[Row]:
+    """Interleaved plans and chats on a ~4k home: the warm plan against the task alone and a cold one.
+    `anchor`: the anchor's warm_over_task_alone, cold_over_warm and home_recomputed (any may be missing)."""
+    k, r, g = d["kinds"], d["ratios"], d["goals"]
+    warm, alone, cold = (k[n]["client_ms_median"] for n in ("warm_plan", "task_alone", "cold"))
+    wa, cw = r["warm_over_task_alone"], r["cold_over_warm"]
+    warm_plans = k["warm_plan"]["requests"] + k["warm_plan_unconstrained"]["requests"]
+    return [
+        Row("warm plan / task alone", f"≤ {g['warm_over_task_alone_max']}",
+            f"{wa:.2f} ({ms(warm)} / {ms(alone)})",
+            f"{anchor['warm_over_task_alone']:.2f}" if "warm_over_task_alone" in anchor else "—",
+            wa <= g["warm_over_task_alone_max"]),
+        Row("cold / warm plan", f"≥ {g['cold_over_warm_min']:.0f}×", f"{ratio(cw)} ({duration(cold / 1e3)} cold)",
+            ratio(anchor["cold_over_warm"]) if "cold_over_warm" in anchor else "—", cw >= g["cold_over_warm_min"]),
+        Row("warm plans that computed the home again", "0", f"{d['home_recomputed']} of {warm_plans}",
+            str(anchor.get("home_recomputed", "—")), d["home_recomputed"] == 0),
+    ]
+
+
+def agents_rows(d: dict) -> list[Row]:
+    """The agent loop: prompt tokens computed per turn, with the daemon keeping the turns and with the
+    client re-sending them, against a runtime that caches only the pinned home."""
+    out = []
+    for key, label in (("conversation", "`conversation`"), ("resent", "history re-sent")):
+        turns = [t["computed_prompt_tokens"] for t in d["per_turn"][key]]
+        s = d["summary"][key]
+        flat = len(turns) >= 3 and turns[-1] <= 1.5 * turns[1]
+        out.append(Row(f"tokens computed per turn, {label} (prompt {s['prompt_tokens_turn1']} → "
+                       f"{s['prompt_tokens_last']})", "flat: the last turn ≤ 1.5× the second",
+                       ", ".join(f"{t:.0f}" for t in turns) + f" ({s['computed_total']} in all)",
+                       f"{s['after_home_total']} in all", flat))
+    return out
+
+
+def throughput_rows(d: dict) -> list[Row]:
+    """Plans/s with 1 to 8 clients on the daemon's defaults, against the same daemon without batching."""
+    res, sp, n = d["results"], d["speedup_over_one_client"], d["speedup_clients"]
+    by = {name: {r["clients"]: r for r in shapes["plan"]} for name, shapes in res.items()}
+    levels = sorted(by["default"])
+
+    def rates(name: str) -> str:
+        return " · ".join(f"{by[name][c]['requests_per_s']:.2f}" for c in levels)
+
+    ours, serial = by["default"][n], by.get("serial", {}).get(n)
+    rows = [
+        Row(f"plans/s, {n} clients over 1", f"≥ {d['goal_4_over_1']:.0f}×", f"{sp['default']['plan']:.2f}×",
+            f"{sp['serial']['plan']:.2f}×" if "serial" in sp else "—", sp["default"]["plan"] >= d["goal_4_over_1"]),
+        Row(f"plans/s at {' · '.join(map(str, levels))} clients", "—", rates("default"),
+            rates("serial") if "serial" in by else "—"),
+        Row(f"plan latency p50 / p99 at {n} clients", "—", f"{ours['latency_ms_p50']:,.0f} / "
+            f"{ours['latency_ms_p99']:,.0f} ms", f"{serial['latency_ms_p50']:,.0f} / {serial['latency_ms_p99']:,.0f} ms"
+            if serial else "—"),
+    ]
+    if "all_cpus" in by:
+        rows.append(Row(f"plans/s, `--cpus all --nice 0` (one thread per core), {n} over 1", "—",
+                        f"{sp['all_cpus']['plan']:.2f}× ({rates('all_cpus')})", "—"))
+    return rows
+
+
+def restart_rows(d: dict) -> list[Row]:
+    """Lookup after a restart on the saved history, against a fresh daemon with the build's seed only."""
+    s = d["summary"]
+    r, f = s["restarted"], s["fresh"]
+    return [
+        Row(f"lookup acceptance, first {d['measured_requests']} plans", "— (recorded)", f"{r['acceptance_rate']:.2f}",
+            f"{f['acceptance_rate']:.2f}"),
+        Row("decode tokens/s (median)", "—", f"{r['decode_tokens_per_s_median']:.1f}",
+            f"{f['decode_tokens_per_s_median']:.1f}"),
+        Row("greedy plans identical to the fresh daemon's", "yes", "yes" if d["identical_plans"] else "no", "—",
+            bool(d["identical_plans"])),
+    ]
+
+
+def policy_rows(d: dict) -> list[Row]:
+    """The policy's deadlines next to planning: the daemon's protective defaults against the daemon as before."""
+    ph, pl = d["phases"], d["planner"]
+    prot, before = ph["together"], ph["together_unprotected"]
+    rows = [
+        Row(f"missed deadlines at {d['rate_hz']:g} Hz, next to planning", "0",
+            f"{prot['missed_deadlines']} of {prot['ticks']}", f"{before['missed_deadlines']} of {before['ticks']}",
+            prot["missed_deadlines"] == 0),
+        Row("policy tick p99", f"< {1e3 / d['rate_hz']:.1f} ms (the period)", ms(prot["tick_p99_ms"]),
+            ms(before["tick_p99_ms"]), prot["tick_p99_ms"] < 1e3 / d["rate_hz"]),
+        Row("planner TTFT × planning alone (daemon as before)", "—",
+            f"{pl['together_over_alone']['ttft_over_alone']:.2f}",
+            f"{pl['together_unprotected_over_alone']['ttft_over_alone']:.2f}"),
+    ]
+    if (rt := ph.get("together_rt")):
+        rows.append(Row("missed deadlines, defaults + the policy at SCHED_FIFO", "0",
+                        f"{rt['missed_deadlines']} of {rt['ticks']} (p99 {ms(rt['tick_p99_ms'])})", "—",
+                        rt["missed_deadlines"] == 0))
+    return rows
+
+
+def speculative_rows(d: dict) -> list[Row]:
+    """Lossless speculation (exact mode) against plain decoding of the same engine."""
+    res = d["results"]
+    plain = res["exact/none"]["decode_tokens_per_s"]
+    rows = []
+    for key, label, goal in (("exact/lookup", "lookup (the default for greedy requests)", 2.0),
+                             ("exact/draft_model", "INT8 draft model", None), ("exact/combined", "combined", None)):
+        r = res[key]
+        rows.append(Row(f"{label}, decode tokens/s", f"≥ {goal:.1f}× plain" if goal else "—",
+                        f"{r['decode_tokens_per_s']:.1f} ({r['speedup_vs_plain']:.2f}×)", f"{plain:.1f}",
+                        r["speedup_vs_plain"] >= goal if goal else None))
+    same = [res[k]["identical_to_plain"] for k in res if k.startswith("exact/")]
+    rows.append(Row("greedy output identical to plain (exact mode)", "every task", ", ".join(dict.fromkeys(same)),
+                    "—", all(a == b for a, b in (s.split("/") for s in same))))
+    return rows
+
+
+def constrained_rows(d: dict) -> list[Row]:
+    """Plans under the home's grammar against the same tasks unconstrained."""
+    share, speed = d["executable_share"], d["decode_tokens_per_s"]
+    ratio = d["constrained_over_unconstrained_decode"]
+    return [
+        Row("plans whose every line is a step of the home", "—", f"{share['constrained']:.0%}",
+            f"{share['unconstrained']:.0%}"),
+        Row("plain decode, tokens/s", "≥ 0.9× unconstrained", f"{speed['constrained']:.1f} ({ratio:.2f}×)",
+            f"{speed['unconstrained']:.1f}", ratio >= 0.9),
+        Row("lookup decode, tokens/s", "—", f"{speed['constrained/lookup']:.1f}",
+            f"{speed['unconstrained/lookup']:.1f}"),
+        Row("first step of a streamed plan (whole plan)", "—",
+            f"{ms(d['time_to_first_step_ms'])} ({ms(d['time_to_whole_plan_ms'])})", "—"),
+        Row("greedy output identical with every drafter", "yes", "yes" if all(d["identical_greedy"].values()) else "no",
+            "—", all(d["identical_greedy"].values())),
+    ]
+
+
+def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
+    """The previous runtime's scenarios (one contiguous cache, float32 target): goals and figures then."""
+    big = max(prefix["rows"], key=lambda r: r["prefix_tokens"])
+    ph, s = kv["per_head_scales"], daemon["sequential"]
+    return [
+        Row(f"prefix: warm / task alone, {big['prefix_tokens']:,}-token home, in process", "≤ 1.3",
+            f"{big['warm_over_task_alone']:.2f}", "prefix.json", big["warm_over_task_alone"] <= 1.3),
+        Row("prefix: cold / warm, same home", "≥ 20×", f"{big['cold_over_warm']:.0f}×", "prefix.json",
+            big["cold_over_warm"] >= 20),
+        Row("INT8 KV: argmax agreement with fp32 KV, teacher forced", "≥ 97%", f"{ph['argmax_agreement']:.1%}",
+            "kv.json", ph["argmax_agreement"] >= 0.97),
+        Row("INT8 KV: decode speed / fp32 KV", "≥ 0.85×", f"{kv['int8_over_fp32_decode']:.2f}×", "kv.json",
+            kv["int8_over_fp32_decode"] >= 0.85),
+        Row("daemon: socket + HTTP overhead a request, median", "≤ 2 ms", f"{s['overhead_ms_median']:.2f} ms",
+            "daemon.json", s["overhead_ms_median"] <= 2),
+        Row("daemon: resident memory growth over the soak, after warm-up", "flat (< 1 MiB)",
+            f"{daemon['rss_growth_kib']:+,} KiB", "daemon.json", daemon["rss_growth_kib"] < 1024),
+    ]
+
+
+def first_run_rows(d: dict) -> list[Row]:
+    """first_run.json: timings of a fresh clone, filled in by hand (null: not measured on today's code)."""
+    out = []
+    for r in d["rows"]:
+        took, goal = r.get("seconds"), r.get("goal_max_s")
+        ours = duration(took) if took is not None else "not measured yet"
+        where = ", ".join(x for x in (r.get("utc"), r.get("commit") and f"at {r['commit']}", r.get("machine")) if x)
+        out.append(Row(r["what"], f"≤ {duration(goal)}" if goal is not None else "—", ours, where or "—",
+                       None if took is None or goal is None else took <= goal))
+    return out
+
+
+# --- the page -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """A committed run JSON and where it ran (the JSON's own record first, else runs.json's)."""
+    rel: str
+    data: dict
+    meta: dict
+    machines: dict
+
+    @property
+    def commit(self) -> str:
+        return self.data.get("machine", {}).get("commit") or self.meta.get("commit") or "not recorded"
+
+    @property
+    def machine(self) -> str:
+        """A name from runs.json's machines (the page lists them), else what the JSON recorded."""
+        m = self.data.get("machine", {})
+        if (key := self.meta.get("machine")):
+            return f"`{key}`"
+        return f"{m.get('cpu', 'an unrecorded CPU')}, {m.get('cpu_count', '?')} cores"
+
+    def line(self) -> str:
+        m = self.data.get("machine", {})
+        when = self.data.get("utc", "?").replace("T", " ").removesuffix("Z")[:16]
+        return "\n".join(prose(f"Ran {when} UTC at `{self.commit}` on {self.machine} (Python {m.get('python', '?')}, "
+                                f"torch {m.get('torch', '?')}): `{BENCH}/{self.rel}`"))
+
+
+def load(root: Path, rel: str, runs: dict) -> Run:
+    return Run(rel, json.loads((root / BENCH / rel).read_text()), runs["runs"].get(rel, {}), runs["machines"])
+
+
+def command_lines(run: Run) -> list[str]:
+    out = []
+    if (setup := run.meta.get("setup")):
+        out += prose(f"Setup: {setup}")
+    cmd = run.data["command"]
+    if "peer_llamacpp" in cmd:
+        cmd = "ORIN_LLM_LLAMA_SERVER=/path/to/llama-server " + cmd
+    return out + [f"Command: `{cmd}`"]
+
+
+def plot(root: Path, rel: str, alt: str) -> list[str]:
+    return ["", f"![{alt.replace('`', '')}](bench/{rel})"] if (root / BENCH / rel).is_file() else []
+
+
+def stale(run: Run) -> list[str]:
+    return [*prose(f"**Older run:** {run.meta['stale']}"), ""] if run.meta.get("stale") else []
+
+
+def conditions(run: Run) -> list[str]:
+    return [*prose(f"Conditions: {run.meta['conditions']}"), ""] if run.meta.get("conditions") else []
+
+
+def section(root: Path, title: str, what: str, run: Run, anchor: str, rows: list[Row],
+            extra: Optional[list[str]] = None, png: Optional[str] = None) -> list[str]:
+    lines = ["", f"## {title}", "", *stale(run), *prose(what), "", *table(anchor, rows), ""]
+    lines += (extra + [""]) if extra else []
+    lines += [*conditions(run), run.line(), *command_lines(run)]
+    return lines + (plot(root, png, title) if png and not run.meta.get("stale") else [])
+
+
+def part(root: Path, title: str, what: str, anchor: str, rows: list[Row], png: Optional[str] = None) -> list[str]:
+    """A scenario of a run that the section above it names."""
+    return ["", f"### {title}", "", *prose(what), "", *table(anchor, rows), *(plot(root, png, title) if png else [])]
+
+
+def page(root: Path = ROOT) -> str:
+    runs = json.loads((root / BENCH / "runs.json").read_text())
+    first = json.loads((root / BENCH / "first_run.json").read_text())
+
+    def run(rel: str) -> Run:
+        return load(root, rel, runs)
+
+    peer = run("q4_1/peer_llamacpp_final.json")
+    traffic, agents = run("issue15_final/traffic.json"), run("issue15_final/agents.json")
+    throughput, restart = run("issue15_final/throughput.json"), run("issue15_final/restart.json")
+    shaped = run("shaped_3b/traffic.json")
+    policy, spec, cons = run("policy.json"), run("speculative.json"), run("constrained.json")
+    prefix, kv, daemon = run("prefix.json"), run("kv.json"), run("daemon.json")
+    before = runs["anchors"]["traffic_before"]
+    orin = "; ".join(f"{name}: {tps} tokens/s" for name, tps in ANCHORS)
+
+    lines = [
+        "# Benchmarks: what to expect",
+        "",
+        "<!-- GENERATED by `python -m orin_llm.bench.results_page` from docs/bench/*.json, docs/bench/runs.json",
+        "and docs/bench/first_run.json: edit those or the script, never this file (tests/bench/test_results_page.py",
+        "fails when it is out of date). -->",
+        "",
+        "One table per scenario: the goal (from the issue that set it), our figure, and the anchor's (what the goal",
+        "is measured against: llama.cpp on the same GGUF, the runtime before a change, plain decoding), read from the",
+        "JSON the run wrote under `docs/bench/`, with its machine, commit and command. How we got here, dated, with",
+        f"the A/B runs and what did not pay: `{NOTES}`.",
+        "",
+        "**No figure here is from an Orin or a GPU.** The machines are shared, noisy 2-core x86-64 VMs: read the",
+        "ratios measured side by side in one run. On the device, `jetson/bench.sh` runs the same scenarios, to set",
+        *prose(f"against the published Orin figures ({orin})"),
+        "",
+        *(f"- `{key}`: {what}" for key, what in runs["machines"].items()),
+        "",
+        "Run it yourself after `make demo` (JSON, plots and `report.md` land in `--out`; `--scenario all` runs all):",
+        "`orin-llm bench --engine engines/smollm2-135m-demo --scenario traffic,agents,throughput,restart "
+        "--out bench-out`.",
+        "Regenerate this page after committing a run's JSON: `python -m orin_llm.bench.results_page`.",
+        "",
+        "## First run",
+        "",
+        *prose(first["about"]),
+        "",
+        *table("measured", first_run_rows(first)),
+    ]
+    lines += section(
+        root, "Side by side with llama.cpp (issue #17)",
+        "Our daemon and llama-server on the same GGUF (SmolLM2-135M Q4_1), both on Unix sockets with 2 threads, "
+        "interleaved request by request: the planner's prompt ids sent to both, greedy, "
+        f"{len(peer.data['tasks'])} held-out tasks on a cached {peer.data['prompt_tokens']}-token prompt, and a "
+        "~4k-token home warm and cold. A 64-token plan = TTFT + 63 tokens at the request's decode rate (each server "
+        "stops at its own end of text).",
+        peer, "llama.cpp", peer_rows(peer.data), extra=peer_configs(peer.data))
+    lines += ["", "## Paged KV cache, batching and agent loops (issue #15)", "",
+              *prose("Through the daemon with its defaults (one engine thread, niced), on the embedded engine "
+                     "(SmolLM2-135M, Q4_1 weights, INT8 KV). The four scenarios ran in one command:"), "",
+              traffic.line(), *command_lines(traffic)]
+    lines += part(root, "Interleaved traffic on a 4k home (`traffic`)",
+                  f"Plans on a {traffic.data['prefix_tokens']:,}-token home, each after a chat with another system "
+                  "prompt; the task alone and cold requests (the same home under another name) in alternating "
+                  f"blocks; {traffic.data['rounds']} rounds, client wall time, medians. Anchor: {before['source']}.",
+                  "before", traffic_rows(traffic.data, before), "issue15_final/traffic.png")
+    lines += part(root, "A 5-turn agent loop (`agents`)",
+                  "Each turn adds the previous plan and an observation; the daemon keeps the turns "
+                  "(`conversation`), or the client re-sends the whole history. Anchor: a runtime that caches only "
+                  "the pinned home.", "home cached only", agents_rows(agents.data), "issue15_final/agents.png")
+    lines += part(root, "Throughput with 1 to 8 clients (`throughput`)",
+                  f"{throughput.data['requests_per_level']['plan']} plans (up to "
+                  f"{throughput.data['shapes']['plan']['max_tokens']} tokens, greedy) at each level, split between "
+                  "the clients, each level twice. Anchor: the same daemon with `--max-batch 1` (no batching).",
+                  "no batching", throughput_rows(throughput.data), "issue15_final/throughput.png")
+    lines += part(root, "Lookup acceptance after a restart (`restart`)",
+                  f"{restart.data['warmup_requests']} warm-up plans in one home, the daemon restarted on its state "
+                  f"directory, then {restart.data['measured_requests']} plans of other tasks. Anchor: a fresh "
+                  "daemon (the build's seed history only).", "fresh daemon", restart_rows(restart.data))
+    lines += section(
+        root, "Interleaved traffic on the 3B's shape",
+        "The `traffic` scenario on an engine of Llama 3.2 3B's shape with random Q4_1 weights "
+        "(`orin_llm/bench/shaped.py`: honest for time and memory, never for what it says). On the 135M model, "
+        "attention over a 4k home outweighs "
+        "its linear layers; on the 3B's shape it does not, so the warm / alone ratio is measured on both. "
+        "Anchor: the embedded 135M in the issue #15 run above.",
+        shaped, "135M", traffic_rows(shaped.data, {**traffic.data["ratios"],
+                                                   "home_recomputed": traffic.data["home_recomputed"]}),
+        png="shaped_3b/traffic.png")
+    alone = policy.data["phases"]["policy_alone"]
+    lines += section(
+        root, "The policy next door",
+        f"A STAND-IN policy (random weights, the SmolVLA graph at CPU size, onnxruntime, 1 thread) at "
+        f"{policy.data['rate_hz']:g} Hz in its own process, next to the daemon planning back to back. Ours: the "
+        "daemon's protective defaults (every CPU but the lowest, niced, the policy on CPU 0). Anchor: the daemon as "
+        f"before (`--cpus all --nice 0`). The policy alone missed {alone['missed_deadlines']} of {alone['ticks']} "
+        "deadlines.",
+        policy, "daemon as before", policy_rows(policy.data), png="policy.png")
+    lines += section(
+        root, "Speculative decoding",
+        f"{spec.data['items']} held-out planning tasks, greedy, up to {spec.data['max_tokens']} tokens, in process "
+        "(2 threads); exact mode (decode steps batch-invariant, so the output equals plain decoding by construction). "
+        "Anchor: plain decoding of the same engine.",
+        spec, "plain", speculative_rows(spec.data), png="speculative.png")
+    lines += section(
+        root, "Constrained plans (issue #14)",
+        f"{cons.data['tasks']} held-out tasks, greedy, up to {cons.data['max_tokens']} tokens, under the home's "
+        "grammar (forced tokens emitted without a model step). Anchor: the same tasks unconstrained.",
+        cons, "unconstrained", constrained_rows(cons.data), png="constrained.png")
+    lines += ["", "## The previous runtime (stale)", "",
+              *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
+                     "`orin-llm bench --scenario prefix,kv,daemon`"), "",
+              *table("JSON", earlier_rows(prefix.data, kv.data, daemon.data)), "", prefix.line(),
+              *command_lines(prefix)]
+    lines += ["", "## Not measured yet", "",
+              "- Anything on a GPU or the Orin: `jetson/bench.sh` runs every scenario there.",
+              "- The speculative, constrained and policy scenarios on today's engine (the sections above say which",
+              "  engine and runtime they ran on), and the policy's cost to a planner on a quiet machine."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m orin_llm.bench.results_page", description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=ROOT, help="the repository checkout (default: this one)")
+    ap.add_argument("--check", action="store_true", help=f"exit 1 if {PAGE} is not what this would write")
+    a = ap.parse_args(argv)
+    text, path = page(a.root), a.root / PAGE
+    if a.check:
+        if not path.is_file() or path.read_text() != text:
+            print(f"{PAGE} is out of date: run python -m orin_llm.bench.results_page", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(text)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

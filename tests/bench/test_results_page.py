@@ -1,0 +1,143 @@
+"""docs/BENCHMARKS.md is generated from the committed run JSON (orin_llm/bench/results_page.py): the
+committed page must be what the script writes today, and each table must read the right numbers into
+the right cells. The made-up runs below have values chosen so that a swapped column, a wrong key or a
+wrong comparison gives another cell or another verdict."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+from orin_llm.bench import results_page as rp
+
+from ..conftest import ROOT
+
+
+def test_the_committed_page_is_what_the_script_writes():
+    committed = (ROOT / rp.PAGE).read_text()
+    assert committed == rp.page(ROOT), (
+        f"{rp.PAGE} is out of date with docs/bench/: run `python -m orin_llm.bench.results_page` and commit it")
+    assert rp.main(["--check"]) == 0
+
+
+def test_every_file_the_page_names_exists():
+    text = (ROOT / rp.PAGE).read_text()
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    paths = re.findall(r"`(docs/[\w./-]+)`", text)
+    assert images and paths
+    missing = [p for p in images if not (ROOT / "docs" / p).is_file()]
+    missing += [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, missing
+
+
+def test_a_changed_figure_changes_the_page_and_fails_the_check(tmp_path):
+    (tmp_path / "docs").mkdir()
+    shutil.copytree(ROOT / rp.BENCH, tmp_path / rp.BENCH)
+    (tmp_path / rp.PAGE).write_text(rp.page(tmp_path))
+    assert rp.main(["--root", str(tmp_path), "--check"]) == 0
+    peer = tmp_path / rp.BENCH / "q4_1/peer_llamacpp_final.json"
+    d = json.loads(peer.read_text())
+    d["rows"]["orin-llm q4_1, none"]["decode_tok_s"] = d["rows"]["llama.cpp Q4_1"]["decode_tok_s"] / 2
+    peer.write_text(json.dumps(d))
+    assert rp.main(["--root", str(tmp_path), "--check"]) == 1
+    row = next(line for line in rp.page(tmp_path).splitlines() if line.startswith("| plain decode, tokens/s"))
+    assert "(0.50×)" in row and row.endswith("| **no** |")
+
+
+def peer(plain: float = 200.0, llama: float = 100.0) -> dict:
+    def server(decode, ttft, plan):
+        return {"decode_tok_s": decode, "ttft_ms": ttft, "plan_at_max_tokens_s": plan, "completion_tokens": 40}
+
+    return {"rows": {"orin-llm q4_1, none": server(plain, 20.0, 0.5),
+                     "orin-llm q4_1, lookup": server(2 * plain, 15.0, 0.3),
+                     "orin-llm fp32, lookup": server(80.0, 40.0, 0.9),
+                     "llama.cpp Q4_1": server(llama, 60.0, 0.6)},
+            "memory_mb": {"orin-llm q4_1": 700.0, "orin-llm fp32": 300.0, "llama.cpp Q4_1": 400.0},
+            "long_home": {"prefix_tokens": 4000, "orin-llm warm ttft ms": 40.0, "llama.cpp warm ttft ms": 100.0,
+                          "orin-llm cold prefill s": 5.6, "llama.cpp cold prefill s": 20.0}}
+
+
+def test_peer_rows_set_ours_against_llama_cpp():
+    decode, plan, memory, ttft, cold = rp.peer_rows(peer())
+    assert (decode.ours, decode.anchor, decode.met) == ("200.0 (2.00×)", "100.0", True)
+    # the best plan is the fastest of ours, whichever drafter: lookup's 0.3 s, not plain's 0.5 s
+    assert "lookup" in plan.what and (plan.ours, plan.anchor, plan.met) == ("0.30 s (0.50×)", "0.60 s", True)
+    # the q4_1 daemon's memory, not the fp32 one's: 700 / 400 misses the 1.5× goal
+    assert (memory.ours, memory.anchor, memory.met) == ("700 MB (1.75×)", "400 MB", False)
+    assert (ttft.ours, ttft.anchor, ttft.met) == ("40.0 ms (0.40×)", "100 ms", True)
+    assert (cold.ours, cold.anchor, cold.met) == ("5.6 s", "20 s", None)
+    assert rp.peer_rows(peer(plain=90.0))[0].met is False
+
+
+def traffic(warm=120.0, alone=100.0, cold=1500.0, recomputed=0) -> dict:
+    def kind(ms, n=20):
+        return {"client_ms_median": ms, "requests": n}
+
+    return {"kinds": {"warm_plan": kind(warm), "warm_plan_unconstrained": kind(warm, 10), "task_alone": kind(alone),
+                      "cold": kind(cold, 5)},
+            "ratios": {"warm_over_task_alone": warm / alone, "cold_over_warm": cold / warm},
+            "goals": {"warm_over_task_alone_max": 1.3, "cold_over_warm_min": 20.0}, "home_recomputed": recomputed}
+
+
+def test_traffic_rows_judge_each_ratio_against_its_own_goal():
+    warm, cold, home = rp.traffic_rows(traffic(), {"warm_over_task_alone": 4.65, "cold_over_warm": 2.4})
+    assert (warm.ours, warm.anchor, warm.met) == ("1.20 (120 ms / 100 ms)", "4.65", True)
+    assert (cold.ours, cold.anchor, cold.met) == ("12× (1.5 s cold)", "2.4×", False)
+    assert (home.ours, home.anchor, home.met) == ("0 of 30", "—", True)
+    warm, cold, home = rp.traffic_rows(traffic(warm=140.0, cold=14000.0, recomputed=3), {})
+    assert (warm.met, cold.ours, cold.met, home.met) == (False, "100× (14 s cold)", True, False)
+
+
+def test_agents_rows_call_a_growing_loop_not_flat():
+    def loop(computed):
+        turns = [{"computed_prompt_tokens": c} for c in computed]
+        return turns, {"prompt_tokens_turn1": 600, "prompt_tokens_last": 900, "computed_total": sum(computed),
+                       "after_home_total": 1000}
+
+    flat, growing = loop([40, 50, 55, 60, 55]), loop([40, 120, 200, 280, 350])
+    d = {"per_turn": {"conversation": flat[0], "resent": growing[0]},
+         "summary": {"conversation": flat[1], "resent": growing[1]}}
+    conversation, resent = rp.agents_rows(d)
+    assert (conversation.ours, conversation.anchor, conversation.met) == (
+        "40, 50, 55, 60, 55 (260 in all)", "1000 in all", True)
+    assert resent.met is False and "history re-sent" in resent.what
+
+
+def test_throughput_rows_take_the_plans_of_the_default_daemon_against_no_batching():
+    def level(clients, rps, p50):
+        return {"clients": clients, "requests_per_s": rps, "latency_ms_p50": p50, "latency_ms_p99": 2 * p50}
+
+    d = {"results": {"default": {"plan": [level(1, 2.0, 100), level(4, 4.4, 300)], "short": [level(1, 9.0, 10)]},
+                     "serial": {"plan": [level(1, 2.0, 100), level(4, 2.2, 900)]}},
+         "speedup_over_one_client": {"default": {"plan": 2.2, "short": 1.1}, "serial": {"plan": 1.1, "short": 1.0}},
+         "speedup_clients": 4, "goal_4_over_1": 2.0}
+    ratio, rates, latency = rp.throughput_rows(d)
+    assert (ratio.ours, ratio.anchor, ratio.met) == ("2.20×", "1.10×", True)
+    assert (rates.ours, rates.anchor) == ("2.00 · 4.40", "2.00 · 2.20")
+    assert (latency.ours, latency.anchor) == ("300 / 600 ms", "900 / 1,800 ms")
+    d["speedup_over_one_client"]["default"]["plan"] = 1.9
+    assert rp.throughput_rows(d)[0].met is False
+
+
+def test_a_run_prefers_what_its_json_recorded_over_runs_json():
+    recorded = rp.Run("x.json", {"utc": "2026-12-01T10:00:00Z", "machine": {"cpu": "Cortex-A78AE", "cpu_count": 12,
+                                                                           "commit": "abc1234", "python": "3.10.12"}},
+                      {"commit": "0000000"}, {})
+    assert recorded.commit == "abc1234" and recorded.machine == "Cortex-A78AE, 12 cores"
+    line = recorded.line().replace("\n", " ")
+    assert line.startswith("Ran 2026-12-01 10:00 UTC at `abc1234`") and "`docs/bench/x.json`" in line
+    older = rp.Run("y.json", {"machine": {}}, {"commit": "1234567", "machine": "vm-a"}, {"vm-a": "a VM"})
+    assert (older.commit, older.machine) == ("1234567", "`vm-a`")
+
+
+def test_first_run_rows_say_what_is_not_measured_yet():
+    d = {"rows": [{"what": "make test", "goal_max_s": 480, "seconds": 184, "utc": "2026-11-26", "commit": "abc1234",
+                   "machine": "vm-a"},
+                  {"what": "make demo", "goal_max_s": None, "seconds": None},
+                  {"what": "ready", "goal_max_s": 30, "seconds": 45.0}]}
+    timed, untimed, slow = rp.first_run_rows(d)
+    assert (timed.goal, timed.ours, timed.met) == ("≤ 8 min", "3 min 04 s", True)
+    assert timed.anchor == "2026-11-26, at abc1234, vm-a"
+    assert (untimed.ours, untimed.met) == ("not measured yet", None)
+    assert (slow.ours, slow.met) == ("45 s", False)
