@@ -6,12 +6,13 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -20,11 +21,35 @@ from ..errors import OrinError
 
 
 def machine() -> dict[str, Any]:
+    """Where a run ran: docs/BENCHMARKS.md (orin_llm/bench/results_page.py) names the CPU and the commit
+    of every figure from these."""
     info = {"platform": platform.platform(), "python": platform.python_version(), "torch": torch.__version__,
-            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "cpu": cpu_model(),
+            "commit": checkout_commit()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info
+
+
+def cpu_model() -> str:
+    """The CPU's model name as the kernel reports it (x86: "model name"; ARM: "Model", else the part)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines() if ":" in line)
+    except OSError:
+        fields = {}
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return fields.get("model name") or fields.get("Model") or platform.processor() or platform.machine()
+
+
+def checkout_commit() -> Optional[str]:
+    """The commit of the checkout this package runs from ("-dirty" when it has changes), or None when it is
+    not a git checkout (an installed wheel)."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=7"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 @contextmanager

@@ -69,7 +69,8 @@ def prose(text: str) -> list[str]:
     text = " ".join(text.split())
     text = text if text.endswith((".", ":")) else text + "."
     text = re.sub(r"`[^`]+`", lambda m: m.group(0).replace(" ", KEEP), text)
-    return [line.replace(KEEP, " ") for line in textwrap.wrap(text, 110, break_long_words=False, break_on_hyphens=False)]
+    lines = textwrap.wrap(text, 110, break_long_words=False, break_on_hyphens=False)
+    return [line.replace(KEEP, " ") for line in lines]
 
 
 # --- the goal tables, one function per scenario: a run's JSON in, rows out --------------------------

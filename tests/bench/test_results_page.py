@@ -141,3 +141,20 @@ def test_first_run_rows_say_what_is_not_measured_yet():
     assert timed.anchor == "2026-11-26, at abc1234, vm-a"
     assert (untimed.ours, untimed.met) == ("not measured yet", None)
     assert (slow.ours, slow.met) == ("45 s", False)
+
+
+def test_a_new_run_records_the_commit_and_the_cpu_the_page_names(monkeypatch):
+    import subprocess
+
+    from orin_llm.bench import common
+
+    m = common.machine()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert m["cpu"] and head.startswith(m["commit"].removesuffix("-dirty")) and len(m["commit"]) >= 7
+    assert rp.Run("x.json", {"machine": m}, {}, {}).commit == m["commit"]
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(common.subprocess, "run", no_git)  # an installed wheel on a machine without git
+    assert common.checkout_commit() is None
