@@ -11,7 +11,7 @@ socket file, nobody listening) raises PlannerUnavailable, which names the socket
 
 HTTP/1.1 through the standard library's http.client over the Unix socket: a planning call is
 latency-bound, and this costs ~0.7 ms less per request than httpx on a small CPU (measured,
-docs/BENCHMARKS.md), with nothing to install on the robot. One keep-alive connection for plain
+docs/notes/benchmarks-lab-notes.md), with nothing to install on the robot. One keep-alive connection for plain
 requests; each stream gets its own, so closing a stream closes its connection and the daemon
 sees its client go.
 """

@@ -7,7 +7,7 @@ the suffix's linear layers, and torch's SDPA runs it in float32 at about 110 GFL
 significant bits), so the cached K and V convert without loss, and oneDNN's bf16 GEMMs use the
 CPU's bf16 dot-product instructions (AVX512-BF16, AMX) at ~5× the float32 rate. What rounds is q,
 the scores (the GEMM writes bf16) and the probabilities: the kv scenario measures what that does to
-argmax agreement, and docs/BENCHMARKS.md records it.
+argmax agreement, and docs/notes/benchmarks-lab-notes.md records it.
 
 Only prefill runs here. Decode and verify steps (at most PROBE_ROWS tokens) stay on float32 SDPA,
 so speculative decoding stays exactly lossless and decode speed is what it was.

@@ -4,7 +4,7 @@ with q8_dot's kernels.
 Why: with the weights on q8_dot's kernels and attention on the INT8 op, a decode step of the embedded
 model still spent half its time between them: RMSNorm, RoPE, the K/V write, SiLU·up and the residual
 adds are about 150 torch op calls a layer, each a few microseconds of dispatch for a few hundred floats
-of work (docs/BENCHMARKS.md, the step breakdown). The op runs the same kernels and does the small
+of work (docs/notes/benchmarks-lab-notes.md, the step breakdown). The op runs the same kernels and does the small
 work in place on the rows: one call per layer.
 
 Used for the steps the INT8 attention op serves (decode, verify and catch-up steps of at most

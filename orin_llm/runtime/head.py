@@ -2,7 +2,7 @@
 
 The embedded model's head is tied to its GGUF's Q8_0 token embedding (quant.Q8Embedding). As a
 float32 matrix it is 113 MB, the largest tensor the daemon holds, and a decode step reads all of it
-(2.9 ms of a 12 ms step on the 2-core VM, docs/BENCHMARKS.md). Yet a greedy request uses one
+(2.9 ms of a 12 ms step on the 2-core VM, docs/notes/benchmarks-lab-notes.md). Yet a greedy request uses one
 number per row: the argmax, over the tokens its grammar allows. So:
 
 - `approx`: the same values requantized to int8 per row (28 MB), on torch's packed int8 kernel

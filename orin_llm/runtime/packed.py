@@ -4,7 +4,7 @@ Why: a decode step of a small model on a CPU is a few skinny matmuls. torch's de
 takes a gemv kernel at one row and repacks the weight inside every gemm call at a few rows, so a
 9-row verify step costs ~1.4× a one-row step and results differ with the row count. With the
 weight packed once for oneDNN's kernels, 1 to 16 rows cost about the same, ~2× less than the
-default path (docs/BENCHMARKS.md), and, from 2 rows up, a row's result does not depend on how many
+default path (docs/notes/benchmarks-lab-notes.md), and, from 2 rows up, a row's result does not depend on how many
 rows share the call. Some shapes take another kernel at one row, so a single row is padded to two.
 
 Row independence is what makes a k+1-token speculative verify compute every position bit for bit

@@ -3,7 +3,7 @@
 Why: torch's weight-only kernels (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`) convert every
 weight to float before multiplying; on one core that conversion, not the memory, sets their pace (a
 q4_1 decode step's linear layers and lm_head were 12 of its 19 ms, at about an eighth of the read
-bandwidth: docs/BENCHMARKS.md). llama.cpp quantizes each row of activations to int8 in blocks of 32
+bandwidth: docs/notes/benchmarks-lab-notes.md). llama.cpp quantizes each row of activations to int8 in blocks of 32
 and takes integer dot products with the 4- or 8-bit codes as stored. This does the same, for:
 
 - Q4_1 layers (`q4_1_linear`): scale·code + min per block of 32, the GGUF's own values; a symmetric

@@ -23,7 +23,7 @@ path is a slow reference, ~50× slower here) and round their output to bfloat16:
 precision as llama.cpp, whose Q4_1 dot products run on 8-bit quantized activations. Where no kernel
 runs (CUDA builds, the Orin's torch), a draft's layers dequantize per call and a q4_1 target's once
 at load (runtime/weights.py). Measured side by side in bench/decode_step.py, bench/q8_dot.py,
-bench/draft_speed.py and docs/BENCHMARKS.md. The Orin's
+bench/draft_speed.py and docs/notes/benchmarks-lab-notes.md. The Orin's
 production path is TensorRT-LLM's INT4-AWQ kernels, not this.
 """
 

@@ -1,7 +1,7 @@
 """An engine's tokenizer without transformers: `tokenizer.json` through the `tokenizers` library,
 the chat template through jinja2 in the sandbox transformers renders it in.
 
-Why: transformers and its tokenizer cost the daemon 28-31 MB resident (measured, docs/BENCHMARKS.md)
+Why: transformers and its tokenizer cost the daemon 28-31 MB resident (measured, docs/notes/benchmarks-lab-notes.md)
 for two things it used from them. Its fast tokenizer is the `tokenizers` library, which we now call directly;
 its chat templates are jinja2 in an ImmutableSandboxedEnvironment with a handful of helpers, which
 we set up the same way (transformers 5.24, `utils/chat_template_utils.py`: trim_blocks, lstrip_blocks,

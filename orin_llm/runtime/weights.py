@@ -76,8 +76,8 @@ def bound_heap() -> bool:
     threshold alone at 1 MiB (what we did first) also froze the mmap threshold at 128 KiB: every
     per-layer K/V read and logits buffer of a decode step was then mapped fresh and unmapped, and a
     daemon whose heap got into that state took 420-500k page faults per 64-token plan and decoded
-    at 31 instead of 50 tok/s (the "slow mode" of docs/BENCHMARKS.md). With these values it takes
-    under 1k, for 14-18 MB more resident memory (docs/BENCHMARKS.md, "The slow mode was page faults")."""
+    at 31 instead of 50 tok/s (the "slow mode"). With these values it takes under 1k, for 14-18 MB more
+    resident memory (docs/notes/benchmarks-lab-notes.md, "The slow mode was page faults")."""
     if os.environ.get("MALLOC_TRIM_THRESHOLD_") or os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return False
     libc = _libc()
@@ -132,7 +132,7 @@ def _fuse(state: dict[str, torch.Tensor], arch: Arch) -> dict[str, torch.Tensor]
 def _read(model_dir: Path, q4_1: bool) -> dict[str, torch.Tensor]:
     """The tensors, copied out of the files: safetensors hands out views of its memory map, and one
     small view kept (a norm's weight) keeps the whole file mapped and its read pages resident
-    (measured: 400 MB of the embedded engine's daemon, docs/BENCHMARKS.md)."""
+    (measured: 400 MB of the embedded engine's daemon, docs/notes/benchmarks-lab-notes.md)."""
     files = sorted(model_dir.glob("model*.safetensors"))  # not kv_scales.safetensors
     if not files:
         raise OrinError(f"{model_dir}: no *.safetensors weights")

@@ -87,7 +87,7 @@ class Worker:
     """`make_planner` runs on the engine thread itself (it loads the engine and pins the prefix), so
     that one thread does all of the engine's work. With torch on a CPU that matters: OpenMP gives each
     thread that runs parallel work its own team, and decoding on a second thread next to the loader's
-    team ran ~40% slower here (docs/BENCHMARKS.md). The constructor returns once the planner is
+    team ran ~40% slower here (docs/notes/benchmarks-lab-notes.md). The constructor returns once the planner is
     built, raising what building it raised; jobs run from start() on."""
 
     planner: Planner  # built by the engine thread

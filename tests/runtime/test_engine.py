@@ -61,7 +61,7 @@ def test_draft_model_loads_on_first_use_and_catches_up_on_a_pinned_prefix(engine
 
 def test_serving_imports_no_compiler_stack(engine_dir):
     """Loading an engine and constraining a request must not import torch._dynamo or triton: they
-    cost the daemon ~180 MB and 1.6 s (docs/BENCHMARKS.md, "Lazy draft…"). llguidance.torch and
+    cost the daemon ~180 MB and 1.6 s (docs/notes/benchmarks-lab-notes.md, "Lazy draft…"). llguidance.torch and
     modules built on the meta device did. Nor transformers (~30 MB with its tokenizer: runtime/tokenizer.py), which the
     tokenizer and llguidance.hf did. A fresh interpreter: other tests may import them."""
     code = (

@@ -191,7 +191,7 @@ def test_q4_1_target_agrees_with_its_float_export(engine, engine_fp):
     """Quantized activations in the linear layers (int8 in q8_dot, bf16 in torch's kernels) against
     the float32 reference, teacher-forced on the
     reference's own greedy text: the next token agrees at most positions (measured: 95.6 %,
-    docs/BENCHMARKS.md); a kernel fed the wrong layout agrees at almost none."""
+    docs/notes/benchmarks-lab-notes.md); a kernel fed the wrong layout agrees at almost none."""
     from orin_llm.runtime.sampling import SamplingParams
 
     agree = total = 0

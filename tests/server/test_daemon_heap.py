@@ -18,7 +18,7 @@ def test_decode_steps_reuse_the_heap(start_daemon, tmp_path):
     """With glibc's mmap threshold frozen at its 128 KiB default (what fixing the trim threshold alone
     does), the worker thread's arena mapped and unmapped a decode step's K/V reads and logits: a daemon
     fell, within its first few plans, to 420-500k minor page faults per 64-token plan, decoding at 31
-    instead of 50 tok/s (weights.bound_heap; docs/BENCHMARKS.md). Counted by the kernel, not timed."""
+    instead of 50 tok/s (weights.bound_heap; docs/notes/benchmarks-lab-notes.md). Counted by the kernel, not timed."""
     env = {k: "" for k in os.environ if k.startswith("MALLOC_")}  # the engine's own setting, not the caller's
     items = load_split("heldout")  # the peer benchmark's home and tasks, where it was seen
     home = tmp_path / "home.json"
