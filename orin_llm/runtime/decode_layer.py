@@ -1,5 +1,5 @@
-"""A decode step's (or a prompt chunk's) decoder layer in one C++ call (csrc/decode_layer.cpp), on CPUs
-with q8_dot's kernels.
+"""A decode step's (or a prompt chunk's) decoder layer in one C++ call (csrc/ops.cpp decode_layer), on
+CPUs with q8_dot's kernels.
 
 Why: with the weights on q8_dot's kernels and attention on the INT8 op, a decode step of the embedded
 model still spent half its time between them: RMSNorm, RoPE, the K/V write, SiLU·up and the residual
@@ -16,6 +16,10 @@ time to first token on a 4k home: torch's ops between the kernels were ~150 call
 The small ops round differently from torch's, so a model takes this path for all of those steps
 or for none (loaded once; ORIN_LLM_FUSED_DECODE=0 turns it off for A/B measurements): rows stay
 independent of the batch, and greedy speculation stays exactly lossless (tests/runtime/test_decode_layer.py).
+
+The op takes a layer's weights as one `LayerWeights` (made once at load: `layer_args`) and names its
+arguments: op()(x, layer, cos, sin, heads, kv_heads, caches, pos, rows, prompt_from), `caches` holding
+per sequence its cache layer's K, V, K scale, V scale and slots (llama.py _fused_layers).
 """
 
 from __future__ import annotations
@@ -24,15 +28,17 @@ from typing import Optional
 
 import torch
 
+from .int8_attention import HEAD_DIMS
 from .native import NativeLib
 from .quant import QuantLinear
 
 _lib = NativeLib("decode_layer", "ORIN_LLM_FUSED_DECODE", "the fused decode layer",
-                 "decode steps run each layer as torch ops around the same kernels (slower, same results to rounding)")
+                 "decode steps run each layer as torch ops around the same kernels (slower, same results to rounding)",
+                 expects={"HEAD_DIMS": HEAD_DIMS})
 
 
 def op():
-    """The compiled op, built on first call; None where it cannot be (the reason: `unavailable()`)."""
+    """The compiled op; None where it is not available (the reason: `unavailable()`)."""
     lib = _lib.get()
     return None if lib is None else lib.decode_layer
 
@@ -42,8 +48,12 @@ def unavailable() -> Optional[str]:
 
 
 def layer_args(block) -> Optional[tuple]:
-    """The op's weight arguments for one Block (llama.py), or None where a part of it does not run on
-    q8_dot's kernels (a float export, a CUDA model, a CPU without them)."""
+    """The op's weight argument for one Block (llama.py), `(LayerWeights,)`, or None where a part of it
+    does not run on q8_dot's kernels (a float export, a CUDA model, a CPU without them) or the op is
+    not available."""
+    lib = _lib.get()
+    if lib is None:
+        return None
     attn, mlp = block.self_attn, block.mlp
     linears = (attn.qkv_proj, attn.o_proj, mlp.gate_up_proj, mlp.down_proj)
     if not all(isinstance(m, QuantLinear) and m.q8 is not None for m in linears):
@@ -51,8 +61,9 @@ def layer_args(block) -> Optional[tuple]:
     n1, n2 = block.input_layernorm, block.post_attention_layernorm
     if n1.weight.dtype != torch.float32 or n1.eps != n2.eps:
         return None
-    return (n1.weight.detach().contiguous(), n2.weight.detach().contiguous(), float(n1.eps),
-            *(list(m.q8) for m in linears))
+    qkv, o, gate_up, down = (list(m.q8) for m in linears)
+    return (lib.LayerWeights(norm1=n1.weight.detach().contiguous(), norm2=n2.weight.detach().contiguous(),
+                             eps=float(n1.eps), qkv=qkv, o=o, gate_up=gate_up, down=down),)
 
 
 def attach(model) -> bool:
@@ -60,8 +71,10 @@ def attach(model) -> bool:
     set, unless every layer can run the op here."""
     if model.device.type != "cpu" or not model.int8_decode or model.cos.dtype != torch.float32:
         return False
+    if op() is None:
+        return False
     args = [layer_args(b) for b in model.layers]
-    if any(a is None for a in args) or op() is None:
+    if any(a is None for a in args):
         return False
     model.fused_layers = args
     return True

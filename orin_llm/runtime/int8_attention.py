@@ -1,4 +1,4 @@
-"""Decode attention straight over the INT8 KV cache, on CPUs: a small C++ op (csrc/int8_attention.cpp).
+"""Decode attention straight over the INT8 KV cache, on CPUs: one of our C++ ops (csrc/ops.cpp).
 
 Why: a decode step of a small model is mostly per-op cost. Over an INT8 cache, torch needed about ten
 ops a layer for attention (gather the sequence's K/V and convert them to float, fold the scales into
@@ -8,8 +8,9 @@ float32 (so rows are bit for bit independent of what else is in the call: specul
 lossless), and runs all of a step's queries of one sequence in one call. No library has this: torch's
 kernels take float K/V, and llama.cpp's are not callable from torch.
 
-Built on first use for this CPU (native.py). Where it cannot be built, or with ORIN_LLM_INT8_ATTN=0
-(A/B measurements), decode attention runs the torch ops as before, and the log says so once.
+Built at install for this CPU (native.py): its scores on x86 AVX-512 or ARM NEON, bit for bit the
+reference loops' (csrc/kernels/). Where it is not built, or with ORIN_LLM_INT8_ATTN=0 (A/B
+measurements), decode attention runs the torch ops as before, and the log says so once.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from .native import NativeLib
 HEAD_DIMS = (64, 128)  # the head sizes the op is compiled for (Llama 3.2 1B/3B, SmolLM2: 64 and 128)
 
 _lib = NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the INT8 decode attention op",
-                 "decode attention runs torch's ops over converted K/V (slower, same results to rounding)")
+                 "decode attention runs torch's ops over converted K/V (slower, same results to rounding)",
+                 expects={"HEAD_DIMS": HEAD_DIMS})
 
 
 def op():
-    """The compiled op, built on first call; None where it cannot be (the reason: `unavailable()`)."""
+    """The compiled op; None where it is not available (the reason: `unavailable()`)."""
     lib = _lib.get()
     return None if lib is None else lib.int8_decode_attention
 

@@ -1,5 +1,5 @@
 """Prompt attention straight over the INT8 KV cache, on CPUs with AVX-512 VNNI and BF16: a C++ op
-(csrc/prefill_attention.cpp).
+(csrc/ops.cpp, its kernel in csrc/kernels/x86.h).
 
 Why: with the home pinned, a warm request's time to first token is its new tokens attending over the
 whole cached home. At 4k keys that attention was two thirds of it on the reference machine, in
@@ -12,9 +12,10 @@ and the weights rounded to bf16 (as the GEMM path's were) times the values in bf
 It replaces the bf16 GEMM path exactly where that path ran (attention.py: prompt blocks that end at
 or past MIN_KEYS keys over an INT8 cache), so which tokens take it is unchanged. Each query row is
 computed on its own, in one fixed order over its keys: a prompt block's K/V are the same whether it
-came in this chunk or another, and rows do not depend on what else is in the call. Built on first use
-(native.py); where it cannot be built or this CPU lacks the instructions (the build refuses, and
-`simd()` says so), or with ORIN_LLM_PREFILL_ATTN=0 (A/B measurements), the bf16 GEMMs run as before.
+came in this chunk or another, and rows do not depend on what else is in the call. Built at install
+(native.py); where it is not built or this CPU lacks the instructions (ARM included: the module then
+has no such op, and `prefill_simd()` says so), or with ORIN_LLM_PREFILL_ATTN=0 (A/B measurements),
+the bf16 GEMMs run as before.
 """
 
 from __future__ import annotations
@@ -23,20 +24,21 @@ from typing import Optional
 
 import torch
 
-from .int8_attention import int8_cache
+from .int8_attention import HEAD_DIMS, int8_cache
 from .native import NativeLib
 
 
 def _no_simd(module) -> Optional[str]:
-    return None if module.simd() else "this CPU has no AVX-512 VNNI and BF16"
+    return None if module.prefill_simd() else "this CPU has no AVX-512 VNNI and BF16"
 
 
 _lib = NativeLib("prefill_attention", "ORIN_LLM_PREFILL_ATTN", "the INT8 prompt attention op",
-                 "prompt attention runs as bf16 GEMMs over converted K/V (attention.py)", refuse=_no_simd)
+                 "prompt attention runs as bf16 GEMMs over converted K/V (attention.py)", refuse=_no_simd,
+                 expects={"HEAD_DIMS": HEAD_DIMS})
 
 
 def op():
-    """The compiled op, built on first call; None where it cannot be (the reason: `unavailable()`)."""
+    """The compiled op; None where it is not available (the reason: `unavailable()`)."""
     lib = _lib.get()
     return None if lib is None else lib.int8_prefill_attention
 

@@ -1,4 +1,5 @@
-"""Quantized weights times integer-quantized activations, in integer dot products (csrc/q8_dot.cpp), on CPUs.
+"""Quantized weights times integer-quantized activations, in integer dot products (our C++ ops: csrc/ops.cpp,
+kernels in csrc/kernels/), on CPUs.
 
 Why: torch's weight-only kernels (`_weight_int4pack_mm_for_cpu`, `_weight_int8pack_mm`) convert every
 weight to float before multiplying; on one core that conversion, not the memory, sets their pace (a
@@ -16,8 +17,9 @@ The Q4_1 layers' int8 activation rounding is the same class of precision as the 
 kernels took (and llama.cpp's Q8_1); outputs are float32. Each output is computed in one fixed order from its
 own row of x, so rows are bit for bit independent of the batch (runtime/packed.rows_independent
 probes it at load, as for every kernel). Weights are laid out once at load in tiles of output rows
-(`pack_q4_1`, `pack_q8`), which the kernel reads as one stream. Built on first use (native.py);
-ORIN_LLM_Q8_DOT=0 turns it off, and torch's kernels run as before.
+(`pack_q4_1`, `pack_q8`), which the kernel reads as one stream. Built at install (native.py): x86
+AVX2 (VNNI where the CPU has it) and ARM NEON with the dot-product instructions; where the module is
+not built, or has only the plain loops, or with ORIN_LLM_Q8_DOT=0, torch's kernels run as before.
 
 Prefill runs the same kernel. A bf16 GEMM over the tiles dequantized per call was 1.5-3× faster for
 chunks of 32+ rows, but its rows differ from the decode kernel's by rounding, and with prefix caching
@@ -34,22 +36,27 @@ import torch
 
 from .native import NativeLib
 
+# What pack_* lay out for (the module's own constants are checked against these at load: native.py)
 BLOCK = 32  # activations (and weights) per scale
 ROWS = 8  # output rows per tile of an int8 matrix (pack_q8): one lane of a vector each
 QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): the same
 
+
 def _plain_loops_only(module) -> Optional[str]:
     """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
-    return "no SIMD path for this CPU (x86 AVX2 only, so far)" if module.simd() == "generic" else None
+    if module.simd() == "generic":
+        return "no SIMD path for this CPU (x86 AVX2, or ARM NEON with the dot-product instructions)"
+    return None
 
 
 _lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the int8 dot-product kernels",
-                 "quantized layers run torch's weight-only kernels (slower on one core)", refuse=_plain_loops_only)
+                 "quantized layers run torch's weight-only kernels (slower on one core)", refuse=_plain_loops_only,
+                 expects={"BLOCK": BLOCK, "ROWS": ROWS, "QROWS": QROWS})
 
 
 def op():
-    """The compiled module (q4_1_linear, q8_linear, quantize_activations); None where it cannot be
-    built, or where it would run only its plain loops (no x86 AVX2: slower than torch's kernels)."""
+    """The compiled module (q4_1_linear, q8_linear, quantize_activations); None where it is not
+    built, or where it would run only its plain loops (slower than torch's kernels)."""
     return _lib.get()
 
 
@@ -68,7 +75,7 @@ def fits(out_features: int, in_features: int, pairs: bool) -> bool:
 
 def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
     """Codes [N, K] (0..15, one per weight), scales and mins [N, K/32] → the kernel's tiles of 8 output
-    rows, with the rows in the lanes of a vector (csrc/q8_dot.h tile_q4_1): codes [N/8, K/64, 8, 32]
+    rows, with the rows in the lanes of a vector (csrc/kernels/x86.h tile_q4_1): codes [N/8, K/64, 8, 32]
     uint8, per pair of blocks 8 groups of 4 codes of each row (byte 4r+i of group g: code 4g+i of row
     r's first block in the low nibble, of its second block in the high one); scales and mins
     [N/8, K/32, 8], float16 where every one of them is exact in it (a GGUF's Q4_1 blocks hold them as
@@ -90,7 +97,7 @@ def pack_q4_1(codes: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor):
 
 def pack_q8(codes: torch.Tensor) -> torch.Tensor:
     """int8 codes [N, K] → the kernel's tiles of 8 output rows with the rows in the lanes of a vector
-    (csrc/q8_dot.h tile_q8): [N/8, K/32, 16, 16], per block 16 groups of 2 codes of each row (byte
+    (csrc/kernels/x86.h tile_q8): [N/8, K/32, 16, 16], per block 16 groups of 2 codes of each row (byte
     2r+i of group c: code 2c+i of row r)."""
     n, k = codes.shape
     c = codes.view(n // ROWS, ROWS, k // BLOCK, BLOCK // 2, 2)  # [tile, r, block, c, i]

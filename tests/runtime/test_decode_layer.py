@@ -144,6 +144,23 @@ def test_greedy_plans_stay_close_to_torchs_ops(engine, model):
     assert float((fused - ops).abs().mean(-1).max()) < 1.0
 
 
+def test_the_op_takes_a_layer_object_and_named_arguments(engine, model):
+    """One LayerWeights per layer (made at load) instead of a dozen weight arguments, and every argument
+    by name: the same bits as the positional call (llama.py's)."""
+    cache = _prefilled(engine, "A short home.")
+    n, t = cache.length, 2
+    x = model.embed_tokens(torch.tensor([1000, 17])).float().contiguous()
+    (layer,) = model.fused_layers[0]
+    assert layer.eps == model.layers[0].input_layernorm.eps
+    h, kv = model.arch.num_heads, model.arch.num_kv_heads
+    caches = [*cache.int8_layer(0), cache.slot_table(n + t)]
+    a, b = x.clone(), x.clone()
+    dl.op()(a, layer, model.cos, model.sin, h, kv, caches, [n], [t], [t])
+    dl.op()(x=b, layer=layer, cos=model.cos, sin=model.sin, heads=h, kv_heads=kv, caches=caches, pos=[n], rows=[t],
+            prompt_from=[t])
+    assert torch.equal(a, b) and not torch.equal(a, x)
+
+
 def test_bad_input_is_refused_with_what_is_wrong(engine, model):
     cache = _prefilled(engine, "A short home.")
     n, args = cache.length, model.fused_layers[0]

@@ -1,8 +1,10 @@
-"""Building our C++ ops (runtime/native.py): a process killed while it built one must not leave every
-later start waiting forever. torch's cpp_extension marks a build with a `lock` file that only the
-builder deletes; the daemon's first start stopped mid-build left one, and the next start sat at no
-CPU for 10 minutes (found measuring the 3B-shaped engine). Builds now serialize on a kernel lock,
-which dies with its holder, and under it such a file is known stale and removed."""
+"""Our C++ ops (runtime/native.py): one module, built at install and only loaded at run time (a daemon
+never compiles: its first start on a fresh machine once spent minutes compiling and did not answer
+/health); a missing or stale build leaves the ops unavailable with how to build them; the module's
+constants are checked against what the Python side packs for. And the build step's lock: a process
+killed while it built must not leave every later build waiting forever (torch's cpp_extension marks
+a build with a `lock` file that only the builder deletes; builds serialize on a kernel lock, which
+dies with its holder, and under it such a file is known stale and removed)."""
 
 from __future__ import annotations
 
@@ -15,24 +17,76 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
+from orin_llm.runtime import int8_attention, native, q8_dot
 from orin_llm.runtime.native import NativeLib, build_lock
+from tests.runtime import native_builds
 
 from ..conftest import ROOT
 
 
-def small_lib() -> NativeLib:
-    """The q8_dot plain-loop build: small, and tests/runtime/test_q8_dot.py builds it anyway."""
-    return NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "q8_dot (plain loops)", "-", defines=("ORIN_LLM_Q8_GENERIC",))
+def test_the_installed_module_loads_in_a_fresh_process_without_compiling():
+    """What a daemon start does: import the built module. It must be there (`make install` builds it:
+    this fails until it has run), load in seconds, and never import torch's compiler driver."""
+    code = ("import sys, time\nimport torch\nfrom orin_llm.runtime import native\n"
+            "t0 = time.perf_counter()\nmodule, error = native.installed()\nt = time.perf_counter() - t0\n"
+            "assert module is not None, error\n"
+            "assert 'torch.utils.cpp_extension' not in sys.modules, 'the load ran the compiler driver'\n"
+            "print(t, module.simd(), module.attention_simd(), module.prefill_simd())\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seconds = float(r.stdout.split()[0])
+    assert seconds < 5, seconds  # ~0.1 s here; a build is minutes
 
 
-def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_load():
-    lib = small_lib()
+def test_a_missing_or_stale_build_leaves_the_ops_off_and_says_how_to_build(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "BUILD_ROOT", tmp_path)
+    monkeypatch.setattr(native, "_installed", None)
+    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
+    assert lib.get() is None
+    assert "not built" in lib.error and "make install" in lib.error and "orin_llm.runtime.native build" in lib.error
+    (tmp_path / "orin_llm_ops_0123456789ab").mkdir()  # a build for other sources, CPU or torch
+    monkeypatch.setattr(native, "_installed", None)
+    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
+    assert lib.get() is None and "stale" in lib.error and "make install" in lib.error
+
+
+def test_the_module_constants_are_the_ones_python_packs_for():
+    module, error = native.installed()
+    assert module is not None, error
+    c = module.constants()
+    assert (c["BLOCK"], c["ROWS"], c["QROWS"]) == (q8_dot.BLOCK, q8_dot.ROWS, q8_dot.QROWS)
+    assert tuple(c["HEAD_DIMS"]) == int8_attention.HEAD_DIMS
+
+
+def test_a_constant_mismatch_is_an_error_not_wrong_numbers():
+    """Python packing tiles of 4 rows for a module compiled for 8 would give wrong outputs silently:
+    the op is refused instead, and the reason names the constant."""
+    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels",
+                    expects={"BLOCK": 32, "ROWS": 4, "QROWS": 8})
+    assert lib.get() is None
+    assert lib.error.startswith("constant mismatch (ROWS is 8 in the module, 4 in Python)"), lib.error
+    lib = NativeLib("x", "ORIN_LLM_X", "the op", "-", expects={"HEAD_DIMS": (64, 96)})
+    assert lib.get() is None and "HEAD_DIMS is (64, 128) in the module, (64, 96) in Python" in lib.error
+    assert NativeLib("x", "ORIN_LLM_X", "the op", "-", expects={"HEAD_DIMS": (64, 128)}).get() is not None
+
+
+def test_the_build_step_is_a_no_op_once_built():
+    module, error = native.installed()
+    assert module is not None, error
+    r = subprocess.run([sys.executable, "-m", "orin_llm.runtime.native", "build"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert native.build_name() in r.stdout and f"q8 kernels {module.simd()}" in r.stdout
+
+
+def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_build():
+    lib = native_builds.generic()
     if lib.get() is None:
-        pytest.skip(f"q8_dot does not build here: {lib.error}")
+        pytest.skip(f"the reference build does not build here: {lib.error}")
     stale = Path(cpp_extension._get_build_directory(lib.build_name, verbose=False)) / "lock"
     stale.touch()  # as a builder killed mid-build leaves it
-    code = ("from tests.runtime.test_native import small_lib\n"
-            "lib = small_lib()\nassert lib.get() is not None, lib.error\n")
+    code = ("from tests.runtime.native_builds import generic\n"
+            "lib = generic()\nassert lib.get() is not None, lib.error\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert not stale.exists() and "removing a build lock left by a process that died" in r.stderr

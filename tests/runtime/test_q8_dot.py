@@ -15,6 +15,7 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime import q8_dot
 from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
+from tests.runtime import native_builds
 from tests.runtime.test_quant import _q4_1_weight
 
 pytestmark = pytest.mark.skipif(q8_dot.op() is None, reason=f"q8_dot does not build here: {q8_dot.unavailable()}")
@@ -112,12 +113,12 @@ def test_gguf_scales_are_held_as_fp16_and_others_as_fp32_with_the_same_results()
 
 
 def test_the_plain_loop_build_agrees_with_the_simd_one():
-    """The portable code (ORIN_LLM_Q8_GENERIC; what another CPU would compile) computes the same
+    """The portable code (ORIN_LLM_GENERIC; what another CPU would compile) computes the same
     products on the same tiles, bit for bit: its float steps are the SIMD lanes' steps, one output at a
     time (both kinds of tiles hold the output rows in the lanes)."""
-    generic = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "q8_dot (plain loops)", "-",
-                        defines=("ORIN_LLM_Q8_GENERIC",)).get()
-    assert generic is not None and generic.simd() == "generic" and q8_dot.op().simd() != "generic"
+    generic = native_builds.generic().get()
+    assert generic is not None, native_builds.generic().error
+    assert generic.simd() == "generic" and q8_dot.op().simd() != "generic"
     lin = _q4_1(64, 576, seed=2)
     assert lin.pack()
     x = torch.randn(3, 576)
