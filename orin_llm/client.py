@@ -52,6 +52,14 @@ class PlannerUnavailable(PlannerError):
         self.socket_path = socket_path
 
 
+class NotReady(PlannerError):
+    """The daemon answers, but is not ready (still loading, failed to load, or stopping): `health` is its /health."""
+
+    def __init__(self, socket_path: str, health: dict):
+        super().__init__(None, f"the daemon at {socket_path} is not ready (status {health.get('status')!r})")
+        self.health = health
+
+
 class _UnixConnection(http.client.HTTPConnection):
     """http.client's connection, dialing a Unix socket (the host is only the Host header)."""
 
@@ -121,7 +129,8 @@ class PlannerClient:
         """Poll /health until the daemon says it is ready, and return it. Whatever an attempt gets (no
         socket yet, nobody listening, a timeout, "loading") it tries again until timeout_s has passed,
         each attempt waiting at most WAIT_ATTEMPT_S (and never past the end); then, or as soon as
-        `alive()` is false, the last error is raised (PlannerUnavailable if nobody ever answered)."""
+        `alive()` is false, the last error is raised (PlannerUnavailable if nobody ever answered, NotReady
+        if the daemon's last answer said it was not ready)."""
         end = time.monotonic() + timeout_s
         timeout = self.timeout_s
         try:
@@ -131,8 +140,7 @@ class PlannerClient:
                     health = self.health()
                     if health.get("ready"):
                         return health
-                    error: PlannerError = PlannerError(None, f"the daemon at {self.socket_path} is not ready "
-                                                             f"(status {health.get('status')!r})")
+                    error: PlannerError = NotReady(self.socket_path, health)
                 except PlannerError as e:  # PlannerUnavailable included
                     error = e
                 finally:

@@ -70,11 +70,13 @@ def summary(result: dict) -> str:
 def health_command(socket: Optional[Path], wait_s: float, as_json: bool) -> bool:
     """Print the daemon's health; with wait_s > 0, wait that long for it to be ready first, whatever
     the first attempts get (no socket yet, a timeout, "loading"). Returns whether it is ready."""
-    from ..client import PlannerClient, PlannerError
+    from ..client import NotReady, PlannerClient, PlannerError
 
     try:
         with PlannerClient(socket, timeout_s=max(wait_s, 30)) as client:
             h = client.wait_ready(wait_s) if wait_s > 0 else client.health()
+    except NotReady as e:  # it answers: say how it is (exit 1), as without --wait
+        h = e.health
     except PlannerError as e:
         raise OrinError(str(e)) from None
     if as_json:

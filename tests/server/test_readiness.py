@@ -15,16 +15,22 @@ from .conftest import ROOT, short_dir
 
 
 def daemon(engine: str, socket, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "orin_llm.server.daemon", "--engine", engine, "--socket",
-                             str(socket), "--device", "cpu", "--state-dir", "none", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    """The daemon, its output in daemon.log beside the socket (log(socket) reads it)."""
+    with open(socket.parent / "daemon.log", "wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "orin_llm.server.daemon", "--engine", engine, "--socket",
+                                 str(socket), "--device", "cpu", "--state-dir", "none", *args],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def log(socket) -> str:
+    return (socket.parent / "daemon.log").read_text(errors="replace")[-3000:]
 
 
 def first_health(socket, proc: subprocess.Popen, timeout_s: float = 60) -> tuple[float, dict]:
     """Seconds from the socket file's appearance (the bind) to the first /health answer, and it."""
     end = time.monotonic() + timeout_s
     while not socket.exists():
-        assert proc.poll() is None and time.monotonic() < end, proc.stdout.read() if proc.stdout else ""
+        assert proc.poll() is None and time.monotonic() < end, log(socket)
         time.sleep(0.005)
     bound = time.monotonic()
     while True:
@@ -52,11 +58,14 @@ def test_health_answers_at_once_while_the_engine_loads(engine_dir):
                 c.plan("Open the fridge.", max_tokens=2)
             except PlannerError as e:  # still loading: 503, come back later
                 assert e.status == 503 and "still loading" in e.message
-            ready = c.wait_ready(180, alive=lambda: proc.poll() is None)
+            try:
+                ready = c.wait_ready(180, alive=lambda: proc.poll() is None)
+            except PlannerError as e:
+                raise AssertionError(f"{e}\n{log(socket)}") from None
         assert ready["status"] == "ok" and ready["engine"]
     finally:
         proc.terminate()
-        assert proc.wait(60) == 0
+        assert proc.wait(60) == 0, log(socket)
     assert not socket.exists()
 
 
@@ -65,9 +74,8 @@ def test_a_failed_load_is_reported_and_exits_2(tmp_path):
     proc = daemon(str(tmp_path / "nothing-here"), socket)
     took, health = first_health(socket, proc)
     assert took < 1.0 and health["ready"] is False and health["status"] in ("loading", "failed")
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 2, out
-    assert f"error: engine dir {tmp_path / 'nothing-here'} does not exist" in out
+    assert proc.wait(120) == 2, log(socket)
+    assert f"error: engine dir {tmp_path / 'nothing-here'} does not exist" in log(socket)
     assert not socket.exists()
 
 
@@ -131,3 +139,15 @@ class FakeDaemon:
     def __exit__(self, *exc) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def test_health_wait_on_a_daemon_still_loading_exits_1_and_says_so():
+    socket = short_dir() / "planner.sock"
+    loading = (503, {"status": "loading", "ready": False, "loading_s": 12.5}, 0.0)
+    with FakeDaemon(socket, lambda: loading):
+        t0 = time.monotonic()
+        cli = subprocess.run([sys.executable, "-m", "orin_llm.cli", "health", "--socket", str(socket), "--wait", "2"],
+                             capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert cli.returncode == 1, cli  # not ready (2 would say: not there)
+    assert cli.stdout.strip() == "loading: no engine yet, 12.5 s after the daemon started"
+    assert time.monotonic() - t0 > 2
