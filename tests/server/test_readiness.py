@@ -151,3 +151,11 @@ def test_health_wait_on_a_daemon_still_loading_exits_1_and_says_so():
     assert cli.returncode == 1, cli  # not ready (2 would say: not there)
     assert cli.stdout.strip() == "loading: no engine yet, 12.5 s after the daemon started"
     assert time.monotonic() - t0 > 2
+
+
+def test_what_the_daemon_imports_before_binding_leaves_torch_out():
+    """The runtime (torch: seconds) is imported behind the bound socket, never before it."""
+    code = ("import sys; from orin_llm.server import app, config, daemon, protocol; import uvicorn; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('orin_llm.runtime')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.strip() == "[]"
