@@ -19,7 +19,6 @@ process, interleaved:
 """
 import argparse
 import json
-import os
 import statistics
 import time
 from collections import defaultdict
@@ -32,9 +31,8 @@ ap.add_argument("--rounds", type=int, default=5)
 ap.add_argument("--out")
 ap.add_argument("--plot")
 a = ap.parse_args()
-os.environ["ORIN_LLM_THREADS"] = str(a.threads)
 
-import torch  # noqa: E402  (after ORIN_LLM_THREADS: the engine applies it at load)
+import torch  # noqa: E402
 
 from orin_llm.bench.common import machine  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
@@ -159,11 +157,11 @@ def measure(engine: Engine, ctx_ids: list[int]) -> dict:
 
 def main() -> None:
     bw = read_bandwidth_gbs()
-    base = Engine.load(a.engine, device="cpu", draft=False)
+    base = Engine.load(a.engine, device="cpu", draft=False, threads=a.threads)
     formats = [base.manifest.target.weights] + (["fp32"] if base.manifest.target.weights == "q4_1" else [])
     engines = {formats[0]: base}
     for w in formats[1:]:
-        engines[w] = Engine.load(a.engine, device="cpu", draft=False, weights=w)
+        engines[w] = Engine.load(a.engine, device="cpu", draft=False, weights=w, threads=a.threads)
     ctx = (base.encode("The robot keeps a tidy home. " * 200))[: a.context]
     results: dict = {w: [] for w in engines}
     for r in range(a.rounds):

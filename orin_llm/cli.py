@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from .errors import OrinError
+from .server.config import DEFAULT_ENGINE, env_threads, typer_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Build, serve and call a planning LLM on Jetson AGX Orin (and anywhere else).")
@@ -23,7 +24,6 @@ environment_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                               help="Show or replace the home of a running daemon.")
 app.add_typer(environment_app, name="environment")
 
-DEFAULT_ENGINE = Path("engines/smollm2-135m-demo")
 SPECULATION_HELP = ("Drafter for speculative decoding: auto, none, lookup, draft_model or combined "
                     "(an engine without a draft model has auto, none and lookup).")
 SOCKET_HELP = "Daemon socket (default: $ORIN_LLM_SOCKET, else the user's, else /run/orin-llm/planner.sock)."
@@ -119,7 +119,7 @@ def generate(
     """Generate text from an engine, streaming tokens as they come."""
     from .runtime.engine import Engine
 
-    eng = Engine.load(engine, device=device)
+    eng = Engine.load(engine, device=device, threads=env_threads())
     ids = eng.encode(prompt) if raw else eng.chat_ids([{"role": "user", "content": prompt}])
     gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop), speculation)
     if as_json:
@@ -142,39 +142,15 @@ def _timing_line(t, spec) -> str:
             f"speculation {spec.drafter}: {spec.accepted}/{spec.drafted} drafts accepted")
 
 
-@app.command()
-def serve(
-    engine: Path = typer.Option(DEFAULT_ENGINE, help="Engine directory."),
-    environment: Optional[Path] = typer.Option(None, help="Home environment (YAML, JSON or text); "
-                                               "default: the example home."),
-    socket: Optional[Path] = typer.Option(None, help="Unix socket (default: $ORIN_LLM_SOCKET, else "
-                                          "$XDG_RUNTIME_DIR/orin-llm/planner.sock, else /run/orin-llm/planner.sock)."),
-    socket_group: Optional[str] = typer.Option(None, help="Group owning the socket (mode 0660)."),
-    tcp: Optional[str] = typer.Option(None, help="Also listen on HOST:PORT (no authentication)."),
-    queue_size: int = typer.Option(16, help="Requests that may wait; more get 503 + Retry-After."),
-    grace_s: float = typer.Option(10.0, help="On SIGTERM, time for queued/running requests to finish."),
-    device: str = typer.Option("auto", help="cpu, cuda, or auto."),
-    max_tokens_limit: Optional[int] = typer.Option(None, help="Cap max_tokens below the engine's limit."),
-    log_level: str = typer.Option("info", help="debug, info, warning or error."),
-    cpus: str = typer.Option("auto", help="CPU list the daemon runs on, e.g. 1-11; auto: all but the lowest CPU, "
-                             "which the policy keeps; all: as inherited (jetson/GUIDE.md)."),
-    nice: int = typer.Option(10, help="Add this niceness (0: none): the policy wins a contended CPU."),
-    threads: Optional[int] = typer.Option(None, help="The engine's intra-op threads (torch; default: one per "
-                                          "daemon CPU)."),
-    prefill_chunk_tokens: Optional[int] = typer.Option(None, help="Prompt tokens a request prefills per engine "
-                                                       "step (default 256): smaller keeps the others decoding."),
-    max_batch: Optional[int] = typer.Option(None, help="Requests that decode together (default: the engine's "
-                                            "max_batch_size)."),
-    state_dir: Optional[str] = typer.Option(None, help="Where the lookup drafter's histories persist (default: "
-                                            "$XDG_STATE_HOME/orin-llm; none: not at all)."),
-    weights: Optional[str] = typer.Option(None, help="fp32: run a q4_1 engine's float32 export instead of its "
-                                          "Q4_1 blocks (torch; default: the engine's own)."),
-) -> None:
-    """Serve planning calls over a local Unix socket (HTTP/1.1, OpenAI-compatible chat too)."""
+def _serve(config) -> None:
     from .server.cli import serve_command
 
-    serve_command(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-                  log_level, cpus, nice, threads, prefill_chunk_tokens, max_batch, state_dir, weights)
+    serve_command(config)
+
+
+# Its options are DaemonConfig's fields (server/config.py), which `python -m orin_llm.server.daemon` shares.
+app.command(name="serve")(typer_command(_serve, "Serve planning calls over a local Unix socket (HTTP/1.1, "
+                                        "OpenAI-compatible chat too)."))
 
 
 @app.command()
@@ -209,7 +185,7 @@ def plan(
     from .server.cli import summary
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
-    planner = Planner(Engine.load(engine), env)
+    planner = Planner(Engine.load(engine, threads=env_threads()), env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
     gen = planner.start(task, params, observation, speculation)

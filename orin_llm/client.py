@@ -32,6 +32,9 @@ JSON = {"Content-Type": "application/json", "Accept": "application/json"}
 # A reused keep-alive connection the daemon has closed meanwhile (its idle timeout) fails like this
 # before the daemon has read anything: such a request is sent again, once, on a new connection.
 STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
+# wait_ready's longest single attempt: a daemon busy starting may not answer one at once, and one slow
+# answer must not use up the whole wait
+WAIT_ATTEMPT_S = 5.0
 
 
 class PlannerError(Exception):
@@ -47,6 +50,14 @@ class PlannerUnavailable(PlannerError):
         super().__init__(None, f"no planner daemon at {socket_path} ({reason}); start it with "
                                "`orin-llm serve` or `systemctl start orin-llm`, or pass the right --socket")
         self.socket_path = socket_path
+
+
+class NotReady(PlannerError):
+    """The daemon answers, but is not ready (still loading, failed to load, or stopping): `health` is its /health."""
+
+    def __init__(self, socket_path: str, health: dict):
+        super().__init__(None, f"the daemon at {socket_path} is not ready (status {health.get('status')!r})")
+        self.health = health
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -100,25 +111,45 @@ class PlannerClient:
     # -- endpoints -------------------------------------------------------------------------
 
     def health(self) -> dict:
-        return self._request("GET", "/health").json()
+        """The daemon's /health. A daemon still loading its engine answers 503 with
+        `{"status": "loading", "ready": false, ...}` (and `"failed"` if loading failed): that body is
+        returned too; check `ready`."""
+        r = self._request("GET", "/health", accept=(503,))
+        if r.status == 200:
+            return r.json()
+        try:
+            body = r.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and "status" in body:
+            return body
+        raise PlannerError(r.status, _message(r.text))
 
     def wait_ready(self, timeout_s: float, alive: Optional[Callable[[], bool]] = None) -> dict:
-        """Poll /health until the daemon says it is ready, and return it. A daemon that is still starting
-        (no socket yet, or still loading the engine) is waited for; after timeout_s, or as soon as
-        `alive()` is false, the last error is raised (PlannerUnavailable if nobody ever answered)."""
+        """Poll /health until the daemon says it is ready, and return it. Whatever an attempt gets (no
+        socket yet, nobody listening, a timeout, "loading") it tries again until timeout_s has passed,
+        each attempt waiting at most WAIT_ATTEMPT_S (and never past the end); then, or as soon as
+        `alive()` is false, the last error is raised (PlannerUnavailable if nobody ever answered, NotReady
+        if the daemon's last answer said it was not ready)."""
         end = time.monotonic() + timeout_s
-        while True:
-            try:
-                health = self.health()
-                if health.get("ready"):
-                    return health
-                error: PlannerError = PlannerError(None, f"the daemon at {self.socket_path} is not ready "
-                                                         f"(status {health.get('status')!r})")
-            except PlannerError as e:  # PlannerUnavailable included
-                error = e
-            if time.monotonic() >= end or (alive is not None and not alive()):
-                raise error
-            time.sleep(0.2)
+        timeout = self.timeout_s
+        try:
+            while True:
+                self.timeout_s = max(0.05, min(timeout, WAIT_ATTEMPT_S, end - time.monotonic()))
+                try:
+                    health = self.health()
+                    if health.get("ready"):
+                        return health
+                    error: PlannerError = NotReady(self.socket_path, health)
+                except PlannerError as e:  # PlannerUnavailable included
+                    error = e
+                finally:
+                    self.close()  # the next attempt connects anew, with its own timeout
+                if time.monotonic() >= end or (alive is not None and not alive()):
+                    raise error
+                time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        finally:
+            self.timeout_s = timeout
 
     def metrics(self) -> str:
         return self._request("GET", "/metrics").text
@@ -157,7 +188,9 @@ class PlannerClient:
 
     # -- plumbing --------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, json: Any = None, headers: Optional[dict] = None) -> Response:
+    def _request(self, method: str, path: str, json: Any = None, headers: Optional[dict] = None,
+                 accept: tuple[int, ...] = ()) -> Response:
+        """The response; a status ≥ 400 not in `accept` raises PlannerError."""
         body = None if json is None else _dumps(json)
         for attempt in (0, 1):
             if self._conn is None:
@@ -181,7 +214,7 @@ class PlannerClient:
             self._used = True
             if r.will_close:
                 self.close()
-            if r.status >= 400:
+            if r.status >= 400 and r.status not in accept:
                 raise PlannerError(r.status, _message(data.decode("utf-8", "replace")))
             return Response(r.status, r.headers, data)
         raise AssertionError("unreachable")

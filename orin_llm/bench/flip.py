@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+
+import torch
 
 from ..calibration_data import load_split
 from ..runtime.planner import Planner
@@ -23,7 +24,7 @@ from .common import machine
 
 def arguments(home_tokens: int = 0) -> argparse.Namespace:
     """The A/B scripts' options (`--home-tokens` where the script builds a home of that size: its
-    default). Sets ORIN_LLM_THREADS, which the engine applies when it loads."""
+    default). Sets torch's threads to --threads (the engines it loads leave them so)."""
     ap = argparse.ArgumentParser()
     if home_tokens:
         ap.add_argument("--home-tokens", type=int, default=home_tokens, help="the home's size in tokens")
@@ -34,7 +35,7 @@ def arguments(home_tokens: int = 0) -> argparse.Namespace:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--out")
     a = ap.parse_args()
-    os.environ["ORIN_LLM_THREADS"] = str(a.threads)
+    torch.set_num_threads(a.threads)
     return a
 
 

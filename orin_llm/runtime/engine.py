@@ -62,19 +62,19 @@ KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat1
 PRIMITIVE_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
 
 
-def apply_thread_setting() -> None:
-    """ORIN_LLM_THREADS=N sets torch's intra-op threads. On a CPU shared with other busy
-    processes (a robot's ROS nodes, CI), fewer threads than cores avoids OpenMP barrier stalls
-    that we measured at 5-10x slower decoding on 2 cores with the second one busy. Also bounds
+def apply_thread_setting(threads: Optional[int] = None) -> None:
+    """`threads` sets torch's intra-op threads (None: torch's own count; the daemon and the CLI pass
+    --threads or the user's ORIN_LLM_THREADS, read where they start: server/config.py). On a CPU shared
+    with other busy processes (a robot's ROS nodes, CI), fewer threads than cores avoids OpenMP barrier
+    stalls that we measured at 5-10x slower decoding on 2 cores with the second one busy. Also bounds
     oneDNN's and ideep's primitive caches (PRIMITIVE_CACHES), and glibc's heap (bound_heap)."""
     for name, value in PRIMITIVE_CACHES.items():
         os.environ.setdefault(name, value)
     bound_heap()
-    value = os.environ.get("ORIN_LLM_THREADS")
-    if value:
-        if not value.isdigit() or int(value) < 1:
-            raise OrinError(f"ORIN_LLM_THREADS={value!r}: give a positive whole number")
-        torch.set_num_threads(int(value))
+    if threads is not None:
+        if threads < 1:
+            raise OrinError(f"threads={threads}: give a positive whole number")
+        torch.set_num_threads(threads)
 
 
 def pick_device(device: str) -> str:
@@ -191,7 +191,8 @@ class Engine(EngineText):
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
-             kv_tokens: Optional[int] = None, weights: Optional[str] = None) -> Engine:
+             kv_tokens: Optional[int] = None, weights: Optional[str] = None,
+             threads: Optional[int] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False makes no draft model available, draft=True loads it on
         the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
@@ -201,10 +202,11 @@ class Engine(EngineText):
         prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
         kv_tokens: the KV pool's size in tokens, instead of the memory plan's.
         weights: "fp32" loads a q4_1 target's float32 export instead of its Q4_1 blocks (the
-        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py)."""
+        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py).
+        threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are)."""
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
-        apply_thread_setting()
+        apply_thread_setting(threads)
         if manifest.backend != "torch":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "
                             "the torch runtime loads torch engines only")

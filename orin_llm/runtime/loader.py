@@ -9,13 +9,14 @@ from ..manifest import load_manifest
 
 # Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
 # dropped for them: the engine runs on the GPU it was built for (device), its KV cache dtype is
-# compiled into the engine (kv_cache), and its kernels and weights are what they are (exact, weights).
-TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights")
+# compiled into the engine (kv_cache), its kernels and weights are what they are (exact, weights), and
+# torch's CPU threads do not run it (threads).
+TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "threads")
 
 
 def load_engine(engine_dir: Union[str, Path], **kw: Any):
     """`Engine.load(engine_dir, **kw)` for a torch engine, `TrtllmEngine.load(engine_dir, draft=...)` for
-    a trtllm one. For trtllm, `device`, `kv_cache` and `exact` are ignored (no effect, see
+    a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights` and `threads` are ignored (no effect, see
     TORCH_ONLY_OPTIONS); `draft` is honoured; anything else is a TypeError, as for Engine.load."""
     manifest = load_manifest(engine_dir)
     if manifest.backend == "trtllm":

@@ -1,87 +1,66 @@
-"""The HTTP API (docs/ARCHITECTURE.md, "The daemon"): FastAPI routes in front of one Worker.
+"""The HTTP API (docs/ARCHITECTURE.md, "The daemon"): a FastAPI app in front of one Worker.
 
-Handlers validate, build a job and wait for it; they never touch the engine themselves, so
-the event loop stays free to accept, stream and notice disconnects while the worker decodes.
+`create_app` assembles the middleware, the error handlers and /health + /metrics (routes/health.py),
+none of which imports the runtime, so a daemon serves them from the moment it binds; `open_app` adds
+the engine's routes (routes/environment.py, plan.py, chat.py) once the worker has loaded its planner.
+Until then every other path answers 503 with Retry-After (`LoadingGate`). What the routes share
+travels in an `AppState` (routes/state.py) on `app.state.orin`, so a route can be tested in-process
+with a stub worker (tests/server/test_routes.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Optional
 
-from fastapi import FastAPI, Header, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
-from ..environment import environment_from_dict
-from ..errors import OrinError
-from ..runtime.engine import Engine
-from ..runtime.sampling import SamplingParams
 from .body_limit import BodyLimit
-from .content import JsonBodies, parse_environment_body
+from .content import JsonBodies
 from .errors import RequestError, error_body
-from .jobs import chat_chunk, chat_job, chat_meta, environment_job, plan_job, remove_environment_job
-from .schemas import ChatRequest, EnvironmentVersion, ErrorResponse, PlanRequest, PlanResponse, Sampling, check_utf8
-from .streams import SSE_HEADERS, events, first_event
-from .structured import GrammarCache, answer_of
-from .tool_calls import CallParser, template_speaks_tools
-from .worker import Job, Worker
+from .routes import engine_routers, health
+from .routes.state import AppState, ServerConfig, engine_max_tokens
+from .schemas import ChatRequest, PlanRequest
+
+__all__ = ["AppState", "ServerConfig", "create_app", "engine_max_tokens", "open_app"]
 
 ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
 MODELS = {"/v1/plan": PlanRequest, "/v1/chat/completions": ChatRequest}
-ERRORS: dict = {status: {"model": ErrorResponse, "description": what} for status, what in (
-    (400, "stream asked for over HTTP/1.0"),
-    (412, "If-Match names another environment version"), (413, "Body, prompt or environment over the limits"),
-    (422, "Invalid request: the message says what to fix"), (503, "Queue full (see Retry-After) or shutting down"),
-    (504, "deadline_ms passed"))}
+OPEN_WHILE_LOADING = ("/health", "/metrics")
 
 
-@dataclass
-class ServerConfig:
-    max_body_bytes: int = 256 * 1024
-    default_max_tokens: int = 128
-    max_tokens_limit: Optional[int] = None  # a cap below the engine's own output limit
-
-
-def engine_max_tokens(engine: Engine) -> int:
-    """Most new tokens a request may ask for: prompt (≤ max_input_len) + output ≤ max_seq_len."""
-    limits = engine.manifest.limits
-    return limits.get("max_output_len") or limits["max_seq_len"] - limits["max_input_len"]
-
-
-def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI:
-    config = config or ServerConfig()
-    planner, metrics = worker.planner, worker.metrics
-    engine = planner.engine
-    limit = min(config.max_tokens_limit or engine_max_tokens(engine), engine_max_tokens(engine))
-    grammars = GrammarCache()  # chat answers' grammars (response_format, tools), used on the engine's thread
-    native_tools = template_speaks_tools(engine.tokenizer)
+def create_app(state: AppState) -> FastAPI:
+    """The app for `state`; it serves /health and /metrics, and the rest once `open_app` ran."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        worker.start()
+        if state.worker is not None:  # else the daemon starts it once it has made it
+            state.worker.start()
         try:
             yield
         finally:
-            await asyncio.to_thread(worker.stop)
+            if state.worker is not None:
+                await asyncio.to_thread(state.worker.stop)
 
     app = FastAPI(title="orin-llm planner", version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None)  # the docs pages load scripts from a CDN
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes,
+    app.state.orin = state
+    app.add_middleware(BodyLimit, limit=state.config.max_body_bytes,
                        on_reject=lambda path: count(path, "invalid"))
     app.add_middleware(JsonBodies)
+    app.add_middleware(LoadingGate, state=state, on_reject=lambda path: count(path, "rejected"))
 
     def count(path: str, outcome: str) -> None:
         if path in ENDPOINTS:
-            metrics.count(ENDPOINTS[path], outcome)
+            state.metrics.count(ENDPOINTS[path], outcome)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
@@ -102,222 +81,38 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
         count(request.url.path, "rejected" if exc.status == 503 else "invalid")
         return exc.response()
 
-    def sampling(req: Sampling, max_tokens: Optional[int], stop: Iterable[str] = ()) -> SamplingParams:
-        n = min(config.default_max_tokens, limit) if max_tokens is None else max_tokens
-        if n > limit:
-            raise RequestError(422, f"max_tokens must be at most {limit} for this engine, got {n}")
-        try:
-            top_p = 1.0 if req.top_p is None else req.top_p
-            return SamplingParams(max_tokens=n, temperature=req.temperature or 0.0, top_p=top_p,
-                                  seed=req.seed, stop=list(stop))
-        except OrinError as e:
-            raise RequestError(422, str(e)) from None
-
-    async def respond(job: Job, request: Request, render: Callable[[dict], Response],
-                      on_delta: Callable[[str], Optional[dict]] = lambda d: {"delta": d},
-                      on_done: Callable[[dict], Iterable[dict]] = lambda p: [p],
-                      head: Iterable[dict] = ()) -> Response:
-        worker.submit(job)  # RequestError(503) when the queue is full
-        try:
-            event = await first_event(job, request)
-        except BaseException:  # cancelled: the server is giving up on this request
-            job.cancel.set()
-            raise
-        if event is None:
-            return Response(status_code=499)  # the client went away; nobody reads this
-        kind, value = event
-        if kind == "error":
-            return value.response()
-        if kind == "done":
-            return render(value)
-        return StreamingResponse(events(job, on_delta, on_done, head), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
-
-    @app.get("/health")
-    async def health() -> dict:
-        prefix = planner.prefix
-        assert prefix is not None
-        kv = engine.kv_usage()
-        return {"status": "ok" if worker.accepting else "stopping", "ready": worker.accepting,
-                "engine": engine.name, "backend": engine.manifest.backend,
-                "device": kv["device"],
-                "environment": {"name": prefix.environment.name, "version": prefix.version},
-                "prefix_tokens": len(prefix.ids),
-                "queue": {"depth": worker.depth, "capacity": worker.capacity,
-                          "running": worker.running},
-                "kv_cache": {**{k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
-                             **({"pool": kv["pool"]} if "pool" in kv else {})},
-                "scheduler": scheduler_info(engine),
-                # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
-                **({"kernels": engine.kernels()} if hasattr(engine, "kernels") else {}),
-                "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
-                           "max_body_bytes": config.max_body_bytes}}
-
-    @app.get("/metrics")
-    async def metrics_text() -> Response:
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-    @app.get("/v1/environment")
-    async def get_environment() -> Response:
-        prefix = planner.prefix
-        assert prefix is not None
-        return JSONResponse(prefix.environment.model_dump(mode="json", exclude_none=True),
-                            headers={"ETag": f'"{prefix.version}"'})
-
-    @app.put("/v1/environment", responses={200: {"model": EnvironmentVersion}, **ERRORS},
-             openapi_extra={"requestBody": ENVIRONMENT_BODY})
-    async def put_environment(
-        request: Request,
-        if_match: Optional[str] = Header(None, description='The ETag of GET /v1/environment, e.g. "3".'),
-    ) -> Response:
-        """Replace the home: JSON (the shape GET returns), or the YAML file itself with
-        `Content-Type: application/yaml`. Requests already running finish on the old one."""
-        env = await environment_of(request)
-        job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop(),
-                  created=arrival(request), exclusive=True)
-        return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
-
-    @app.get("/v1/environments")
-    async def list_environments() -> dict:
-        """The default environment and the named ones, each pinned in the KV cache."""
-        homes = list(planner.homes.items())
-        return {name or "default": {"name": h.prefix.environment.name, "version": h.prefix.version,
-                                    "prefix_tokens": len(h.prefix.ids)} for name, h in homes}
-
-    @app.get("/v1/environments/{name}")
-    async def get_named_environment(name: str) -> Response:
-        home = planner.homes.get(name)
-        if home is None:
-            raise RequestError(404, f"no environment named {name!r}; GET /v1/environments lists them")
-        return JSONResponse(home.prefix.environment.model_dump(mode="json", exclude_none=True),
-                            headers={"ETag": f'"{home.prefix.version}"'})
-
-    @app.put("/v1/environments/{name}", responses={200: {"model": EnvironmentVersion}, **ERRORS},
-             openapi_extra={"requestBody": ENVIRONMENT_BODY})
-    async def put_named_environment(
-        name: str, request: Request,
-        if_match: Optional[str] = Header(None, description='The ETag of GET /v1/environments/NAME, e.g. "3".'),
-    ) -> Response:
-        """Add or replace a named environment, pinned next to the default one (plans choose it with
-        "environment": NAME). Refused with 507 when its prefix would not fit the KV cache next to the
-        others, naming the numbers."""
-        check_name(name)
-        env = await environment_of(request)
-        job = Job("environment", environment_job(env, parse_if_match(if_match), name), asyncio.get_running_loop(),
-                  created=arrival(request), exclusive=True)
-        return await respond(job, request, lambda r: JSONResponse(r, headers={"ETag": f'"{r["version"]}"'}))
-
-    @app.delete("/v1/environments/{name}")
-    async def delete_named_environment(name: str, request: Request) -> Response:
-        """Unpin a named environment (requests still running on it finish)."""
-        job = Job("environment", remove_environment_job(name), asyncio.get_running_loop(), created=arrival(request),
-                  exclusive=True)
-        return await respond(job, request, JSONResponse)
-
-    @app.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
-                                           "text/event-stream ending with this object and [DONE]."}, **ERRORS})
-    async def plan(req: PlanRequest, request: Request) -> Response:
-        """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
-        then the full response, then `[DONE]`."""
-        check_stream(req, request)
-        job = Job("plan", plan_job(req, sampling(req, req.max_tokens)), asyncio.get_running_loop(),
-                  stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
-        return await respond(job, request, JSONResponse)
-
-    @app.post("/v1/chat/completions", responses=ERRORS)
-    async def chat(req: ChatRequest, request: Request) -> Response:
-        """OpenAI-compatible chat completion; `model` may name anything, the engine answers.
-        `response_format` and `tools` constrain the answer (server/structured.py); streamed tool calls
-        come as `delta.tool_calls` pieces, as OpenAI sends them."""
-        check_stream(req, request)
-        wanted = req.max_tokens if req.max_completion_tokens is None else req.max_completion_tokens
-        meta = chat_meta(engine.name)
-        answer = answer_of(req)
-        begin = chat_job(req, sampling(req, wanted, req.stops()), meta, answer, grammars, native_tools)
-        job = Job("chat", begin, asyncio.get_running_loop(), stream=req.stream, deadline_ms=req.deadline_ms,
-                  created=arrival(request))
-        include_usage = bool(req.stream_options and req.stream_options.include_usage)
-        calls = CallParser(answer.parser_mode) if answer.parser_mode else None  # reads a streamed answer
-
-        def on_delta(text: str) -> Optional[dict]:
-            if calls is None:
-                return chat_chunk(meta, {"content": text})
-            delta = calls.feed(text)
-            return chat_chunk(meta, delta) if delta else None
-
-        def on_done(completion: dict) -> list[dict]:
-            rest = calls.finish() if calls is not None else None  # text held back while undecided
-            out = [chat_chunk(meta, rest)] if rest else []
-            out.append(chat_chunk(meta, {}, completion["choices"][0]["finish_reason"]))
-            if include_usage:
-                out.append({**chat_chunk(meta, None), "usage": completion["usage"]})
-            return out
-
-        # the first chunk, as OpenAI's: content "" for text, null for calls, left out while either may come
-        head = {None: {"role": "assistant", "content": ""}, "calls": {"role": "assistant", "content": None},
-                "either": {"role": "assistant"}}[answer.parser_mode]
-        return await respond(job, request, JSONResponse, on_delta=on_delta, on_done=on_done,
-                             head=[chat_chunk(meta, head)])
-
+    app.include_router(health.router)
     return app
 
 
-async def environment_of(request: Request):
-    """The request's body as an environment: JSON, or YAML with Content-Type: application/yaml."""
-    body = await request.body()  # within the body limit (BodyLimit counts it)
-    try:
-        data = parse_environment_body(body, request.headers.get("content-type"))
-        check_utf8(data)
-        return environment_from_dict(data, source="environment")
-    except (OrinError, ValueError) as e:
-        raise RequestError(422, str(e)) from None
+def open_app(app: FastAPI) -> None:
+    """The worker has loaded: add the engine's routes and let requests through. Imports the runtime:
+    a daemon calls `engine_routers()` on another thread first (the imports are then cached)."""
+    state: AppState = app.state.orin
+    for router in engine_routers():
+        app.include_router(router)
+    app.openapi_schema = None  # FastAPI caches it: it must list the routes just added
+    state.open()
 
 
-def check_name(name: str) -> None:
-    import re
+class LoadingGate:
+    """While the daemon loads (or after loading failed), every path but /health and /metrics gets
+    503 with Retry-After, before its body is read; the client's retry will find the route."""
 
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", name):
-        raise RequestError(422, f"environment name {name!r}: use 1 to 128 letters, digits, '.', '_', ':' or '-', "
-                                "starting with a letter or digit")
+    def __init__(self, app: ASGIApp, state: AppState, on_reject=lambda path: None):
+        self.app, self.state, self.on_reject = app, state, on_reject
 
-
-def scheduler_info(engine) -> dict:
-    """How the engine batches: requests decoding together, rows per step, prompt tokens per step
-    (a TensorRT-LLM engine batches inside its executor: none of these)."""
-    sched = getattr(engine, "scheduler", None)
-    if sched is None:
-        return {}
-    return {"max_running": sched.config.max_running, "max_step_tokens": sched.config.max_step_tokens,
-            "prefill_chunk_tokens": engine.prefill_chunk_tokens, "running": len(sched.running),
-            "waiting": len(sched.waiting)}
-ENVIRONMENT_BODY = {"required": True, "description": "An environment: JSON in the shape GET /v1/environment "
-                    "returns, or the YAML home file as is (Content-Type: application/yaml).",
-                    "content": {media: {"schema": {"type": "object", "additionalProperties": True}}
-                                for media in ("application/json", "application/yaml")}}
-
-
-def arrival(request: Request) -> float:
-    """time.monotonic() when the request's head had arrived (server/protocol.py stamps it; pipelined
-    requests wait for the ones before them, and that counts as queueing), else now."""
-    return getattr(request.state, "arrived", None) or time.monotonic()
-
-
-def check_stream(req: Sampling, request: Request) -> None:
-    # A stream has no length up front, so it goes out chunked; RFC 9112 §6.1: a server MUST NOT send
-    # Transfer-Encoding to a request that does not indicate HTTP/1.1, and uvicorn would.
-    if req.stream and request.scope.get("http_version") == "1.0":
-        raise RequestError(400, "stream needs HTTP/1.1 (a streamed answer is sent in chunks, which HTTP/1.0 "
-                                "does not have); send the request over HTTP/1.1, or without stream")
-
-
-def parse_if_match(value: Optional[str]) -> Optional[int]:
-    """`"3"`, `W/"3"` or `3` → 3; `*` or no header → None (any version)."""
-    if value is None or value.strip() == "*":
-        return None
-    tag = value.strip().removeprefix("W/").strip('"')
-    if not tag.isdigit():
-        raise RequestError(412, f'If-Match {value!r} is not an environment ETag like "3"')
-    return int(tag)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.state.ready or scope["path"] in OPEN_WHILE_LOADING:
+            return await self.app(scope, receive, send)
+        worker = self.state.worker
+        if worker is not None and worker.load_error is not None:
+            error = RequestError(503, f"the daemon could not load its engine ({worker.load_error}); it is exiting")
+        else:
+            error = RequestError(503, "the daemon is still loading its engine; retry shortly (GET /health "
+                                      "says when it is ready)", retry_after=health.LOADING_RETRY_S)
+        self.on_reject(scope["path"])
+        await error.response()(scope, receive, send)
 
 
 def describe(errors: Iterable[Any], model: Optional[type] = None) -> str:

@@ -9,25 +9,14 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import OrinError
+from .config import DaemonConfig
 
 
-def serve_command(engine: Path, environment: Optional[Path], socket: Optional[Path],
-                  socket_group: Optional[str], tcp: Optional[str], queue_size: int, grace_s: float,
-                  device: str, max_tokens_limit: Optional[int] = None, log_level: str = "info",
-                  cpus: str = "auto", nice: int = 10, threads: Optional[int] = None,
-                  prefill_chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
-                  state_dir: Optional[str] = None, weights: Optional[str] = None) -> None:
+def serve_command(config: DaemonConfig) -> None:
     """Run the planning daemon until SIGTERM/SIGINT."""
-    import os
-
-    from ..placement import daemon_placement
     from .daemon import serve
 
-    where, derived = daemon_placement(cpus, nice, threads)
-    if threads is None and "ORIN_LLM_THREADS" in os.environ:
-        derived = None  # a thread count set in the environment wins over the derived one
-    serve(engine, environment, socket, socket_group, tcp, queue_size, grace_s, device, max_tokens_limit,
-          log_level, where, derived, prefill_chunk_tokens, max_batch, state_dir, weights)
+    serve(config)
 
 
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,
@@ -79,17 +68,22 @@ def summary(result: dict) -> str:
 
 
 def health_command(socket: Optional[Path], wait_s: float, as_json: bool) -> bool:
-    """Print the daemon's health; with wait_s > 0, wait that long for it to be ready first.
-    Returns whether it is ready."""
-    from ..client import PlannerClient, PlannerError
+    """Print the daemon's health; with wait_s > 0, wait that long for it to be ready first, whatever
+    the first attempts get (no socket yet, a timeout, "loading"). Returns whether it is ready."""
+    from ..client import NotReady, PlannerClient, PlannerError
 
     try:
         with PlannerClient(socket, timeout_s=max(wait_s, 30)) as client:
             h = client.wait_ready(wait_s) if wait_s > 0 else client.health()
+    except NotReady as e:  # it answers: say how it is (exit 1), as without --wait
+        h = e.health
     except PlannerError as e:
         raise OrinError(str(e)) from None
     if as_json:
         print(json.dumps(h))
+    elif "engine" not in h:  # still loading (or failed to): no engine to describe yet
+        print(f"{h['status']}: no engine yet, {h.get('loading_s', 0):.1f} s after the daemon started"
+              + (f"; {h['error']}" if "error" in h else ""))
     else:
         env, queue = h["environment"], h["queue"]
         print(f"{h['status']}: engine {h['engine']} ({h['backend']}, {h['device']}), environment {env['name']!r} "

@@ -1,9 +1,10 @@
 """`serve()`: the planning daemon on a Unix socket (and TCP only when asked).
 
-Start-up order matters: claim the socket path first (a second daemon fails in a second, not
-after loading an engine), bind and listen at once (clients that connect while the engine loads
-wait in the backlog instead of being refused), load the engine and pin the environment, then
-serve and tell systemd READY=1.
+Start-up order matters: import the server (no torch), claim the socket path (a second daemon fails
+in a second, not after loading an engine), bind, listen and serve at once: /health answers
+"loading" (503) while a thread imports the runtime and the worker loads the engine and pins the
+environment; then the engine's routes open, /health says "ok", and systemd hears READY=1. A failed
+load stops the server and serve() raises it (exit 2 for an OrinError, as before).
 
 Next to a robot's policy the daemon gives way (docs/BENCHMARKS.md, "The policy next door"): its
 placement (`--cpus`, `--nice`) is applied before any thread starts, so the engine's
@@ -14,67 +15,67 @@ SIGTERM (or SIGINT) is graceful: the listening sockets close, queued and running
 `grace_s` to finish (a stream still running then ends with an error event), the worker stops,
 the socket file is removed, and the process exits 0.
 
-Run it without the CLI: `python -m orin_llm.server.daemon --engine DIR --socket PATH`.
+Run it without the CLI: `python -m orin_llm.server.daemon --engine DIR --socket PATH`; both take the
+options of `DaemonConfig` (server/config.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import os
 import signal
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, TypeVar
 
 from .. import placement
 from ..errors import OrinError
+from .config import DaemonConfig, add_arguments
 from .sockets import bind_tcp, bind_unix, claim, default_socket_path, notify, same_file
 
 log = logging.getLogger("orin_llm.server")
+LOAD_POLL_S = 0.05  # how often the event loop looks whether the worker has loaded
+T = TypeVar("T")
 
 
-def serve(engine_dir: str | Path, environment: Optional[str | Path] = None,
-          socket_path: Optional[str | Path] = None, socket_group: Optional[str] = None,
-          tcp: Optional[str] = None, queue_size: int = 16, grace_s: float = 10.0, device: str = "auto",
-          max_tokens_limit: Optional[int] = None, log_level: str = "info",
-          where: placement.Placement = placement.Placement(), threads: Optional[int] = None,
-          prefill_chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
-          state_dir: Optional[str | Path] = None, weights: Optional[str] = None) -> None:
-    """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving.
-    `state_dir`: where the lookup drafter's histories persist (None: default_state_dir(); "none": not
-    at all). `weights`: "fp32" runs a q4_1 engine's float32 export (Engine.load)."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if queue_size < 1 or grace_s < 0 or (max_tokens_limit is not None and max_tokens_limit < 1):
-        raise OrinError("--queue-size and --max-tokens-limit must be ≥ 1, --grace-s ≥ 0")
-    if any(v is not None and v < 1 for v in (threads, prefill_chunk_tokens, max_batch)):
-        raise OrinError("--threads, --prefill-chunk-tokens and --max-batch must be ≥ 1")
+def serve(config: DaemonConfig) -> None:
+    """Serve until SIGTERM/SIGINT. Problems a user can fix raise OrinError before serving, and a
+    failed engine load raises what it raised once the server has stopped (the daemon exits non-zero)."""
+    config.check()
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    where, threads = config.placement_and_threads()
     in_force = placement.apply(where)  # before any thread: the engine's threads inherit it
-    if threads is not None:  # read by the torch runtime when it loads (runtime/engine.py apply_thread_setting)
-        os.environ["ORIN_LLM_THREADS"] = str(threads)
     if where != placement.Placement() or threads is not None:
         log.info("placement: CPUs %s, nice %d, %s; engine threads %s", in_force["cpus"], in_force["nice"],
                  in_force["scheduler"], threads or "default")
-    path = Path(socket_path) if socket_path else default_socket_path()
+    path = Path(config.socket) if config.socket else default_socket_path()
+    # the server's own imports (no runtime: ~0.5 s) come before the socket, so that once bound it
+    # answers /health at once; the runtime's (torch) and the engine load come after, behind it
+    server = _build_server(config, threads, path)
     claim(path)
-    sockets = [bind_unix(path, socket_group)]
+    sockets = [bind_unix(path, config.socket_group)]
     ours = path.lstat()  # remove the socket file at exit only if it is still this one
-    server = None
+    serving = False
 
     def on_signal(signum: int, frame: object) -> None:
-        if server is None:  # still loading: nothing to drain
+        if not serving:  # before uvicorn took over the signals: nothing to drain
             raise SystemExit(0)
         # else uvicorn handled it already and re-raises it at its exit: nothing more to do
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        if tcp:
-            sockets.append(bind_tcp(tcp))
-            log.warning("also listening on TCP %s: anyone who can reach it can use the planner", tcp)
-        server = _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit,
-                               log_level, path, prefill_chunk_tokens, max_batch, state_dir, weights)
+        if config.tcp:
+            sockets.append(bind_tcp(config.tcp))
+            log.warning("also listening on TCP %s: anyone who can reach it can use the planner", config.tcp)
+        serving = True
         server.run(sockets=sockets)
+        if server.load_error is not None:
+            raise server.load_error
     finally:
         for sock in sockets:
             sock.close()
@@ -128,89 +129,120 @@ def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[
                     state_dir)
 
 
-def _build_server(engine_dir, environment, device, queue_size, grace_s, max_tokens_limit, log_level, path,
-                  prefill_chunk_tokens=None, max_batch=None, state_dir=None, weights=None):
-    import uvicorn  # the heavy imports wait until the socket is ours
+def _build_server(config: DaemonConfig, threads: Optional[int], path: Path):
+    """The server, serving /health at once; the engine loads behind it (see Server.load)."""
+    import uvicorn  # the heavy imports wait until the socket is ours; the runtime's wait for Server.load
 
-    from ..environment import EXAMPLE_HOME_PATH, load_environment
-    from ..runtime.loader import load_engine
-    from ..runtime.planner import Planner
-    from .app import ServerConfig, create_app
+    from .app import AppState, ServerConfig, create_app, open_app
     from .protocol import Protocol
-    from .worker import Worker
+    from .routes import engine_routers
+
+    state = AppState(ServerConfig(max_tokens_limit=config.max_tokens_limit))
 
     class Server(uvicorn.Server):
+        load_error: Optional[BaseException] = None
+        _loading: Optional[asyncio.Task] = None
+
         async def startup(self, sockets=None) -> None:
             await super().startup(sockets=sockets)
             if self.started:
-                log.info("ready on %s", path)
-                notify("READY=1")
+                log.info("listening on %s; loading the engine", path)
+                self._loading = asyncio.create_task(self.load())
+
+        async def load(self) -> None:
+            """Import the runtime, make the worker (it loads the engine and pins the home on its own
+            thread), wait for it, add the engine's routes, then tell systemd READY=1. A failure is
+            logged and stops the server; serve() raises it."""
+            try:
+                worker = await in_thread(make_worker, config, threads, state.metrics)
+                state.worker = worker
+                worker.start()
+                while not worker.wait_loaded(0):  # raises what loading raised
+                    await asyncio.sleep(LOAD_POLL_S)
+                await in_thread(engine_routers)  # the imports, off the event loop
+                open_app(app)
+            except Exception as e:
+                self.load_error = e
+                log.error("loading failed: %s", e)
+                self.should_exit = True
+                return
+            log.info("ready on %s", path)
+            notify("READY=1")
 
         def handle_exit(self, sig: int, frame) -> None:
             if not self.should_exit:
-                log.info("signal %d: finishing requests (up to %.1f s), then exiting", sig, grace_s)
+                log.info("signal %d: finishing requests (up to %.1f s), then exiting", sig, config.grace_s)
                 notify("STOPPING=1")
-                worker.drain(grace_s)
+                if state.worker is not None:
+                    state.worker.drain(config.grace_s)
             super().handle_exit(sig, frame)
 
-    env = load_environment(environment or EXAMPLE_HOME_PATH)
+    app = create_app(state)
+    server_config = uvicorn.Config(app, http=Protocol, log_level=config.log_level.lower(), access_log=False,
+                                   lifespan="on", timeout_graceful_shutdown=config.grace_s, limit_concurrency=512,
+                                   server_header=False)
+    return Server(server_config)
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """fn(*args) on a daemon thread of its own. Not asyncio.to_thread: at exit, asyncio.run waits for
+    the default executor's threads, so a daemon stopped while it imports or loads would wait for that
+    to end; a daemon thread is left behind instead, as the worker's is."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+
+    def settle(set_it: Callable[[Any], None], value: Any) -> None:
+        if not done.done():
+            set_it(value)
+
+    def run() -> None:
+        try:
+            outcome: tuple = (done.set_result, fn(*args))
+        except BaseException as e:
+            outcome = (done.set_exception, e)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop has closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name=f"orin-llm-{fn.__name__}", daemon=True).start()
+    return await done
+
+
+def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
+    """The worker, loading the engine on its thread (this returns at once). Imports the runtime (torch)."""
+    from ..environment import EXAMPLE_HOME_PATH, load_environment
+    from ..runtime.loader import load_engine
+    from ..runtime.planner import Planner
+    from .worker import Worker
+
+    env = load_environment(config.environment or EXAMPLE_HOME_PATH)
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
-        options = {"weights": weights} if weights else {}
-        engine = load_engine(engine_dir, device=device, **options)  # torch or TensorRT-LLM, by the manifest
+        options = {"weights": config.weights} if config.weights else {}
+        # torch or TensorRT-LLM, by the manifest
+        engine = load_engine(config.engine, device=config.device, threads=threads, **options)
+        state_dir = config.state_dir
         state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
-        tune_engine(engine, prefill_chunk_tokens, max_batch, state)
+        tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, state)
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
         return planner
 
-    worker = Worker(make_planner, queue_size=queue_size)
-    app = create_app(worker, ServerConfig(max_tokens_limit=max_tokens_limit))
-    config = uvicorn.Config(app, http=Protocol, log_level=log_level.lower(), access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=grace_s, limit_concurrency=512, server_header=False)
-    return Server(config)
+    return Worker(make_planner, queue_size=config.queue_size, metrics=metrics)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m orin_llm.server.daemon", description=__doc__.split("\n")[0])
-    p.add_argument("--engine", required=True, help="engine directory")
-    p.add_argument("--environment", help="home environment (YAML or text); default: the example home")
-    p.add_argument("--socket", help=f"socket path (default: {default_socket_path()})")
-    p.add_argument("--socket-group", help="group that owns the socket (mode 0660)")
-    p.add_argument("--tcp", help="also listen on HOST:PORT (no authentication)")
-    p.add_argument("--queue-size", type=int, default=16, help="requests that may wait (more: 503)")
-    p.add_argument("--grace-s", type=float, default=10.0, help="on SIGTERM, time to finish requests")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto")
-    p.add_argument("--max-tokens-limit", type=int, help="cap max_tokens below the engine's limit")
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--max-batch", type=int, help="requests that decode together (default: the engine's "
-                                                  "max_batch_size)")
-    p.add_argument("--state-dir", help=f"where lookup histories persist (default: {default_state_dir()}; none: off)")
-    p.add_argument("--weights", help="fp32: a q4_1 engine's float32 export instead of its Q4_1 blocks (torch)")
-    add_placement_args(p)
+    add_arguments(p)
     a = p.parse_args(argv)
     try:
-        where, threads = placement.daemon_placement(a.cpus, a.nice, a.threads)
-        if a.threads is None and "ORIN_LLM_THREADS" in os.environ:
-            threads = None  # a thread count set in the environment wins over the derived one
-        serve(a.engine, a.environment, a.socket, a.socket_group, a.tcp, a.queue_size, a.grace_s, a.device,
-              a.max_tokens_limit, a.log_level, where, threads, a.prefill_chunk_tokens, a.max_batch, a.state_dir,
-              a.weights)
+        serve(DaemonConfig.from_options(vars(a)))
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
-
-
-def add_placement_args(p: argparse.ArgumentParser) -> None:
-    """The settings that make the daemon give way to a policy on the same machine (defaults: it does)."""
-    p.add_argument("--cpus", default="auto", help="CPU list the daemon runs on, e.g. 1-11; auto (default): all but "
-                   "the lowest CPU, which the policy keeps; all: as inherited")
-    p.add_argument("--nice", type=int, default=placement.DAEMON_NICE,
-                   help=f"add this niceness to the daemon (default {placement.DAEMON_NICE}; 0: none)")
-    p.add_argument("--threads", type=int, help="the engine's intra-op threads (torch; default: one per daemon CPU)")
-    p.add_argument("--prefill-chunk-tokens", type=int, help="prefill at most this many tokens per engine step")
 
 
 if __name__ == "__main__":

@@ -87,10 +87,12 @@ class Worker:
     """`make_planner` runs on the engine thread itself (it loads the engine and pins the prefix), so
     that one thread does all of the engine's work. With torch on a CPU that matters: OpenMP gives each
     thread that runs parallel work its own team, and decoding on a second thread next to the loader's
-    team ran ~40% slower here (docs/notes/benchmarks-lab-notes.md). The constructor returns once the planner is
-    built, raising what building it raised; jobs run from start() on."""
+    team ran ~40% slower here (docs/notes/benchmarks-lab-notes.md). The constructor returns at once, so the daemon can
+    answer /health while the engine loads: `loaded` says when the planner is built, `wait_loaded()`
+    waits for it and raises what building it raised (`load_error`); jobs run from start() on, once
+    it is built."""
 
-    planner: Planner  # built by the engine thread
+    planner: Planner  # built by the engine thread (once `loaded`)
 
     def __init__(self, make_planner: Callable[[], Planner], queue_size: int = 16, metrics: Optional[Metrics] = None):
         self.capacity = queue_size
@@ -100,17 +102,26 @@ class Worker:
         self.stop_at: Optional[float] = None  # set by drain(): jobs still running then are ended
         self._queue: queue.Queue[Optional[Job]] = queue.Queue(maxsize=queue_size)
         self._go = threading.Event()  # set by start() (or stop()): the thread may take jobs
-        self._built = threading.Event()
-        self._build_error: Optional[BaseException] = None
+        self._built = threading.Event()  # make_planner has returned or raised
+        self.load_error: Optional[BaseException] = None
         self._stopping = False
         self._saved_at = time.monotonic()
         self._thread = threading.Thread(target=self._main, args=(make_planner,), name="orin-llm-engine",
                                         daemon=True)
         self._thread.start()
-        self._built.wait()
-        if self._build_error is not None:
-            raise self._build_error
-        self.metrics.watch(self)
+
+    @property
+    def loaded(self) -> bool:
+        """The planner is built (False while loading, and for good if building it failed)."""
+        return self._built.is_set() and self.load_error is None
+
+    def wait_loaded(self, timeout_s: Optional[float] = None) -> bool:
+        """Wait until the planner is built (True) or timeout_s passed (False); raises what building it raised."""
+        if not self._built.wait(timeout_s):
+            return False
+        if self.load_error is not None:
+            raise self.load_error
+        return True
 
     @property
     def depth(self) -> int:
@@ -163,15 +174,17 @@ class Worker:
         if self._thread.is_alive():
             self._queue.put(None)
             self._go.set()
-            self._thread.join(timeout_s)
+            # a load cannot be interrupted: a daemon stopped while loading does not wait for it
+            self._thread.join(timeout_s if self._built.is_set() else 0)
 
     # -- the thread ------------------------------------------------------------------------
 
     def _main(self, make_planner: Callable[[], Planner]) -> None:
         try:
             self.planner = make_planner()
-        except BaseException as e:  # handed to the constructor, which raises it
-            self._build_error = e
+            self.metrics.watch(self)
+        except BaseException as e:  # raised by wait_loaded()
+            self.load_error = e
             return
         finally:
             self._built.set()

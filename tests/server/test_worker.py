@@ -1,4 +1,5 @@
-"""The worker builds the planner on its own thread, so one thread does all of the engine's work."""
+"""The worker builds the planner on its own thread, so one thread does all of the engine's work; its
+constructor returns at once (tests/server/test_routes.py: /health while it loads)."""
 
 import threading
 
@@ -19,6 +20,7 @@ def test_the_planner_is_built_on_the_engine_thread_and_jobs_wait_for_start(engin
 
     worker = Worker(make, queue_size=2)
     try:
+        assert worker.wait_loaded(120)
         assert built_on == ["orin-llm-engine"] and worker.planner.prefix is not None
         assert not worker.accepting  # built, but no jobs before start()
         worker.start()
@@ -28,9 +30,12 @@ def test_the_planner_is_built_on_the_engine_thread_and_jobs_wait_for_start(engin
     assert not worker.accepting
 
 
-def test_a_planner_that_cannot_be_built_raises_from_the_constructor():
+def test_a_planner_that_cannot_be_built_is_raised_by_wait_loaded():
     def make():
         raise OrinError("engines/x: no manifest.json; build it with orin-llm build")
 
+    worker = Worker(make)  # returns at once: the daemon answers /health while it loads
     with pytest.raises(OrinError, match="no manifest.json"):
-        Worker(make)
+        worker.wait_loaded(30)
+    assert not worker.loaded and isinstance(worker.load_error, OrinError)
+    worker.stop()

@@ -1,0 +1,27 @@
+"""POST /v1/plan: a plan for a task in the current environment."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..jobs import plan_job
+from ..schemas import PlanRequest, PlanResponse
+from ..worker import Job
+from .common import ERRORS, arrival, check_stream, respond, sampling
+from .state import AppState, app_state
+
+router = APIRouter()
+
+
+@router.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
+                                          "text/event-stream ending with this object and [DONE]."}, **ERRORS})
+async def plan(req: PlanRequest, request: Request, state: AppState = Depends(app_state)) -> Response:
+    """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
+    then the full response, then `[DONE]`."""
+    check_stream(req, request)
+    job = Job("plan", plan_job(req, sampling(state, req, req.max_tokens)), asyncio.get_running_loop(),
+              stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
+    return await respond(state, job, request, JSONResponse)

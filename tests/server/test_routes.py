@@ -1,0 +1,204 @@
+"""The routes in-process: the app over httpx's ASGI transport, a stub worker instead of an engine.
+No daemon, no model: validation, error mapping, and /health while the engine loads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Optional
+
+import httpx
+import pytest
+
+from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.errors import OrinError
+from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
+from orin_llm.server.errors import RequestError
+from orin_llm.server.worker import Worker
+
+LIMITS = {"max_input_len": 512, "max_seq_len": 640, "max_batch_size": 2}  # max_tokens: 640 - 512 = 128
+
+
+def stub_planner() -> SimpleNamespace:
+    """What the routes (and Metrics.watch) read of a planner and its engine."""
+    env = SimpleNamespace(name="stub home", model_dump=lambda **kw: {"name": "stub home"})
+    prefix = SimpleNamespace(environment=env, version=3, ids=[1, 2, 3, 4])
+    usage = {"device": "cpu", "tokens": 4, "capacity_tokens": 1024, "bytes": 4096}
+    engine = SimpleNamespace(name="stub-engine", manifest=SimpleNamespace(backend="torch", limits=LIMITS),
+                             tokenizer=SimpleNamespace(chat_template=None), kv_usage=lambda: dict(usage))
+    return SimpleNamespace(engine=engine, prefix=prefix, version=3, homes={None: SimpleNamespace(prefix=prefix)})
+
+
+class StubWorker:
+    """Worker's face to the routes. `answer(job)` is what the engine thread would send: an event
+    ("done", payload) or ("error", RequestError), or it raises as submit() does (a full queue)."""
+
+    def __init__(self, answer: Optional[Callable] = None, loaded: bool = True):
+        self.planner = stub_planner()
+        self.answer = answer or (lambda job: ("done", {"plan": "ok"}))
+        self.loaded, self.load_error = loaded, None
+        self.accepting, self.capacity, self.depth, self.running = True, 4, 0, 0
+        self.jobs: list = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+    def submit(self, job) -> None:
+        self.jobs.append(job)
+        job.emit(*self.answer(job))
+
+
+def make_app(worker, config: Optional[ServerConfig] = None, open_it: bool = True):
+    state = AppState(config or ServerConfig(), worker)
+    app = create_app(state)
+    if open_it:
+        open_app(app)
+    return app, state
+
+
+def call(app, method: str, path: str, **kw) -> httpx.Response:
+    async def go() -> httpx.Response:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://orin-llm") as c:
+            return await c.request(method, path, **kw)
+
+    return asyncio.run(go())
+
+
+def requests_counted(state: AppState, endpoint: str, outcome: str) -> float:
+    return state.metrics.requests.labels(endpoint, outcome)._value.get()
+
+
+def test_health_of_a_loaded_worker_names_its_engine_home_queue_and_limits():
+    app, _ = make_app(StubWorker(), ServerConfig(max_tokens_limit=100))
+    r = call(app, "GET", "/health")
+    assert r.status_code == 200
+    h = r.json()
+    assert (h["status"], h["ready"], h["engine"], h["backend"]) == ("ok", True, "stub-engine", "torch")
+    assert h["environment"] == {"name": "stub home", "version": 3} and h["prefix_tokens"] == 4
+    assert h["queue"] == {"depth": 0, "capacity": 4, "running": 0}
+    assert h["limits"]["max_tokens"] == 100  # the cap, below the engine's 128
+    assert "kernels" not in h and h["scheduler"] == {}  # the stub engine has neither
+
+
+def test_while_loading_health_says_loading_and_other_routes_503_with_retry_after():
+    worker = StubWorker(loaded=False)
+    app, state = make_app(worker, open_it=False)
+    r = call(app, "GET", "/health")
+    assert r.status_code == 503 and r.headers["retry-after"] == "1"
+    assert r.json()["status"] == "loading" and r.json()["ready"] is False and r.json()["loading_s"] >= 0
+    assert call(app, "GET", "/metrics").status_code == 200
+    for method, path in (("POST", "/v1/plan"), ("GET", "/v1/environment"), ("GET", "/openapi.json")):
+        r = call(app, method, path, json={"task": "Open the fridge."} if method == "POST" else None)
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", (path, r.text)
+        assert "still loading" in r.json()["error"]["message"]
+    assert worker.jobs == [] and requests_counted(state, "plan", "rejected") == 1
+
+    worker.loaded = True
+    assert call(app, "GET", "/health").status_code == 503  # loaded, but the engine's routes not yet there
+    open_app(app)
+    assert call(app, "GET", "/health").json()["status"] == "ok"
+    assert call(app, "POST", "/v1/plan", json={"task": "Open the fridge."}).json() == {"plan": "ok"}
+    assert "/v1/plan" in call(app, "GET", "/openapi.json").json()["paths"]
+
+
+def test_a_failed_load_is_reported_by_health_and_the_gate():
+    worker = StubWorker(loaded=False)
+    worker.load_error = OrinError("engines/x: no manifest.json")
+    app, _ = make_app(worker, open_it=False)
+    h = call(app, "GET", "/health")
+    assert h.status_code == 503 and h.json()["status"] == "failed" and "no manifest.json" in h.json()["error"]
+    r = call(app, "POST", "/v1/plan", json={"task": "x"})
+    assert r.status_code == 503 and "could not load its engine (engines/x: no manifest.json)" in r.text
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"task": "x", "max_tokens": 129}, "max_tokens must be at most 128 for this engine, got 129"),
+    ({"task": "x", "max_tokens": "8"}, 'max_tokens: Input should be a valid integer, got "8" (a string)'),
+    ({"task": "x", "colour": "red"}, "colour: unknown field (allowed: "),
+    ([1], "the body must be a JSON object, got a list"),
+])
+def test_plan_validation_says_what_to_fix_and_never_reaches_the_worker(body, message):
+    worker = StubWorker()
+    app, state = make_app(worker)
+    r = call(app, "POST", "/v1/plan", json=body)
+    assert r.status_code == 422 and message in r.json()["error"]["message"], r.text
+    assert worker.jobs == [] and requests_counted(state, "plan", "invalid") == 1
+
+
+@pytest.mark.parametrize("answer, status, retry_after", [
+    (RequestError(503, "busy: 4 requests are queued already; retry shortly", retry_after=1), 503, "1"),
+    (("error", RequestError(413, "the prompt has 600 tokens, over max_input_len 512")), 413, None),
+    (("error", RequestError(504, "deadline of 5 ms exceeded")), 504, None),
+    (("error", RequestError(507, "the pins would leave no room")), 507, None),
+])
+def test_worker_errors_map_to_their_status(answer, status, retry_after):
+    def reply(job):
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    app, _ = make_app(StubWorker(reply))
+    r = call(app, "POST", "/v1/plan", json={"task": "Open the fridge."})
+    assert r.status_code == status and r.json()["error"]["code"] == status
+    assert r.headers.get("retry-after") == retry_after
+
+
+def test_a_plan_job_carries_the_request_to_the_worker():
+    worker = StubWorker()
+    app, _ = make_app(worker)
+    r = call(app, "POST", "/v1/plan", json={"task": "Open the fridge.", "deadline_ms": 5000, "max_tokens": 7})
+    assert r.status_code == 200
+    (job,) = worker.jobs
+    assert (job.endpoint, job.stream, job.deadline_ms, job.exclusive) == ("plan", False, 5000, False)
+
+
+def test_environment_routes_check_names_etags_and_known_homes():
+    worker = StubWorker(lambda job: ("done", {"version": 4, "name": "n", "prefix_tokens": 9}))
+    app, _ = make_app(worker)
+    r = call(app, "GET", "/v1/environment")
+    assert r.status_code == 200 and r.headers["etag"] == '"3"' and r.json() == {"name": "stub home"}
+    assert call(app, "GET", "/v1/environments").json() == {"default": {"name": "stub home", "version": 3,
+                                                                        "prefix_tokens": 4}}
+    assert call(app, "GET", "/v1/environments/attic").status_code == 404
+    r = call(app, "PUT", "/v1/environments/-bad", json={"name": "x"})
+    assert r.status_code == 422 and "environment name '-bad'" in r.text
+    home = load_environment(EXAMPLE_HOME_PATH).model_dump(mode="json", exclude_none=True)
+    r = call(app, "PUT", "/v1/environment", json=home, headers={"If-Match": "latest"})
+    assert r.status_code == 412 and "is not an environment ETag" in r.text
+    assert worker.jobs == []
+    r = call(app, "PUT", "/v1/environment", json=home, headers={"If-Match": '"3"'})
+    assert r.status_code == 200 and r.headers["etag"] == '"4"' and worker.jobs.pop().exclusive
+    r = call(app, "DELETE", "/v1/environments/attic")
+    assert r.status_code == 200 and worker.jobs[0].exclusive
+
+
+def test_the_worker_constructor_returns_while_the_planner_loads():
+    """A real Worker whose make_planner is slow: constructed at once, /health says loading, then ok."""
+    release = threading.Event()
+
+    def make_planner():
+        assert release.wait(30)
+        return stub_planner()
+
+    t0 = time.monotonic()
+    worker = Worker(make_planner, queue_size=2)
+    try:
+        assert time.monotonic() - t0 < 1 and not worker.loaded and not worker.wait_loaded(0)
+        app, _ = make_app(worker, open_it=False)
+        worker.start()
+        h = call(app, "GET", "/health")
+        assert h.status_code == 503 and h.json()["status"] == "loading"
+        release.set()
+        assert worker.wait_loaded(30) and worker.loaded
+        open_app(app)
+        h = call(app, "GET", "/health").json()
+        assert h["status"] == "ok" and h["engine"] == "stub-engine" and h["queue"]["capacity"] == 2
+    finally:
+        release.set()
+        worker.stop()
