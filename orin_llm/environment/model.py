@@ -224,7 +224,6 @@ class Environment(_Model):
         raise ValueError(f"{kind!r} names no things of the home")
 
 
-
 def one_line(s: str) -> str:
     return " ".join(str(s).split())
 

@@ -67,4 +67,3 @@ def prefix_messages(env: Environment) -> list[dict[str, str]]:
             steps.append(format_call(*call, types=action.args if action else None))
         messages.append({"role": "assistant", "content": "\n".join(steps)})
     return messages
-
