@@ -34,14 +34,14 @@ lookups), so tests run them on fixture files.
 
 host.py reads the machine (`Probe`), preflight.py holds the build's warnings, report.py the report,
 machine.py the device, software, power and memory sections, engine.py the engine and policy ones,
-diagnose.py runs them all.
+diagnose.py runs them all, __main__.py is `python -m orin_llm.doctor`.
 """
 
-from .diagnose import diagnose, main, run_doctor
+from .diagnose import diagnose, run_doctor
 from .host import Probe
 from .machine import device_name, parse_l4t
 from .preflight import preflight
 from .report import ERROR, INFO, OK, WARN, Check, Report
 
-__all__ = ["ERROR", "INFO", "OK", "WARN", "Check", "Probe", "Report", "device_name", "diagnose", "main", "parse_l4t",
+__all__ = ["ERROR", "INFO", "OK", "WARN", "Check", "Probe", "Report", "device_name", "diagnose", "parse_l4t",
            "preflight", "run_doctor"]

@@ -1,4 +1,4 @@
-"""Running the doctor: every section in turn, the report, and `python -m orin_llm.doctor`."""
+"""Running the doctor: every section in turn, into one report."""
 
 from __future__ import annotations
 
@@ -35,20 +35,3 @@ def diagnose(engine_dir: Union[str, Path, None] = None, probe: Optional[Probe] =
     if policy is not None:
         check_policy(report, Path(policy), Path(engine_dir) if engine_dir is not None else None)
     return report
-
-
-def main(argv: Optional[list[str]] = None) -> int:
-    """`python -m orin_llm.doctor [--engine DIR] [--json]`: the same as `orin-llm doctor`."""
-    import argparse
-    import json
-
-    from .. import doctor  # the package, for its docstring's first line
-
-    ap = argparse.ArgumentParser(prog="python -m orin_llm.doctor", description=doctor.__doc__.split("\n")[0])
-    ap.add_argument("--engine", help="an engine directory to check against this machine")
-    ap.add_argument("--policy", help="a policy runner's measurement JSON to set against the engine's plan")
-    ap.add_argument("--json", action="store_true", help="print the checks as one JSON object")
-    a = ap.parse_args(argv)
-    report = diagnose(a.engine, policy=a.policy)
-    print(json.dumps(report.as_dict(), indent=2) if a.json else "\n".join(report.lines()))
-    return report.exit_code
