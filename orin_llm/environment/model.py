@@ -225,6 +225,7 @@ class Environment(_Model):
 
 
 def one_line(s: str) -> str:
+    """Every run of whitespace, newlines too, as one space: what a prompt line or an error may hold."""
     return " ".join(str(s).split())
 
 
