@@ -1,4 +1,4 @@
-"""Shape facts of a Llama-family model, read from its HF `config.json` alone.
+"""Shape facts of a Llama-family model, read from its HF `config.json` or a GGUF's metadata alone.
 
 Torch-free on purpose: the memory plan reads it on machines that hold no weights.
 """
@@ -81,3 +81,55 @@ def arch_from_config_file(path: str | Path) -> Arch:
     except json.JSONDecodeError as e:
         raise OrinError(f"{path}: not valid JSON ({e})") from None
     return arch_from_hf(cfg, str(path))
+
+
+def _gguf_scalar(reader, key: str, default=None):
+    field = reader.fields.get(key)
+    if field is None:
+        return default
+    part = field.parts[field.data[0]]  # works on every gguf release (ReaderField.contents is newer)
+    if field.types[0].name == "STRING":
+        return bytes(part).decode("utf-8")
+    return part[0].item()
+
+
+def arch_from_gguf(path: str | Path) -> Arch:
+    """A Llama GGUF's shape from its metadata alone (the tensors are memory-mapped, never read)."""
+    path = Path(path)
+    try:
+        import gguf
+    except ImportError:
+        raise OrinError(f"{path}: reading a GGUF needs the gguf package (pip install gguf)") from None
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # a truncated or foreign file: ValueError, struct errors, ...
+        raise OrinError(f"{path}: not a readable GGUF file ({e})") from None
+    arch = _gguf_scalar(reader, "general.architecture")
+    if arch != "llama":
+        raise OrinError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
+    try:
+        layers = _gguf_scalar(reader, "llama.block_count")
+        hidden = _gguf_scalar(reader, "llama.embedding_length")
+        heads = _gguf_scalar(reader, "llama.attention.head_count")
+        if None in (layers, hidden, heads):
+            raise KeyError("llama.block_count/embedding_length/attention.head_count")
+        tokens = reader.fields.get("tokenizer.ggml.tokens")
+        vocab = len(tokens.data) if tokens is not None else _gguf_scalar(reader, "llama.vocab_size")
+        head_dim = (_gguf_scalar(reader, "llama.attention.key_length")
+                    or _gguf_scalar(reader, "llama.rope.dimension_count") or hidden // heads)
+        return Arch(
+            num_layers=layers,
+            hidden_size=hidden,
+            intermediate_size=_gguf_scalar(reader, "llama.feed_forward_length"),
+            num_heads=heads,
+            num_kv_heads=_gguf_scalar(reader, "llama.attention.head_count_kv", heads),
+            head_dim=head_dim,
+            vocab_size=vocab,
+            # llama.cpp writes no output.weight when the lm_head is the embedding matrix
+            tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
+            max_position_embeddings=_gguf_scalar(reader, "llama.context_length", 2048),
+            rms_norm_eps=_gguf_scalar(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
+            rope_theta=_gguf_scalar(reader, "llama.rope.freq_base", 10000.0),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise OrinError(f"{path}: GGUF metadata incomplete for a Llama model ({e})") from None

@@ -9,8 +9,9 @@ it starts from the device's usable memory and subtracts, item by item,
 and what is left is the KV-cache budget, split so that target and draft hold the same number of
 tokens (the draft has to cache every sequence the target does). See docs/ARCHITECTURE.md, "Memory".
 
-Everything here reads config.json / GGUF metadata / ONNX protobufs only: no torch, no weights,
-so an Orin build can be planned on a laptop.
+Everything the plan reads is config.json / GGUF metadata (arch.py, through build/source.py
+load_arch) and ONNX protobufs (policy/onnx_size.py): no torch, no weights, so an Orin build can be
+planned on a laptop.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
-from ..arch import Arch, arch_from_config_file
+from ..arch import Arch
 from ..errors import OrinError
+from ..policy.onnx_size import onnx_initializer_bytes
 from ..profile import ModelSpec, Profile
 from ..trtllm_rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
-from .source import resolve_source
+from .source import load_arch, profile_path, resolve_config
 
 GIB = 1024**3
 
@@ -52,98 +54,6 @@ ACTIVATION_ELEMENTS_PER_HIDDEN = 16
 # A home as the planner sees it: system prompt, the home's rooms, places, objects and devices, and the
 # few-shot examples. The plan reports how many homes of this size stay warm in the KV pool.
 HOME_TOKENS = 6144
-
-
-# --------------------------------------------------------------------------------------- arch
-
-
-def _relative_to(path_str: str, base: Path | None) -> Path:
-    path = Path(path_str).expanduser()
-    if not path.is_absolute() and base is not None:
-        path = base / path
-    return path
-
-
-def _is_gguf_ref(ref: str) -> bool:
-    return ref.startswith("package:") or ref.endswith(".gguf")
-
-
-def resolve_config(spec: ModelSpec, profile_dir: Path | None, *, section: str = "target") -> Path:
-    """The file the plan reads a model's shape from: config.json, or the .gguf file itself.
-
-    `spec.config` (relative to the profile's directory) wins; else `<model>/config.json`; a
-    `package:` or `.gguf` model resolves to its GGUF file, whose metadata holds the shape.
-    """
-    if spec.config:
-        path = _relative_to(spec.config, profile_dir)
-        if not path.is_file():
-            raise OrinError(f"[{section}] config = {spec.config!r}: {path} not found; "
-                            f"point it at the model's config.json (relative to the profile)")
-        return path.resolve()
-    if _is_gguf_ref(spec.model):
-        return resolve_source(spec.model, profile_dir).path
-    path = _relative_to(spec.model, profile_dir) / "config.json"
-    if not path.is_file():
-        raise OrinError(f"{path} not found: to plan without the model on this machine, set "
-                        f'config = "path/to/config.json" in the profile\'s [{section}]')
-    return path
-
-
-def _gguf_scalar(reader, key: str, default=None):
-    field = reader.fields.get(key)
-    if field is None:
-        return default
-    part = field.parts[field.data[0]]  # works on every gguf release (ReaderField.contents is newer)
-    if field.types[0].name == "STRING":
-        return bytes(part).decode("utf-8")
-    return part[0].item()
-
-
-def arch_from_gguf(path: str | Path) -> Arch:
-    """A Llama GGUF's shape from its metadata alone (the tensors are memory-mapped, never read)."""
-    path = Path(path)
-    try:
-        import gguf
-    except ImportError:
-        raise OrinError(f"{path}: reading a GGUF needs the gguf package (pip install gguf)") from None
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as e:  # a truncated or foreign file: ValueError, struct errors, ...
-        raise OrinError(f"{path}: not a readable GGUF file ({e})") from None
-    arch = _gguf_scalar(reader, "general.architecture")
-    if arch != "llama":
-        raise OrinError(f"{path}: GGUF architecture {arch!r}; only 'llama' is supported")
-    try:
-        layers = _gguf_scalar(reader, "llama.block_count")
-        hidden = _gguf_scalar(reader, "llama.embedding_length")
-        heads = _gguf_scalar(reader, "llama.attention.head_count")
-        if None in (layers, hidden, heads):
-            raise KeyError("llama.block_count/embedding_length/attention.head_count")
-        tokens = reader.fields.get("tokenizer.ggml.tokens")
-        vocab = len(tokens.data) if tokens is not None else _gguf_scalar(reader, "llama.vocab_size")
-        head_dim = (_gguf_scalar(reader, "llama.attention.key_length")
-                    or _gguf_scalar(reader, "llama.rope.dimension_count") or hidden // heads)
-        return Arch(
-            num_layers=layers,
-            hidden_size=hidden,
-            intermediate_size=_gguf_scalar(reader, "llama.feed_forward_length"),
-            num_heads=heads,
-            num_kv_heads=_gguf_scalar(reader, "llama.attention.head_count_kv", heads),
-            head_dim=head_dim,
-            vocab_size=vocab,
-            # llama.cpp writes no output.weight when the lm_head is the embedding matrix
-            tie_word_embeddings=not any(t.name == "output.weight" for t in reader.tensors),
-            max_position_embeddings=_gguf_scalar(reader, "llama.context_length", 2048),
-            rms_norm_eps=_gguf_scalar(reader, "llama.attention.layer_norm_rms_epsilon", 1e-5),
-            rope_theta=_gguf_scalar(reader, "llama.rope.freq_base", 10000.0),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise OrinError(f"{path}: GGUF metadata incomplete for a Llama model ({e})") from None
-
-
-def load_arch(spec: ModelSpec, profile_dir: Path | None, *, section: str = "target") -> Arch:
-    path = resolve_config(spec, profile_dir, section=section)
-    return arch_from_gguf(path) if path.suffix == ".gguf" else arch_from_config_file(path)
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -210,77 +120,16 @@ def activation_bytes(a: Arch, spec: ModelSpec, max_num_tokens: int) -> int:
 # ------------------------------------------------------------------------------------- policy
 
 
-def _tensor_type_bits() -> dict[int, int]:
-    from onnx import TensorProto
-
-    bits = {"FLOAT": 32, "UINT8": 8, "INT8": 8, "UINT16": 16, "INT16": 16, "INT32": 32, "INT64": 64,
-            "BOOL": 8, "FLOAT16": 16, "DOUBLE": 64, "UINT32": 32, "UINT64": 64, "COMPLEX64": 64,
-            "COMPLEX128": 128, "BFLOAT16": 16, "FLOAT8E4M3FN": 8, "FLOAT8E4M3FNUZ": 8,
-            "FLOAT8E5M2": 8, "FLOAT8E5M2FNUZ": 8, "FLOAT8E8M0": 8, "UINT4": 4, "INT4": 4,
-            "FLOAT4E2M1": 4, "UINT2": 2, "INT2": 2}
-    # Look the enum values up by name: older onnx releases lack the newest types.
-    return {getattr(TensorProto, n): b for n, b in bits.items() if hasattr(TensorProto, n)}
-
-
-def _tensor_bytes(t, bits: dict[int, int], source: Path) -> int:
-    from onnx import TensorProto
-
-    if t.data_location == TensorProto.EXTERNAL:
-        info = {e.key: e.value for e in t.external_data}
-        if "length" in info:  # exactly the bytes the runtime reads from the external file
-            return int(info["length"])
-    if t.data_type == TensorProto.STRING:
-        return sum(len(s) for s in t.string_data)
-    if t.data_type not in bits:
-        raise OrinError(f"{source}: initializer {t.name!r} has ONNX data type {t.data_type}, "
-                        f"which the memory plan cannot size; state policy.reserve_gib instead")
-    numel = math.prod(t.dims)  # dims are recorded even when the data lives in an external file
-    return math.ceil(numel * bits[t.data_type] / 8)
-
-
-def _graph_bytes(graph, bits: dict[int, int], source: Path) -> int:
-    from onnx import AttributeProto
-
-    total = sum(_tensor_bytes(t, bits, source) for t in graph.initializer)
-    for sp in graph.sparse_initializer:
-        total += _tensor_bytes(sp.values, bits, source) + _tensor_bytes(sp.indices, bits, source)
-    for node in graph.node:  # If / Loop / Scan bodies carry their own initializers
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                total += _graph_bytes(attr.g, bits, source)
-            elif attr.type == AttributeProto.GRAPHS:
-                total += sum(_graph_bytes(g, bits, source) for g in attr.graphs)
-    return total
-
-
-def onnx_initializer_bytes(path: str | Path) -> int:
-    """Bytes of all initializers of an ONNX model (external data included, never loaded)."""
-    path = Path(path)
-    if not path.is_file():
-        raise OrinError(f"policy onnx {path} not found; fix policy.onnx or state policy.reserve_gib")
-    try:
-        import onnx
-    except ImportError:
-        raise OrinError("sizing policy.onnx needs the onnx package (pip install onnx), "
-                        "or state policy.reserve_gib instead") from None
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # protobuf DecodeError and friends
-        raise OrinError(f"policy onnx {path}: not a readable ONNX model ({type(e).__name__}); "
-                        f"fix policy.onnx or state policy.reserve_gib") from None
-    return _graph_bytes(model.graph, _tensor_type_bits(), path)
-
-
 def policy_bytes(profile: Profile, profile_dir: Path | None) -> tuple[int, str]:
     policy = profile.policy
     if policy.measured is not None:  # what the policy runner saw the policy process take: no guess
         from ..policy.measure import read_measurement
 
-        path = _relative_to(policy.measured, profile_dir)
+        path = profile_path(policy.measured, profile_dir)
         m = read_measurement(path)
         return m.total_bytes, f"measured {path}: {m.describe()}"
     if policy.onnx is not None:
-        path = _relative_to(policy.onnx, profile_dir)
+        path = profile_path(policy.onnx, profile_dir)
         init = onnx_initializer_bytes(path)
         return (math.ceil(init * policy.activation_factor),
                 f"onnx {path}: {init:,} B of initializers × activation_factor {policy.activation_factor:g}")

@@ -24,8 +24,8 @@ from ..errors import OrinError
 from ..manifest import SCHEMA_VERSION, KvCacheEntry, Manifest, ModelEntry, file_entry, write_manifest
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
-from .memory import MemoryPlan, check_feasible, format_plan, load_arch, plan_memory
-from .source import Source, resolve_source
+from .memory import MemoryPlan, check_feasible, format_plan, plan_memory
+from .source import Source, load_arch, resolve_source
 
 
 def tool_versions() -> dict[str, str]:

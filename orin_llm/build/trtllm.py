@@ -11,7 +11,6 @@ Nothing here imports tensorrt_llm: the build runs its scripts, so this module wo
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import shutil
 import subprocess
@@ -21,10 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..doctor.preflight import preflight
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
 from ..trtllm_rules import EngineSetup, engine_setups, profile_refusal
+from .source import profile_path
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
 DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
@@ -126,13 +127,6 @@ def check_trtllm_profile(profile: Profile) -> None:
 # The commands
 
 
-def _model_dir(model: str, profile_dir: Path | None) -> Path:
-    path = Path(model).expanduser()
-    if not path.is_absolute() and profile_dir is not None:
-        path = profile_dir / path
-    return path
-
-
 def _checkpoint_step(role: str, spec: ModelSpec, model_dir: Path, profile: Profile, out: Path,
                      trtllm_root: str, python: str, calib_size: int) -> Step:
     ckpt = out / "ckpt" / role
@@ -223,7 +217,7 @@ def trtllm_steps(profile: Profile, out: Path, trtllm_root: str = DEFAULT_TRTLLM_
                         "the Hugging Face dataset of that name; choose another output directory")
     steps: list[Step] = []
     for (role, spec), setup in zip(_models(profile), engine_setups(profile), strict=True):
-        model_dir = _model_dir(spec.model, profile_dir)
+        model_dir = profile_path(spec.model, profile_dir)
         steps.append(_checkpoint_step(role, spec, model_dir, profile, out, trtllm_root, python, calib_size))
         steps.append(_engine_step(role, setup, spec, profile, out))
     return steps
@@ -282,98 +276,6 @@ def write_calib_dataset(out: Path, max_items: int | None = None, root: Path | st
             text = "\n\n".join(m["content"] for m in messages)
             f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
     return path
-
-
-# ---------------------------------------------------------------------------
-# Preflight
-
-
-def _read(path: str | Path) -> str | None:
-    try:
-        return Path(path).read_text()
-    except OSError:
-        return None
-
-
-def _meminfo_kib(text: str | None, key: str) -> int | None:
-    for line in (text or "").splitlines():
-        name, _, rest = line.partition(":")
-        if name.strip() == key and rest.split():
-            return int(rest.split()[0])
-    return None
-
-
-def _default_run_cmd(argv: list[str]) -> str | None:
-    if shutil.which(argv[0]) is None:
-        return None
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def swap_kib(proc_swaps_text: str | None) -> tuple[int, int]:
-    """(disk, zram) swap sizes in KiB from the text of /proc/swaps."""
-    disk = zram = 0
-    for line in (proc_swaps_text or "").splitlines()[1:]:
-        cols = line.split()
-        if len(cols) >= 3 and cols[2].isdigit():
-            if cols[0].startswith("/dev/zram"):
-                zram += int(cols[2])
-            else:
-                disk += int(cols[2])
-    return disk, zram
-
-
-def preflight(min_swap_gib: float = 8, min_free_gib: float = 12, *, proc_swaps: str | Path = "/proc/swaps",
-              proc_meminfo: str | Path = "/proc/meminfo", tegra_release: str | Path = "/etc/nv_tegra_release",
-              run_cmd: Callable[[list[str]], str | None] | None = None) -> list[str]:
-    """Warnings, each with its fix, about this machine before a TensorRT-LLM build.
-
-    ``run_cmd(argv)`` returns a command's stdout, or None when it cannot run (default: subprocess).
-    """
-    warnings: list[str] = []
-    gib = 1024 * 1024  # KiB per GiB
-    meminfo = _read(proc_meminfo)
-
-    # Swap. zram (JetPack's default swap) is compressed RAM, so it does not count as relief here.
-    swaps = _read(proc_swaps)
-    if swaps is not None:
-        disk_kib, zram_kib = swap_kib(swaps)
-    else:
-        disk_kib, zram_kib = _meminfo_kib(meminfo, "SwapTotal") or 0, 0
-    if disk_kib < min_swap_gib * gib:
-        zram = f" (+{zram_kib / gib:.1f} GiB zram, which is compressed RAM)" if zram_kib else ""
-        warnings.append(
-            f"only {disk_kib / gib:.1f} GiB of disk swap{zram}; quantizing and building can run out of "
-            f"memory: add {min_swap_gib:g} GiB or more, e.g. sudo fallocate -l {math.ceil(min_swap_gib)}G "
-            "/swapfile && sudo chmod 600 /swapfile && sudo mkswap /swapfile && sudo swapon /swapfile")
-
-    available = _meminfo_kib(meminfo, "MemAvailable")
-    if available is not None and available < min_free_gib * gib:
-        warnings.append(
-            f"only {available / gib:.1f} GiB of memory available (want {min_free_gib:g} GiB); stop the "
-            "policy model, the ROS 2 graph and other GPU processes, or the desktop "
-            "(sudo systemctl isolate multi-user.target), before building")
-
-    if not Path(tegra_release).exists():
-        warnings.append(
-            f"not a Jetson ({tegra_release} not found): TensorRT engines only run on the GPU they are "
-            "built for, so build on the Orin itself")
-        return warnings
-    query = (run_cmd or _default_run_cmd)(["nvpmodel", "-q"])
-    advice = "run sudo nvpmodel -m 0 && sudo jetson_clocks before building and serving"
-    if query is None:
-        warnings.append(f"could not read the Jetson power mode (nvpmodel -q failed); {advice}")
-    else:
-        mode = next((ln.split(":", 1)[1].strip() for ln in query.splitlines()
-                     if ln.strip().startswith("NV Power Mode")), None)
-        if mode is None:
-            warnings.append(f"could not parse the power mode from nvpmodel -q; {advice}")
-        elif "MAXN" not in mode.upper():
-            warnings.append(f"Jetson power mode is {mode}, not MAXN: builds and calibration run slower; "
-                            f"{advice}")
-    return warnings
 
 
 # ---------------------------------------------------------------------------
@@ -446,7 +348,7 @@ def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, d
     if dry_run:
         return steps
     for role, spec in _models(profile):
-        model_dir = _model_dir(spec.model, profile_dir)
+        model_dir = profile_path(spec.model, profile_dir)
         if not (model_dir / "config.json").is_file():
             raise OrinError(f"{role}.model: {model_dir} is not a Hugging Face model directory (no "
                             "config.json); download the checkpoint there or fix the path in the profile")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..environment import Environment, Step, _parse_call
+from ..environment import Environment, Step, parse_call
 
 SHOWN = 8  # names listed in a reason
 
@@ -33,7 +33,7 @@ def _listed(names: list[str]) -> str:
 
 def check_line(line: str, env: Environment) -> Step | Rejected:
     """One line of a plan: a typed step, or why it is not one."""
-    call = _parse_call(line)
+    call = parse_call(line)
     if call is None:
         return Rejected(line, "not an action call like go_to(kitchen)")
     name, args = call

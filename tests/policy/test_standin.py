@@ -7,9 +7,9 @@ import numpy as np
 import onnx
 import pytest
 
-from orin_llm.build.memory import onnx_initializer_bytes
 from orin_llm.errors import OrinError
 from orin_llm.policy.backends import OnnxRuntimePolicy, input_specs
+from orin_llm.policy.onnx_size import onnx_initializer_bytes
 from orin_llm.policy.standin import SHAPES, STAND_IN_KEY, export_stand_in, is_stand_in, parameter_count
 
 

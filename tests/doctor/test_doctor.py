@@ -13,7 +13,7 @@ from orin_llm.doctor import Probe, device_name, diagnose, parse_l4t, run_doctor
 from orin_llm.manifest import SCHEMA_VERSION, KvCacheEntry, Manifest, ModelEntry, write_manifest
 from orin_llm.profile import load_profile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ORIN_PROFILE = ROOT / "jetson" / "profiles" / "agx-orin-64gb.toml"
 
 R36_4 = ("# R36 (release), REVISION: 4.0, GCID: 37537400, BOARD: generic, EABI: aarch64, DATE: Fri Sep 13 "
