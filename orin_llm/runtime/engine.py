@@ -31,7 +31,7 @@ from .constraint import Constraint, Vocabulary
 from .generate import Generation
 from .history_store import HistoryStore, engine_identity
 from .kv_cache import Int8KVCache, KVCache
-from .kv_pool import KVPool
+from .kv_pool import KVPool, load_scales
 from .llama import PROBE_ROWS, Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
@@ -142,8 +142,6 @@ def load_pool(engine_dir: Path, entry: ModelEntry, role: str, num_blocks: int, d
         if not entry.kv_cache.scales:
             raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
                             f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
-        from ..build.calibrate import load_scales
-
         k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
         return KVPool(entry.arch, num_blocks, BLOCK_SIZE, dtype, device, k_scale, v_scale)
     if kv not in KV_DTYPES:

@@ -45,7 +45,7 @@ from typing import Any, Optional
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest, read_json_object
-from ..trtllm_rules import EngineSetup, broken_rules
+from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
 from .constraint import Constraint, Vocabulary
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .sampling import SamplingParams
@@ -83,9 +83,7 @@ def _tokens_per_block(cfg: dict) -> int:
     value = _build_value(cfg, "plugin_config", "tokens_per_block")
     if isinstance(value, int) and value > 0:
         return value
-    from ..build.trtllm import TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
-
-    return TOKENS_PER_BLOCK
+    return TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
 
 
 def _max_kv_tokens(manifest: Manifest, role: str, engine_dir: Path) -> int:
