@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from .. import __version__
 from ..environment import environment_from_dict
 from ..errors import OrinError
-from ..runtime.engine import Engine
+from ..runtime.backend import Backend
 from ..runtime.sampling import SamplingParams
 from .body_limit import BodyLimit
 from .content import JsonBodies, parse_environment_body
@@ -51,7 +51,7 @@ class ServerConfig:
     max_tokens_limit: Optional[int] = None  # a cap below the engine's own output limit
 
 
-def engine_max_tokens(engine: Engine) -> int:
+def engine_max_tokens(engine: Backend) -> int:
     """Most new tokens a request may ask for: prompt (≤ max_input_len) + output ≤ max_seq_len."""
     limits = engine.manifest.limits
     return limits.get("max_output_len") or limits["max_seq_len"] - limits["max_input_len"]
@@ -149,7 +149,7 @@ def create_app(worker: Worker, config: Optional[ServerConfig] = None) -> FastAPI
                              **({"pool": kv["pool"]} if "pool" in kv else {})},
                 "scheduler": scheduler_info(engine),
                 # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
-                **({"kernels": engine.kernels()} if hasattr(engine, "kernels") else {}),
+                **({"kernels": engine.kernels()} if engine.capabilities.kernels else {}),
                 "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": limit,
                            "max_body_bytes": config.max_body_bytes}}
 
@@ -284,12 +284,11 @@ def check_name(name: str) -> None:
 def scheduler_info(engine) -> dict:
     """How the engine batches: requests decoding together, rows per step, prompt tokens per step
     (a TensorRT-LLM engine batches inside its executor: none of these)."""
-    sched = getattr(engine, "scheduler", None)
-    if sched is None:
+    if not engine.capabilities.tunable_batch:
         return {}
-    return {"max_running": sched.config.max_running, "max_step_tokens": sched.config.max_step_tokens,
-            "prefill_chunk_tokens": engine.prefill_chunk_tokens, "running": len(sched.running),
-            "waiting": len(sched.waiting)}
+    s = engine.stats()
+    return {"max_running": s.max_running, "max_step_tokens": s.max_step_tokens,
+            "prefill_chunk_tokens": s.prefill_chunk_tokens, "running": s.running, "waiting": s.waiting}
 ENVIRONMENT_BODY = {"required": True, "description": "An environment: JSON in the shape GET /v1/environment "
                     "returns, or the YAML home file as is (Content-Type: application/yaml).",
                     "content": {media: {"schema": {"type": "object", "additionalProperties": True}}
