@@ -26,6 +26,14 @@ from typing import Literal, Optional
 Stage = Literal["build", "load"]
 Evidence = Literal["0.12 source", "later open copy"]
 
+# Our builds' KV block size, which the runtime also reads back from an engine's config.json (and
+# assumes for one that does not say). A prefix is reused only in whole KV blocks: the last, partly
+# filled block of the shared prefix is recomputed for every request. The planning prefix (system
+# prompt + home + examples) is ~400-600 tokens, so 32-token blocks lose at most 31 tokens of it (64,
+# the 0.12 default, up to 63) and waste less per sequence in the tail block. (doc §3:
+# `--tokens_per_block` int, default 64, R≡J tensorrt_llm/plugin/plugin.py L182.)
+TOKENS_PER_BLOCK = 32
+
 # The batch manager raises with TLLM_CHECK_WITH_INFO: "[TensorRT-LLM][ERROR] Assertion failed: <text>
 # (<file>:<line>)" (seen on a closed 0.7 build: tensorrtllm_backend issue #271). It was closed source
 # at 0.12 (and still on 2024-12-18, NVIDIA/TensorRT-LLM issue #2569); "later open copy" means the first

@@ -62,9 +62,7 @@ def loaded(engine_dir: Path, **options: Any) -> Iterator[Any]:
     try:
         yield engine
     finally:
-        close = getattr(engine, "close", None)  # TrtllmEngine; a torch Engine is freed with its last reference
-        if close is not None:
-            close()
+        engine.close()  # Backend.close: a TrtllmEngine's executors; a torch Engine is freed with its last reference
 
 
 def manifest_kv(manifest) -> dict[str, Any]:

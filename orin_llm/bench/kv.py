@@ -14,11 +14,12 @@ from pathlib import Path
 
 import torch
 
-from ..build.calibrate import interleave_by_home, load_scales, sequences
+from ..build.calibrate import interleave_by_home, sequences
 from ..calibration_data import load_split
 from ..manifest import load_manifest
 from ..runtime.engine import Engine
 from ..runtime.kv_cache import Int8KVCache, KVCache
+from ..runtime.kv_pool import load_scales
 from ..runtime.sampling import SamplingParams
 from .common import loaded, manifest_kv, progress, write_json
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from ..calibration_data import CalibrationItem, load_home, load_split
 from ..environment import prefix_messages, task_message
@@ -71,15 +71,6 @@ def observe(model, seqs, capacity: int, dtype: torch.dtype,
 def write_scales(path: Path, k_absmax: torch.Tensor, v_absmax: torch.Tensor, meta: dict[str, str]) -> None:
     save_file({"k_scale": (k_absmax / 127).contiguous(), "v_scale": (v_absmax / 127).contiguous()},
               str(path), metadata={"method": "absmax/127 per layer per kv head", **meta})
-
-
-def load_scales(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    if not path.is_file():
-        raise OrinError(f"KV scales file {path} is missing; run `orin-llm calibrate --engine DIR`")
-    t = load_file(str(path))
-    if set(t) != {"k_scale", "v_scale"}:
-        raise OrinError(f"{path}: expected tensors k_scale and v_scale, found {sorted(t)}")
-    return t["k_scale"], t["v_scale"]
 
 
 def calibrate(engine, split: str = "calib", limit: Optional[int] = None,

@@ -24,20 +24,13 @@ from ..doctor.preflight import preflight
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
-from ..trtllm_rules import EngineSetup, engine_setups, profile_refusal
+from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
 from .source import profile_path
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
 DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
 SETUP_HINT = ("TensorRT-LLM 0.12.0-jetson is not installed (trtllm-build is not on PATH, or the "
               "source tree with examples/ is missing): run jetson/setup.sh on the Orin")
-
-# A prefix is reused only in whole KV blocks: the last, partly filled block of the shared prefix is
-# recomputed for every request. The planning prefix (system prompt + home + examples) is ~400-600
-# tokens, so 32-token blocks lose at most 31 tokens of it (64, the 0.12 default, up to 63) and
-# waste less per sequence in the tail block. (doc §3: `--tokens_per_block` int, default 64, R≡J
-# tensorrt_llm/plugin/plugin.py L182.)
-TOKENS_PER_BLOCK = 32
 
 # AWQ uses at most 32 calibration samples: quantize_by_modelopt forces calib_size to 32 whenever it is
 # larger (doc §2, R≡J quantize_by_modelopt.py L407-412). We pass 32 so the command says what happens;

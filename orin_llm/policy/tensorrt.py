@@ -27,7 +27,7 @@ from typing import Optional
 import numpy as np
 
 from ..errors import OrinError
-from .backends import TensorSpec, require_onnx, synthetic_inputs
+from .inputs import TensorSpec, require_onnx, synthetic_inputs
 from .trt_bindings import bindings
 
 WORKSPACE_BYTES = 1 << 30  # TensorRT's tactic scratch while building; the engine's own need is measured

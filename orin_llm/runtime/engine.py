@@ -10,6 +10,7 @@ for everyone. Either way only one thread touches an engine.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -25,13 +26,14 @@ import torch
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, ModelEntry, load_manifest, read_json_object
+from .backend import Capabilities, EngineStats
 from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .generate import Generation
 from .history_store import HistoryStore, engine_identity
 from .kv_cache import Int8KVCache, KVCache
-from .kv_pool import KVPool
+from .kv_pool import KVPool, load_scales
 from .llama import PROBE_ROWS, Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
@@ -142,8 +144,6 @@ def load_pool(engine_dir: Path, entry: ModelEntry, role: str, num_blocks: int, d
         if not entry.kv_cache.scales:
             raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
                             f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
-        from ..build.calibrate import load_scales
-
         k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
         return KVPool(entry.arch, num_blocks, BLOCK_SIZE, dtype, device, k_scale, v_scale)
     if kv not in KV_DTYPES:
@@ -494,6 +494,45 @@ class Engine(EngineText):
                 "bytes": pool.nbytes + (self.cache.draft_pool.nbytes if self.cache.draft_pool else 0),
                 "pool": stats, "batch": self.last_batch, "preemptions": self.preemptions,
                 "draft_loaded": self.draft_model is not None}
+
+    # ------------------------------------------------------------------ the Backend interface (backend.py)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(backend="torch", max_batch=self.manifest.limits.get("max_batch_size", 1),
+                            tunable_batch=True, paced_prefill=True, persistent_histories=True, grammars=True,
+                            kernels=True, pins_hold=True, speculation=tuple(self.speculation_modes))
+
+    def stats(self) -> EngineStats:
+        sched = self.scheduler
+        return EngineStats(waiting=len(sched.waiting), running=len(sched.running),
+                           max_running=sched.config.max_running, max_step_tokens=sched.config.max_step_tokens,
+                           prefill_chunk_tokens=self.prefill_chunk_tokens)
+
+    def tune(self, max_running: Optional[int] = None, prefill_chunk_tokens: Optional[int] = None) -> None:
+        """At most `max_running` requests in the batch (up to the max_batch_size the pool is sized for);
+        `prefill_chunk_tokens` prompt tokens per request per step."""
+        if max_running is not None:
+            limit = self.capabilities.max_batch
+            if not 1 <= max_running <= limit:
+                raise OrinError(f"a batch of {max_running} requests: give 1 to this engine's max_batch_size of "
+                                f"{limit} (its KV pool is sized for that many)")
+            self.scheduler.config = dataclasses.replace(self.scheduler.config, max_running=max_running)
+        if prefill_chunk_tokens is not None:
+            if prefill_chunk_tokens < 1:
+                raise OrinError(f"prefill chunks of {prefill_chunk_tokens} tokens: give at least 1")
+            self.prefill_chunk_tokens = prefill_chunk_tokens
+
+    def persist_histories(self, directory: Path) -> None:
+        """The lookup histories live in `directory` from now on, one file per environment (history_store.py)."""
+        self.histories = HistoryStore(Path(directory), self.histories.identity, self.lookup_seed)
+
+    def save_histories(self) -> None:
+        if self.histories.directory is not None:
+            self.histories.save_dirty()
+
+    def close(self) -> None:
+        """Nothing to free explicitly: the models and pools go with the engine's last reference."""
 
 
 def _attach(drafter, view) -> None:

@@ -13,6 +13,7 @@ conversion the contiguous cache paid anyway.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -182,3 +183,15 @@ class PagedView:
     def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
         k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)
         return (k, v, *self.pool.scales(layer))
+
+
+def load_scales(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The calibrated static INT8 KV scales (per layer and KV head) that build/calibrate.py wrote."""
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise OrinError(f"KV scales file {path} is missing; run `orin-llm calibrate --engine DIR`")
+    t = load_file(str(path))
+    if set(t) != {"k_scale", "v_scale"}:
+        raise OrinError(f"{path}: expected tensors k_scale and v_scale, found {sorted(t)}")
+    return t["k_scale"], t["v_scale"]

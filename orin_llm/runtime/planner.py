@@ -22,9 +22,9 @@ from ..environment import Environment, Step, prefix_messages, task_message
 from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..home.grammar import plan_grammar
 from ..home.steps import Rejected, check_steps
+from .backend import Backend
 from .cache import Pin
 from .constraint import Grammar
-from .engine import Engine
 from .generate import Generation, Result
 from .sampling import SamplingParams
 
@@ -84,7 +84,7 @@ class Planner:
     """Plans on pinned homes: the default one, and any number of named ones (a fleet of robots in
     different homes sharing one planner), each pinned within the engine's KV budget."""
 
-    def __init__(self, engine: Engine, environment: Environment):
+    def __init__(self, engine: Backend, environment: Environment):
         self.engine = engine
         self.homes: dict[Optional[str], Home] = {}  # None: the default home
         self.prefill_s = 0.0  # how long the last environment's prefix took to compute
@@ -137,7 +137,7 @@ class Planner:
     @property
     def constrains(self) -> bool:
         """Whether this engine can constrain plans to the home's grammar."""
-        return hasattr(self.engine, "vocabulary")
+        return self.engine.capabilities.grammars
 
     def set_environment(self, environment: Environment, name: Optional[str] = None) -> int:
         """Render, tokenize and pin a new environment for home `name` (None: the default home);
@@ -212,7 +212,7 @@ class Planner:
         `conversation`, the request is its next turn (finish() records it)."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         prefix = self.home(home).prefix
-        extra = {"history": history_key(prefix.environment)} if hasattr(self.engine, "histories") else {}
+        extra: dict = {"history": history_key(prefix.environment)}  # an engine with one history ignores it
         if constrained and prefix.grammar is not None:
             extra["constraint"] = prefix.grammar.constraint()
         elif constrained and not prefix.environment.is_text:

@@ -1,9 +1,14 @@
-"""A TensorRT-LLM 0.12.0-jetson engine directory behind the torch Engine's public surface.
+"""A TensorRT-LLM 0.12.0-jetson engine directory behind runtime/backend.py's `Backend`.
 
-`TrtllmEngine` mirrors runtime/engine.py's `Engine` (name, manifest, tokenizer, eos_ids, encode,
-chat_text, chat_ids, check_prompt, pin, pinned, cached_prefix, speculation_modes, generate), and its
-`TrtllmGeneration` (runtime/trtllm_generation.py) mirrors runtime/generate.py's `Generation`, so the
-planner and the server do not care which backend serves them.
+`TrtllmEngine` implements the interface runtime/engine.py's `Engine` implements (load, generate,
+submit, step, abort, pin_request/pin/unpin, stats, capabilities, ...), and its requests
+(runtime/trtllm_generation.py) are `Request`s as runtime/generate.py's `Generation` is, so the planner
+and the server do not care which backend serves them. What differs is in `capabilities`.
+
+Stepping: `step` advances the running request to its next text delta (the executor's next
+response, or several while they decide no text). One request runs at a time (`MAX_RUNNING`): what a
+request was served from the cache is measured from a counter of the whole executor (below), and the
+engine has one lookup history; running several at once inside the executor is a later change.
 
 Every binding call goes through `trtllm_bindings.executor_module()`; the keyword names are those
 of `tensorrt_llm.bindings.executor` at v0.12.0 (R) / v0.12.0-jetson (J), see
@@ -39,22 +44,27 @@ runtime/trtllm_generation.py's.
 from __future__ import annotations
 
 import logging
+import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest, read_json_object
-from ..trtllm_rules import EngineSetup, broken_rules
+from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
+from .backend import Capabilities, EngineStats, run_pin
 from .constraint import Constraint, Vocabulary
-from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
+from .engine import AUTO_SPECULATION, DEFAULT_HISTORY, EngineText, eos_ids, load_tokenizer, lookup_seed
 from .sampling import SamplingParams
 from .speculative import LookupDrafter
 from .trtllm_bindings import executor_module
-from .trtllm_generation import TrtllmGeneration, enqueue_request, first_line, follow
+from .trtllm_generation import Stepped, TrtllmGeneration, TrtllmPin, enqueue_request, first_line, follow
 from .trtllm_grammar import PROCESSOR, GrammarProcessor, processor_map
 
 log = logging.getLogger(__name__)
+
+MAX_RUNNING = 1  # requests that run together (module doc)
 
 # ---------------------------------------------------------------------------------- loading
 
@@ -83,9 +93,7 @@ def _tokens_per_block(cfg: dict) -> int:
     value = _build_value(cfg, "plugin_config", "tokens_per_block")
     if isinstance(value, int) and value > 0:
         return value
-    from ..build.trtllm import TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
-
-    return TOKENS_PER_BLOCK
+    return TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
 
 
 def _max_kv_tokens(manifest: Manifest, role: str, engine_dir: Path) -> int:
@@ -176,6 +184,8 @@ class TrtllmEngine(EngineText):
         self.grammar: Optional[GrammarProcessor] = None  # set by load(): the target's logits post-processor
         self._vocab: Optional[Vocabulary] = None
         self._closed = False
+        self.waiting: deque[Stepped] = deque()  # submitted requests, in order
+        self.running: list[Stepped] = []  # at most MAX_RUNNING
 
     @classmethod
     def load(cls, engine_dir: str | Path, draft: bool = True) -> TrtllmEngine:
@@ -237,20 +247,70 @@ class TrtllmEngine(EngineText):
     def executors(self) -> list[Any]:
         return [self.target_executor] + ([self.draft_executor] if self.draft_executor is not None else [])
 
-    def pin(self, ids: list[int]) -> tuple[int, ...]:
-        """Run `ids` once on each engine so their KV blocks are stored for reuse (see the module doc:
-        whole blocks only). Without block reuse there is nothing to keep: the ids are only recorded.
-        Returns the handle `unpin` takes."""
-        ids = list(ids)
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(backend="trtllm", max_batch=MAX_RUNNING, tunable_batch=False, paced_prefill=False,
+                            persistent_histories=False, grammars=True, kernels=False, pins_hold=False,
+                            speculation=tuple(self.speculation_modes))
+
+    # ------------------------------------------------------------------ stepping requests
+
+    def submit(self, request: Stepped) -> None:
+        if request.started is None:
+            request.started = time.perf_counter()
+        self.waiting.append(request)
+
+    def step(self) -> list[Stepped]:
+        """Start what has room, then advance each running request to its next delta (or its end)."""
+        while self.waiting and len(self.running) < MAX_RUNNING:
+            self.running.append(self.waiting.popleft())
+        ran = list(self.running)
+        for request in ran:
+            request.advance()  # a failure is the request's (request.error), not the step's
+            if request.done:
+                self.running.remove(request)
+        return ran
+
+    def abort(self, request: Stepped) -> None:
+        """End a request early: the executor's request in flight is cancelled."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        request.close()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(waiting=len(self.waiting), running=len(self.running), max_running=MAX_RUNNING)
+
+    def tune(self, max_running: Optional[int] = None, prefill_chunk_tokens: Optional[int] = None) -> None:
+        if max_running is not None or prefill_chunk_tokens is not None:
+            raise OrinError("a TensorRT-LLM engine batches and paces prompts inside its executor: it takes no "
+                            "scheduler settings")
+
+    def persist_histories(self, directory: Path) -> None:
+        raise OrinError(f"a TensorRT-LLM engine keeps one lookup history in memory; it cannot persist in {directory}")
+
+    def save_histories(self) -> None:
+        pass  # nothing persists (persist_histories)
+
+    def kernels(self) -> dict:
+        return {}  # TensorRT-LLM's own kernels: none of our CPU fast paths
+
+    # ------------------------------------------------------------------ pins
+
+    def pin_request(self, ids: list[int]) -> TrtllmPin:
+        """A request that runs `ids` once on each engine so their KV blocks are stored for reuse (see the
+        module doc: whole blocks only), stepped like any other; its `pin` is the handle `unpin` takes."""
         self.check_prompt(len(ids))
-        if ids and self.block_reuse:
-            for executor in self.executors:  # the draft re-reads the context every step too
-                request = self.request(ids, 1, streaming=False, sampling=self.greedy_config())
-                for _ in follow(executor, self.enqueue(executor, request)):
-                    pass
-        handle = tuple(ids)
-        self.pins.append(handle)
-        return handle
+        return TrtllmPin(self, list(ids))
+
+    def pin(self, ids: list[int]) -> tuple[int, ...]:
+        """pin_request, run now. Without block reuse there is nothing to keep: the ids are only recorded."""
+        return run_pin(self, ids)
 
     def unpin(self, handle: Optional[tuple[int, ...]]) -> None:
         """Forget a pinned prefix (a home replaced or removed). Its blocks stay in the executor's pool
@@ -304,7 +364,7 @@ class TrtllmEngine(EngineText):
         return speculation
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
-                 constraint: Optional[Constraint] = None, history: Optional[str] = None) -> TrtllmGeneration:
+                 constraint: Optional[Constraint] = None, history: str = DEFAULT_HISTORY) -> TrtllmGeneration:
         """`constraint`: the request's grammar, applied by the target's logits post-processor on every
         step. A constrained request decodes without a drafter: how 0.12 post-processes the logits of
         external draft positions is not verified, so "auto" resolves to none and a named drafter is

@@ -1,9 +1,14 @@
 """A planning call on TensorRT-LLM 0.12.0-jetson executors: plain or speculative decoding, streamed.
 
-`TrtllmGeneration` mirrors runtime/generate.py's `Generation` (iterate for text deltas, `.result`,
-`.on_done`, closing the iterator cancels). Text comes out through the same TextStream (incremental
-detokenization, stop strings). The engine (runtime/trtllm_engine.py) makes the requests (`request`) and
-holds the executors; this module sends them and follows their responses. Citations as there.
+`TrtllmGeneration` is a request as runtime/backend.py's `Request` has it, like runtime/generate.py's
+`Generation`: the engine's `step` advances it to its next text delta (`advance`: one more response of
+the executor, or several while they decide no text), the caller reads `take()`, `done`, `error`,
+`result`; iterating it submits it and steps the engine, and closing the iterator (or `abort`) cancels
+the request in flight. Text comes out through the same TextStream (incremental detokenization, stop
+strings). `TrtllmPin` is a pin request, stepped the same way. The engine (runtime/trtllm_engine.py)
+imports this module, makes the requests (`request`) and holds the executors; this module sends them
+and follows their responses, and knows the engine only as the `EngineView` protocol below. Citations
+as there.
 
 Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
 ours, one request per step, as the reference Triton BLS orchestrator does it (tensorrtllm_backend
@@ -39,18 +44,17 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import Any, Literal, Optional, Protocol
 
 from ..errors import OrinError
 from .generate import Result, SpecStats, Timings
 from .sampling import SamplingParams
-from .speculative import AdaptiveK, CombinedDrafter
+from .speculative import AdaptiveK, CombinedDrafter, LookupDrafter
 from .text import TextStream
-
-if TYPE_CHECKING:
-    from .trtllm_engine import TrtllmEngine
+from .trtllm_grammar import GrammarProcessor
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +75,44 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     while n < len(a) and n < len(b) and a[n] == b[n]:
         n += 1
     return n
+
+
+class EngineView(Protocol):
+    """What a generation uses of its engine (runtime/trtllm_engine.py's TrtllmEngine)."""
+
+    tokenizer: Any
+    eos_ids: set[int]
+    max_input_len: int
+    max_seq_len: int
+    draft_len: int
+    block_reuse: bool
+    tokens_per_block: int
+    target_executor: Any
+    draft_executor: Optional[Any]
+    lookup: LookupDrafter
+    grammar: Optional[GrammarProcessor]
+    pins: list[tuple[int, ...]]
+
+    @property
+    def executors(self) -> list[Any]: ...
+
+    def request(self, ids: list[int], max_new_tokens: int, streaming: bool, sampling: Any,
+                draft: Optional[list[int]] = None, stop_ids: Iterable[int] = (),
+                grammar_client: Optional[int] = None) -> Any: ...
+
+    def enqueue(self, executor: Any, request: Any) -> int: ...
+
+    def reused_blocks(self, read: bool = False) -> Optional[int]: ...
+
+    def greedy_config(self) -> Any: ...
+
+    def sampled_config(self, params: SamplingParams, seed: int) -> Any: ...
+
+    def submit(self, request: Any) -> None: ...
+
+    def step(self) -> list: ...
+
+    def abort(self, request: Any) -> None: ...
 
 
 # ---------------------------------------------------------------------------------- responses
@@ -130,7 +172,7 @@ class EngineDrafter:
 
     name = "draft_model"
 
-    def __init__(self, engine: TrtllmEngine):
+    def __init__(self, engine: EngineView):
         self.engine = engine
 
     def begin(self, context: list[int]) -> None:
@@ -154,19 +196,114 @@ class EngineDrafter:
 # ---------------------------------------------------------------------------------- generation
 
 
-class TrtllmGeneration:
-    """Iterate for text deltas as they are decided; `.result` once exhausted. Closing the iterator
-    early (or an error) cancels the request in flight."""
+class Stepped:
+    """A request the engine advances one step at a time: its `_steps()` generator, run to its next
+    yield per step (a text delta, or "" where a step decided none). What the engine's caller reads
+    between steps: `take()`, `done`, `error`, `result`, `timings`."""
 
-    def __init__(self, engine: TrtllmEngine, prompt_ids: list[int], params: SamplingParams, mode: str,
+    def __init__(self, engine: EngineView, prompt_ids: list[int]):
+        self.engine, self.prompt_ids = engine, list(prompt_ids)
+        self.started: Optional[float] = None  # as Generation.started: when the request began (submit sets it)
+        self.error: Optional[BaseException] = None
+        self.result: Optional[Result] = None
+        self.pin: Optional[tuple[int, ...]] = None  # a pin request's handle, once done
+        self._over = False
+        self.pending: deque[str] = deque()
+        self._it: Optional[Iterator[str]] = None
+
+    def _steps(self) -> Iterator[str]:
+        raise NotImplementedError
+
+    @property
+    def done(self) -> bool:
+        """Over: finished, failed or ended early."""
+        return self._over
+
+    def advance(self) -> None:
+        """One step (engine.step calls it): the request's next text delta, its end, or its error."""
+        if self._over:
+            return
+        if self._it is None:
+            self._it = self._steps()
+        try:
+            delta = next(self._it)
+        except StopIteration:
+            self._over = True
+            return
+        except Exception as e:  # the request failed (its generator cancelled what was in flight)
+            self.error, self._over = e, True
+            return
+        if delta:
+            self.pending.append(delta)
+
+    def close(self) -> None:
+        """End it early (engine.abort calls it): the request in flight is cancelled."""
+        if self._it is not None:
+            self._it.close()
+        self._over = True
+
+    def take(self) -> list[str]:
+        """The text deltas decided since the last call."""
+        out = list(self.pending)
+        self.pending.clear()
+        return out
+
+    def __iter__(self) -> Iterator[str]:
+        """Text deltas as they are decided, stepping the engine (this request and any others it runs)."""
+        engine = self.engine
+        engine.submit(self)
+        try:
+            while True:
+                while self.pending:
+                    yield self.pending.popleft()
+                if self.done:
+                    break
+                engine.step()
+            if self.error is not None:
+                raise self.error
+        finally:
+            if not self.done:
+                engine.abort(self)  # closed early: cancel what is in flight
+
+
+class TrtllmPin(Stepped):
+    """A pin request: runs the prefix once on each engine (max_new_tokens=1, the draft re-reads the
+    context every step too) so that its KV blocks are stored for reuse (trtllm_engine.py's module doc:
+    whole blocks only), then records it in the engine's `pins`; its `pin` is the handle `unpin` takes.
+    Without block reuse there is nothing to keep: the ids are only recorded."""
+
+    def __init__(self, engine: EngineView, ids: list[int]):
+        super().__init__(engine, ids)
+        self.timings = Timings(prompt_tokens=len(self.prompt_ids), computed_prompt_tokens=len(self.prompt_ids))
+
+    def _steps(self) -> Iterator[str]:
+        engine, ids = self.engine, self.prompt_ids
+        t0 = self.started if self.started is not None else time.perf_counter()
+        if ids and engine.block_reuse:
+            for executor in engine.executors:
+                request = engine.request(ids, 1, streaming=False, sampling=engine.greedy_config())
+                for _ in follow(executor, engine.enqueue(executor, request)):
+                    pass
+                yield ""
+        self.pin = tuple(ids)
+        engine.pins.append(self.pin)
+        self.timings.total_s = time.perf_counter() - t0
+
+
+class TrtllmGeneration(Stepped):
+    """A planning call: plain or speculative decoding, streamed (module doc). Closing it early (or an
+    error) cancels the request in flight."""
+
+    def __init__(self, engine: EngineView, prompt_ids: list[int], params: SamplingParams, mode: str,
                  on_done: Optional[Callable[[], None]] = None, constraint=None):
-        self.engine, self.prompt_ids, self.params, self.mode = engine, list(prompt_ids), params, mode
+        super().__init__(engine, prompt_ids)
+        self.params, self.mode = params, mode
         self.constraint = constraint  # the plan grammar, applied by the target's post-processor (trtllm_grammar.py)
         self.stream = TextStream(engine.tokenizer, params.stop)
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
-        self.result: Optional[Result] = None
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
-        self.started: Optional[float] = None  # as Generation.started: when the request began
+        self.timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0,
+                               computed_prompt_tokens=len(self.prompt_ids))
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
         self._measured = False
@@ -195,7 +332,7 @@ class TrtllmGeneration:
     def _take(self, tok: int) -> tuple[str, bool]:
         """One decided token through the stop checks: (text to emit, whether generation is over)."""
         if not self._out:
-            self._timings.ttft_s = time.perf_counter() - self._t0
+            self.timings.ttft_s = time.perf_counter() - self._t0
         if tok in self.stop_ids:
             self._finish = "stop"
             return "", True
@@ -291,9 +428,9 @@ class TrtllmGeneration:
         after = self.engine.reused_blocks(read=True)
         if after is not None:
             blocks = max(0, after - self._reused_before)
-            self._timings.cached_prompt_tokens = min(blocks * self.engine.tokens_per_block, len(self.prompt_ids) - 1)
+            self.timings.cached_prompt_tokens = min(blocks * self.engine.tokens_per_block, len(self.prompt_ids) - 1)
             # the executor computes the rest of the prompt (its own prefill; no per-chunk count at 0.12)
-            self._timings.computed_prompt_tokens = len(self.prompt_ids) - self._timings.cached_prompt_tokens
+            self.timings.computed_prompt_tokens = len(self.prompt_ids) - self.timings.cached_prompt_tokens
 
     def _cancel(self) -> None:
         if self._active is not None:
@@ -341,10 +478,8 @@ class TrtllmGeneration:
 
     # ---------------------------------------------------------------- the loop
 
-    def __iter__(self) -> Iterator[str]:
+    def _steps(self) -> Iterator[str]:
         self._t0 = time.perf_counter() if self.started is None else self.started
-        self._timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0,
-                                computed_prompt_tokens=len(self.prompt_ids))
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []
         self._finish: Literal["stop", "length"] = "length"
@@ -367,9 +502,9 @@ class TrtllmGeneration:
                 drafter.finish(self._out)
             if self.on_done is not None:
                 self.on_done()
-        self._timings.completion_tokens = len(self._out)
-        self._timings.total_s = time.perf_counter() - self._t0
-        self.result = Result(self.stream.text, self._out, self._finish, self._timings, stats)
+        self.timings.completion_tokens = len(self._out)
+        self.timings.total_s = time.perf_counter() - self._t0
+        self.result = Result(self.stream.text, self._out, self._finish, self.timings, stats)
 
     def run(self) -> Result:
         for _ in self:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import os
 import signal
@@ -102,28 +101,25 @@ def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[
 
     An engine that cannot honour a setting (TensorRT-LLM batches and paces inside its executor) refuses
     it rather than ignore it."""
-    backend = engine.manifest.backend
+    caps = engine.capabilities  # what this runtime can honour (runtime/backend.py)
+    backend = caps.backend
     if chunk_tokens is not None:
-        if not hasattr(engine, "prefill_chunk_tokens"):
+        if not caps.paced_prefill:
             raise OrinError(f"--prefill-chunk-tokens {chunk_tokens}: this {backend} runtime prefills a prompt in "
                             "one step and cannot pace it; leave the option out")
-        engine.prefill_chunk_tokens = chunk_tokens
+        engine.tune(prefill_chunk_tokens=chunk_tokens)
     if max_batch is not None:
-        sched = getattr(engine, "scheduler", None)
-        if sched is None:
+        if not caps.tunable_batch:
             raise OrinError(f"--max-batch {max_batch}: this {backend} runtime batches inside its executor; "
                             "leave the option out")
-        limit = engine.manifest.limits.get("max_batch_size", 1)
-        if max_batch > limit:
-            raise OrinError(f"--max-batch {max_batch} is over this engine's max_batch_size of {limit} (its KV "
-                            "pool is sized for that many); give at most that, or rebuild with a larger one")
-        sched.config = dataclasses.replace(sched.config, max_running=max_batch)
-    if state_dir is not None and hasattr(engine, "histories"):
-        from ..runtime.history_store import HistoryStore
-
-        engine.histories = HistoryStore(Path(state_dir) / "lookup" / engine.name, engine.histories.identity,
-                                        engine.lookup_seed)
-        log.info("lookup histories persist in %s", engine.histories.directory)
+        if max_batch > caps.max_batch:
+            raise OrinError(f"--max-batch {max_batch} is over this engine's max_batch_size of {caps.max_batch} (its "
+                            "KV pool is sized for that many); give at most that, or rebuild with a larger one")
+        engine.tune(max_running=max_batch)
+    if state_dir is not None and caps.persistent_histories:
+        directory = Path(state_dir) / "lookup" / engine.name
+        engine.persist_histories(directory)
+        log.info("lookup histories persist in %s", directory)
     elif state_dir is not None:  # the default is on, so a TensorRT-LLM daemon says so rather than refuse
         log.warning("this %s runtime keeps one lookup history in memory: it is not persisted in %s", backend,
                     state_dir)

@@ -1,8 +1,8 @@
 """What each endpoint runs on the worker thread, and the payload it answers with.
 
 Each `*_job` returns a `begin(planner)` for worker.Job: it validates what needs the tokenizer
-(prompt length, the speculation name), starts the generation and returns it with a
-`finish(queue_s)` that builds the response once the generation is exhausted.
+(prompt length, the speculation name), makes the request and returns a worker.JobStart: the
+request, and a `finish(queue_s)` that builds the response once the request is done.
 
 Timings say where they start. The engine's own figures (`ttft_ms`, `total_ms`, decode speed) count
 from when the engine began the request; `queue_ms` is the wait before that, from the request's
@@ -25,10 +25,11 @@ from .errors import RequestError
 from .schemas import ChatRequest, PlanRequest
 from .structured import Answer, GrammarCache
 from .tool_calls import CallParser, chat_messages, parse_answer
+from .worker import JobStart
 
 
 def plan_job(req: PlanRequest, params: SamplingParams):
-    def begin(planner: Planner):
+    def begin(planner: Planner) -> JobStart:
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
         gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
@@ -46,7 +47,7 @@ def plan_job(req: PlanRequest, params: SamplingParams):
             if conv is not None:
                 out["conversation"] = {"id": conv.id, "turn": conv.turns}
             return out
-        return gen, finish, steps
+        return JobStart(gen, finish, steps)
     return begin
 
 
@@ -56,7 +57,7 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
     tools itself (server/tool_calls.py). Tool messages that answer no earlier call: 422, here."""
     messages, tools = chat_messages(req.messages, req.tools, native_tools)
 
-    def begin(planner: Planner):
+    def begin(planner: Planner) -> JobStart:
         started = time.perf_counter()  # timings include rendering and tokenizing, as for plans
         ids = planner.prompt_ids(messages, tools=tools)  # reuses the pinned prefix when the chat starts with it
         grammar = grammars.for_answer(answer, planner.engine)  # compiled once per distinct shape (422 if bad)
@@ -67,7 +68,7 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
         def finish(queue_s: float) -> dict:
             assert gen.result is not None
             return chat_completion(meta, gen.result, queue_s, answer)
-        return gen, finish
+        return JobStart(gen, finish)
     return begin
 
 
@@ -75,36 +76,31 @@ def environment_job(env: Environment, if_match: Optional[int], home: Optional[st
     """A new version of a home (None: the default one): rendered and checked here; its prefix is
     computed as a request of the engine (in the same steps as the requests running) and pinned when
     done. Until then plans use the version before it."""
-    def begin(planner: Planner):
+    def begin(planner: Planner) -> JobStart:
         current = planner.homes.get(home)
         version = current.prefix.version if current else 0
         if if_match is not None and if_match != version:
             where = f"environment {home!r}" if home else "the environment"
             raise RequestError(412, f"{where} is at version {version}, not {if_match} (If-Match); GET it again "
                                     "and retry")
-        engine = planner.engine
-        if not hasattr(engine, "pin_request"):  # the TensorRT-LLM engine pins in one blocking call
-            version = planner.set_environment(env, home)
-            result = {"version": version, "name": env.name, "prefix_tokens": len(planner.home(home).prefix.ids)}
-            return None, lambda queue_s: result
         prefix = planner.render(env, home)  # 413/422 here: the version in force stays in force
-        gen = engine.pin_request(list(prefix.ids))  # 507 here: it would not fit next to the other pins
+        gen = planner.engine.pin_request(list(prefix.ids))  # 507 here: it would not fit next to the other pins
         gen.started = time.perf_counter()
 
         def finish(queue_s: float) -> dict:
             planner.use(prefix, gen.pin, gen.timings.total_s, home)
             return {"version": prefix.version, "name": env.name, "prefix_tokens": len(prefix.ids),
                     **({"environment": home} if home else {})}
-        return gen, finish
+        return JobStart(gen, finish)
     return begin
 
 
 def remove_environment_job(home: str):
-    def begin(planner: Planner):
+    def begin(planner: Planner) -> JobStart:
         if home not in planner.homes:
             raise RequestError(404, f"no environment named {home!r}; GET /v1/environments lists them")
         planner.remove(home)
-        return None, lambda queue_s: {"removed": home}
+        return JobStart(None, lambda queue_s: {"removed": home})
     return begin
 
 

@@ -11,18 +11,31 @@ engine fed through prefill for requests. With no preemption the two add up to th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
     from ..runtime.generate import Result
-    from .worker import Worker
+    from ..runtime.planner import Planner
 
 ENDPOINTS = ("plan", "chat", "environment")
 OUTCOMES = ("ok", "invalid", "rejected", "cancelled", "deadline", "shutdown", "error")
 SECONDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
 RATES = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500)
+
+
+class Watched(Protocol):
+    """What the gauges read: server/worker.py's Worker (which imports this module, not the reverse)."""
+
+    capacity: int
+    planner: Planner
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def running(self) -> int: ...
 
 
 class Metrics:
@@ -73,7 +86,7 @@ class Metrics:
             ("kv_pool_evictions", "Cached KV blocks evicted since the start"),
             ("preemptions", "Requests preempted (their blocks taken back) since the start"))}
 
-    def watch(self, worker: Worker) -> None:
+    def watch(self, worker: Watched) -> None:
         """Gauges read on scrape: an int read from the worker's objects is atomic enough."""
         engine = worker.planner.engine
         usage = engine.kv_usage()

@@ -30,9 +30,10 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Literal, Optional
 
 from ..errors import OrinError
+from ..runtime.backend import Backend
 from ..runtime.constraint import Grammar
 from .errors import RequestError
 from .schemas import ChatRequest, FunctionDef
@@ -163,13 +164,13 @@ class GrammarCache:
             self._lru.popitem(last=False)
         return grammar
 
-    def for_answer(self, answer: Answer, engine: Any) -> Optional[Grammar]:
+    def for_answer(self, answer: Answer, engine: Backend) -> Optional[Grammar]:
         """The answer's compiled grammar (None: free text). Each of the request's schemas is compiled
         alone first, so that an error names the one that does not compile."""
         schemas = answer.schemas()
         if not schemas and not answer.constrained:
             return None
-        if not hasattr(engine, "vocabulary"):
+        if not engine.capabilities.grammars:
             if not answer.constrained:
                 return None  # tools shown, no call possible: nothing to check them with, nothing to constrain
             raise OrinError(f"this {engine.manifest.backend} engine cannot constrain a chat answer yet "

@@ -2,18 +2,19 @@
 
 The engine and the planner are not thread-safe, so everything that touches them (plans, chat
 completions, environment switches) runs here. Between two engine steps the thread takes every job
-that arrived, starts it (its request joins the engine's scheduler, runtime/scheduler.py), runs one
-step, which advances every running request by one forward pass, and then hands each job what its
-request decided: text deltas, the final answer, or an error. Requests join and leave between
-steps. An environment switch is a request too (it computes and pins the new prefix in the same
-steps); switches run one at a time, and a plan uses the version that was current when it began, so
-no request mixes versions.
+that arrived (as many as the engine runs together), starts it (its request is submitted to the
+engine), runs one step, which advances every running request (torch: one forward pass over all of
+them; TensorRT-LLM: each one's next response), and then hands each job what its request decided:
+text deltas, the final answer, or an error. Requests join and leave between steps. The engine is a
+runtime/backend.py `Backend`, either one: this loop serves both. An environment switch is a request
+too (it computes and pins the new prefix in the same steps); switches run one at a time, and a plan
+uses the version that was current when it began, so no request mixes versions.
 
-A job carries its inputs (a `begin` callable run on this thread), a cancel Event (set when the
-client goes away), a deadline, and an asyncio queue of events that this thread feeds through
-`loop.call_soon_threadsafe`: ("start", None), ("delta", text), then ("done", payload) or
-("error", RequestError). Cancellation, the deadline and a shutdown are checked after every step;
-the request is then ended, and what it computed stays in the KV cache.
+A job carries its inputs (a `begin` callable run on this thread, which returns a `JobStart`), a
+cancel Event (set when the client goes away), a deadline, and an asyncio queue of events that this
+thread feeds through `loop.call_soon_threadsafe`: ("start", None), ("delta", text), then ("done",
+payload) or ("error", RequestError). Cancellation, the deadline and a shutdown are checked after
+every step; the request is then ended, and what it computed stays in the KV cache.
 """
 
 from __future__ import annotations
@@ -25,25 +26,37 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import OrinError, PromptTooLong
+from ..runtime.backend import Request
 from ..runtime.block_manager import NoBlocks
 from ..runtime.cache import PinTooLarge
-from ..runtime.generate import Generation
 from ..runtime.planner import Planner
 from .errors import RequestError
 from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from ..home.steps import StepStream
 
 log = logging.getLogger("orin_llm.server")
 
 HISTORY_SAVE_S = 5.0  # the lookup histories that changed are saved at most this often (and at the end)
 
-# begin(planner) -> (generation, finish(queue_s) -> response payload[, steps]); queue_s: the job's wait
-# from its arrival to the moment the engine began its request; steps: a home.steps.StepStream that turns a
-# streamed plan's text into ("step", {...}) events. `exclusive` jobs (environment switches) start only
-# when no other exclusive job runs.
-Begin = Callable[[Planner], "tuple[Generation, Callable[[float], dict]]"]
+
+
+@dataclass
+class JobStart:
+    """What a job's `begin(planner)` started (server/jobs.py makes them)."""
+
+    generation: Optional[Request]  # its request, not yet submitted; None: the job was done in begin()
+    finish: Callable[[float], dict]  # queue_s -> the response payload, once the request is done; queue_s:
+    # the job's wait from its arrival to the moment the engine began its request
+    steps: Optional[StepStream] = None  # turns a streamed plan's text into ("step", {...}) events
+
+
+# `exclusive` jobs (Job.exclusive: environment switches) start only when no other exclusive job runs.
+Begin = Callable[[Planner], JobStart]
 
 
 @dataclass
@@ -77,10 +90,10 @@ class Active:
     """A started job: its request on the engine, and what builds its answer."""
 
     job: Job
-    gen: Generation
+    gen: Request
     finish: Callable[[float], dict]
     began: float  # time.monotonic() when the worker started it
-    steps: Optional[Any] = None  # a StepStream for a streamed plan
+    steps: Optional[StepStream] = None  # for a streamed plan
 
 
 class Worker:
@@ -126,9 +139,7 @@ class Worker:
     @property
     def depth(self) -> int:
         """Requests waiting: in this queue, or admitted by the worker but not yet by the engine."""
-        engine_waiting = len(getattr(self.planner.engine, "scheduler", None).waiting) \
-            if hasattr(self.planner.engine, "scheduler") else 0
-        return self._queue.qsize() + len(self.held) + engine_waiting
+        return self._queue.qsize() + len(self.held) + self.planner.engine.stats().waiting
 
     @property
     def running(self) -> int:
@@ -137,8 +148,7 @@ class Worker:
     @property
     def max_running(self) -> int:
         """Requests that run together: the engine's batch (1 for an engine that runs one at a time)."""
-        sched = getattr(self.planner.engine, "scheduler", None)
-        return sched.config.max_running if sched is not None else 1
+        return self.planner.engine.stats().max_running
 
     @property
     def accepting(self) -> bool:
@@ -198,10 +208,8 @@ class Worker:
 
     def _loop(self) -> None:
         engine = self.planner.engine
-        if not hasattr(engine, "step"):  # TensorRT-LLM: its executor batches; our generation blocks
-            return self._serial_loop()
         while not (self._stopping and not self.active):
-            busy = bool(self.active) or getattr(engine, "busy", False)
+            busy = bool(self.active) or engine.busy
             for job in self._take(block=not busy):
                 self._begin(job)
             if self.active:
@@ -218,47 +226,10 @@ class Worker:
     def _save_histories(self) -> None:
         """Persist the lookup histories that changed (atomic files; runtime/history_store.py)."""
         self._saved_at = time.monotonic()
-        store = getattr(self.planner.engine, "histories", None)
-        if store is not None and store.directory is not None:
-            try:
-                store.save_dirty()
-            except OSError as e:  # a full disk must not stop the planner
-                log.warning("could not save the lookup histories in %s: %s", store.directory, e)
-
-    def _serial_loop(self) -> None:
-        """One job at a time, each generation iterated to its end (engines without a step loop)."""
-        while (job := self._queue.get()) is not None:
-            if stop := self._why_stop(job):
-                self._end(job, *stop)
-                continue
-            began = time.monotonic()
-            try:
-                gen, finish, *steps = job.begin(self.planner)
-                if gen is None:  # an environment switch: done in begin()
-                    job.emit("done", finish(began - job.created))
-                    self.metrics.count(job.endpoint, "ok")
-                    continue
-                a = Active(job, gen, finish, began, steps[0] if steps else None)
-                if job.stream:
-                    job.emit("start")
-                it = iter(gen)
-                try:
-                    for delta in it:
-                        if job.stream:
-                            job.emit("delta", delta)
-                            for step in a.steps.feed(delta) if a.steps else ():
-                                job.emit("step", step)
-                        if stop := self._why_stop(job):
-                            break
-                finally:
-                    it.close()  # ends the request early if we broke out
-                if stop:
-                    self._end(job, *stop)
-                    continue
-                self.active.append(a)  # iterating took its deltas: _pump sends the last steps and the answer
-                self._pump()
-            except Exception as e:
-                self._end(job, *self._error(job, e))
+        try:
+            self.planner.engine.save_histories()
+        except OSError as e:  # a full disk must not stop the planner
+            log.warning("could not save the lookup histories: %s", e)
 
     def _take(self, block: bool) -> list[Job]:
         """Jobs that arrived (waiting for one when nothing runs), and held ones whose turn came; only as
@@ -289,19 +260,17 @@ class Worker:
             return self._end(job, *stop)
         began = time.monotonic()
         try:
-            gen, finish, *steps = job.begin(self.planner)
-            if gen is None:  # done in begin() (e.g. unpinning a home)
-                job.emit("done", finish(began - job.created))
+            start = job.begin(self.planner)
+            if start.generation is None:  # done in begin() (e.g. unpinning a home)
+                job.emit("done", start.finish(began - job.created))
                 self.metrics.count(job.endpoint, "ok")
                 return
+            self.planner.engine.submit(start.generation)
         except Exception as e:
             return self._end(job, *self._error(job, e))
-        engine = self.planner.engine
-        if gen.status == "new":
-            engine.submit(gen)
         if job.stream:
             job.emit("start")
-        self.active.append(Active(job, gen, finish, began, steps[0] if steps else None))
+        self.active.append(Active(job, start.generation, start.finish, began, start.steps))
 
     def _pump(self) -> None:
         """Each active job's news since the last step: deltas, then done, failed or stopped."""

@@ -7,11 +7,11 @@ import shutil
 import pytest
 import torch
 
-from orin_llm.build.calibrate import load_scales
 from orin_llm.calibration_data import load_split
 from orin_llm.errors import OrinError
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.kv_cache import AbsmaxObserver, Int8KVCache, KVCache
+from orin_llm.runtime.kv_pool import load_scales
 
 
 def test_int8_is_exactly_half_of_fp16_per_token(engine):

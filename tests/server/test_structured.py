@@ -155,8 +155,9 @@ def test_a_schema_that_does_not_compile_is_named(engine, body, words):
 
 
 def test_an_engine_without_grammars_says_so():
-    # a backend with no vocabulary() (both of ours have one: TrtllmEngine masks by post-processor)
-    trtllm = SimpleNamespace(manifest=SimpleNamespace(backend="trtllm"))
+    # a backend whose capabilities say it has no grammars (both of ours have them: TrtllmEngine masks
+    # by post-processor)
+    trtllm = SimpleNamespace(manifest=SimpleNamespace(backend="trtllm"), capabilities=SimpleNamespace(grammars=False))
     with pytest.raises(OrinError, match="this trtllm engine cannot constrain a chat answer yet"):
         GrammarCache().for_answer(answer(tools=[GO_TO], tool_choice="required"), trtllm)
     assert GrammarCache().for_answer(answer(tools=[GO_TO], tool_choice="none"), trtllm) is None

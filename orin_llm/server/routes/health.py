@@ -48,7 +48,7 @@ async def health(state: AppState = Depends(app_state)) -> Any:
                      **({"pool": kv["pool"]} if "pool" in kv else {})},
         "scheduler": scheduler_info(engine),
         # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
-        **({"kernels": engine.kernels()} if hasattr(engine, "kernels") else {}),
+        **({"kernels": engine.kernels()} if engine.capabilities.kernels else {}),
         "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": state.limit,
                    "max_body_bytes": config.max_body_bytes}}
 
@@ -61,9 +61,8 @@ async def metrics_text(state: AppState = Depends(app_state)) -> Response:
 def scheduler_info(engine) -> dict:
     """How the engine batches: requests decoding together, rows per step, prompt tokens per step
     (a TensorRT-LLM engine batches inside its executor: none of these)."""
-    sched = getattr(engine, "scheduler", None)
-    if sched is None:
+    if not engine.capabilities.tunable_batch:
         return {}
-    return {"max_running": sched.config.max_running, "max_step_tokens": sched.config.max_step_tokens,
-            "prefill_chunk_tokens": engine.prefill_chunk_tokens, "running": len(sched.running),
-            "waiting": len(sched.waiting)}
+    s = engine.stats()
+    return {"max_running": s.max_running, "max_step_tokens": s.max_step_tokens,
+            "prefill_chunk_tokens": s.prefill_chunk_tokens, "running": s.running, "waiting": s.waiting}
