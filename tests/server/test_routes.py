@@ -15,6 +15,7 @@ import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.errors import OrinError
+from orin_llm.runtime.backend import Capabilities, EngineStats
 from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
 from orin_llm.server.errors import RequestError
 from orin_llm.server.worker import Worker
@@ -27,8 +28,13 @@ def stub_planner() -> SimpleNamespace:
     env = SimpleNamespace(name="stub home", model_dump=lambda **kw: {"name": "stub home"})
     prefix = SimpleNamespace(environment=env, version=3, ids=[1, 2, 3, 4])
     usage = {"device": "cpu", "tokens": 4, "capacity_tokens": 1024, "bytes": 4096}
+    caps = Capabilities(backend="torch", max_batch=2, tunable_batch=False, paced_prefill=False,
+                        persistent_histories=False, grammars=False, kernels=False, pins_hold=True,
+                        speculation=("none",))
     engine = SimpleNamespace(name="stub-engine", manifest=SimpleNamespace(backend="torch", limits=LIMITS),
-                             tokenizer=SimpleNamespace(chat_template=None), kv_usage=lambda: dict(usage))
+                             tokenizer=SimpleNamespace(chat_template=None), kv_usage=lambda: dict(usage),
+                             capabilities=caps, busy=False, stats=lambda: EngineStats(0, 0, 2),
+                             save_histories=lambda: None)
     return SimpleNamespace(engine=engine, prefix=prefix, version=3, homes={None: SimpleNamespace(prefix=prefix)})
 
 
