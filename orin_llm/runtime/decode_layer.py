@@ -53,15 +53,3 @@ def layer_args(block) -> Optional[tuple]:
         return None
     return (n1.weight.detach().contiguous(), n2.weight.detach().contiguous(), float(n1.eps),
             *(list(m.q8) for m in linears))
-
-
-def attach(model) -> bool:
-    """Give every layer of a loaded model its op arguments (model.fused_layers); False, and nothing
-    set, unless every layer can run the op here."""
-    if model.device.type != "cpu" or not model.int8_decode or model.cos.dtype != torch.float32:
-        return False
-    args = [layer_args(b) for b in model.layers]
-    if any(a is None for a in args) or op() is None:
-        return False
-    model.fused_layers = args
-    return True

@@ -9,8 +9,9 @@ from ..manifest import load_manifest
 
 # Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
 # dropped for them: the engine runs on the GPU it was built for (device), its KV cache dtype is
-# compiled into the engine (kv_cache), and its kernels and weights are what they are (exact, weights).
-TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights")
+# compiled into the engine (kv_cache), and its kernels and weights are what they are (exact, weights,
+# switches).
+TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches")
 
 
 def load_engine(engine_dir: Union[str, Path], **kw: Any):
