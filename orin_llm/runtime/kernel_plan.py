@@ -160,7 +160,7 @@ class KernelPlan:
         """The linear layers' kernel, in words."""
         if self.weights in QUANTIZED:
             if self.q8_dot:
-                return "q8_dot (quantized codes times int8 activations)"
+                return "q8_dot"
             if self.device == "cpu":
                 return "torch's packed weight-only kernels (where a layer's shape fits; dequantized elsewhere)"
             return "dequantized (no packed weight-only kernel on this device)"
@@ -168,21 +168,22 @@ class KernelPlan:
 
     def steps(self, int8_cache: bool) -> dict[str, dict[str, str]]:
         """Per step kind, what runs the layers and the attention over an INT8 or a float cache."""
-        decode_attn = "INT8 decode op" if int8_cache and self.int8_decode else \
-            "SDPA per query over the cache read in the compute dtype" if self.decode_width else "SDPA"
+        int8_op = int8_cache and self.int8_decode
         fused = int8_cache and self.fused_decode
-        layers = f"fused decode_layer ({self.linear})" if fused else self.linear
+        layers = f"fused decode_layer around {self.linear}" if fused else self.linear
+        decode = "INT8 decode op" if int8_op else "SDPA"
+        verify = "INT8 decode op" if int8_op else "SDPA per query" if self.decode_width else "SDPA, causal mask"
+        before = "INT8 decode op" if fused and self.int8_prompt else "SDPA per block"
         if int8_cache and self.int8_prompt:
-            prompt_attn = "INT8 prompt op past MIN_KEYS keys, SDPA per block before"
+            prompt = f"INT8 prompt op past MIN_KEYS keys, {before} before"
         elif int8_cache and self.bf16_prompt:
-            prompt_attn = "bf16 GEMMs past MIN_KEYS keys, SDPA per block before"
+            prompt = "bf16 GEMMs past MIN_KEYS keys, SDPA per block before"
         else:
-            prompt_attn = "SDPA per block"
-        prompt_layers = layers if fused and self.int8_prompt else self.linear
-        return {"decode": {"layers": layers, "attention": decode_attn},
-                "verify": {"layers": layers, "attention": decode_attn},
-                "prompt": {"layers": prompt_layers, "attention": prompt_attn},
-                "lm_head": {"layers": self.lm_head}}
+            prompt = "SDPA per block"
+        return {"decode": {"layers": layers, "attention": decode},
+                "verify": {"layers": layers, "attention": verify},
+                "prompt": {"layers": layers if fused and self.int8_prompt else self.linear, "attention": prompt},
+                "lm_head": {"kernel": self.lm_head}}
 
     def report(self) -> dict:
         """For /health: each of our kernels, true or why not; and per cache dtype, each step kind's kernels."""

@@ -167,3 +167,24 @@ def test_the_models_steps_follow_its_plan():
     prompt = model._step(MIN_KEYS, 32, 0, int8, block=16)
     assert prompt.bf16 and not prompt.prompt_op  # the bf16 GEMMs
     assert not model._fusable(SimpleNamespace(ids=torch.zeros(1), cache=int8, block=0))
+
+
+def test_the_engine_reports_its_plan_and_reads_the_switches_when_it_loads(engine, engine_dir, monkeypatch):
+    from orin_llm.runtime.engine import Engine
+
+    report = engine.kernels()
+    assert report["threads"] >= 1 and report["device"] == "cpu" and report["kv_cache"] == "int8"
+    for name in OPS:  # each true, or why not in words (/health: tests/server/test_cancel.py)
+        assert report[name] is True or (isinstance(report[name], str) and report[name]), name
+    assert report["steps"] == engine.model.plan.report()["steps"]
+    assert (engine.model.fused_args is not None) == engine.model.plan.fused_decode
+    assert engine.model.plan.decode_width == engine.decode_rows  # an exact engine (the default)
+    monkeypatch.setenv("ORIN_LLM_INT8_ATTN", "0")
+    off = Engine.load(engine_dir, device="cpu", draft=False)
+    monkeypatch.delenv("ORIN_LLM_INT8_ATTN")  # read once, at load: the loaded engine keeps its plan
+    kernels = off.kernels()
+    assert kernels["int8_decode_attention"] == "turned off (ORIN_LLM_INT8_ATTN=0)"
+    assert kernels["fused_decode_layer"] is not True and off.model.fused_args is None
+    assert kernels["steps"]["int8"]["decode"]["attention"] != "INT8 decode op"
+    cache = off.contiguous_cache(32)
+    assert not off.model._step(0, 1, 0, cache, decode=True).int8_op

@@ -74,12 +74,12 @@ def test_packed_int8_kernel_matches_the_dequantized_weight():
     w, x = torch.randn(48, 64), torch.randn(5, 64)
     lin = QuantLinear(*quantize_int8(w), torch.float32)
     reference = F.linear(x, lin.dequantize())
-    assert lin.pack(q8_dot=False) and lin.packed_scales is not None
+    assert lin.pack(use_q8_dot=False) and lin.packed_scales is not None
     out = lin(x)
     assert out.dtype == torch.float32 and out.shape == reference.shape
     assert torch.allclose(out, reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
     int4 = QuantLinear(*quantize_int4(w, 16), torch.float32)
-    assert not int4.pack(q8_dot=False)  # groups of 16 are not a size the int4 kernel takes: it dequantizes per call
+    assert not int4.pack(use_q8_dot=False)  # groups of 16 are not a size the int4 kernel takes: it dequantizes per call
 
 
 def test_engine_draft_layers_run_packed_on_cpu(engine, engine_fp):
@@ -152,7 +152,7 @@ def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymme
     w, x = lin.dequantize(), torch.randn(9, 128)
     reference = F.linear(x, w)
     bytes_before = lin.nbytes
-    assert lin.pack(q8_dot=False) and lin.int4 is not None and lin.kernel == INT4_KERNEL
+    assert lin.pack(use_q8_dot=False) and lin.int4 is not None and lin.kernel == INT4_KERNEL
     out = lin(x)
     assert out.dtype == torch.float32 and out.shape == reference.shape
     assert torch.allclose(out, reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
