@@ -28,7 +28,11 @@ from typing import Optional
 import torch
 
 from ..arch import Arch
+from . import decode_layer, int8_attention, prefill_attention, q8_dot
+from .attention import bf16_dot_products
 from .int8_attention import HEAD_DIMS
+from .packed import onednn_available
+from .quant import INT8_KERNEL, kernel_available
 
 PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
 
@@ -91,11 +95,6 @@ class CpuFeatures:
         quantized weights, the prompt op only with bf16 dot products."""
         if torch.device(device).type != "cpu":
             return cls(cpu=False)
-        from . import decode_layer, int8_attention, prefill_attention, q8_dot
-        from .attention import bf16_dot_products
-        from .packed import onednn_available
-        from .quant import INT8_KERNEL, kernel_available
-
         bf16 = bf16_dot_products()
         ops: dict[str, Optional[str]] = {}
 
