@@ -19,7 +19,7 @@ eng = Engine.load(sys.argv[1], device="cpu", draft=False, exact=sys.argv[2] == "
 m, c = eng.model, eng.contiguous_cache(1024)
 ids = torch.tensor(eng.chat_ids([{"role": "user", "content": "Plan: bring the mug to the sofa. " * 12}]))
 m(ids, c); n = c.length
-out = {"context_tokens": n, "rows_independent": m.rows_independent, "ms": {}}
+out = {"context_tokens": n, "rows_independent": m.plan.rows_independent, "ms": {}}
 for width in (1, 3, 5, 9):
     x = torch.arange(100, 100 + width)
     best = 1e9

@@ -1,6 +1,6 @@
 """What the INT8 decode attention op (orin_llm/runtime/int8_attention.py) buys: greedy plans on the
 daemon's default home, decoded with the op and with torch's ops over converted K/V (gather, convert,
-SDPA), flipped in one process between requests (Llama.int8_decode), so both see the same machine.
+SDPA), flipped in one process between requests (the model's kernel plan), so both see the same machine.
 Per request: plain decode and lookup speculation, one request at a time and `--batch` at once
 (one forward per step for all of them). Alternating, median of `--rounds`; also counts the plans
 whose tokens differ between the two (float32 both ways, summed in another order). The fused decode
@@ -8,6 +8,7 @@ layer (which runs the op inside its own call) is off in both arms: bench/decode_
 
     python bench/int8_decode_attention.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
+import dataclasses
 import sys
 
 from orin_llm.bench.flip import arguments, run
@@ -19,15 +20,15 @@ from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.planner import Planner  # noqa: E402
 
 eng = Engine.load(a.engine, device="cpu", draft=False)
-if not eng.model.int8_decode:
+plan = eng.model.plan
+if not plan.int8_decode:
     sys.exit("the INT8 decode attention op is not in use here (an INT8 engine on a CPU where it builds)")
 planner = Planner(eng, load_environment(EXAMPLE_HOME_PATH))  # the daemon's default home
-# the op inside torch's per-layer ops: the fused decode layer (which runs it too) off in both arms
-eng.model.fused_layers = None
 
 
 def path(on: bool) -> Planner:
-    eng.model.int8_decode = on
+    # the op inside torch's per-layer ops: the fused decode layer (which runs it too) off in both arms
+    eng.model.plan = dataclasses.replace(plan, int8_decode=on, fused_decode=False)
     return planner
 
 

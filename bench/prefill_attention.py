@@ -1,13 +1,14 @@
 """What the bf16 prefill attention over the INT8 cache (orin_llm/runtime/attention.py) buys: TTFT
 of a planning request on a pinned ~1k/2k/4k-token environment (warm), of the task alone, and of the
 whole 4k prompt (cold), with the attention as bf16 GEMMs and with torch's float32 SDPA. The switch
-is flipped in one process between calls (Llama.bf16_prefill), so both see the same machine:
+is flipped in one process between calls (the model's kernel plan), so both see the same machine:
 alternating, median of `--rounds`. The task alone has fewer than MIN_KEYS keys, so it runs SDPA
 either way: its ratio shows the noise.
 
     python bench/prefill_attention.py --engine engines/smollm2-135m-demo [--out docs/bench/prefill_attention.json]
 """
 import argparse
+import dataclasses
 import itertools
 import json
 import statistics
@@ -31,6 +32,7 @@ eng = Engine.load(a.engine, device="cpu", draft=False)
 if not eng.cache.target_pool.int8:
     sys.exit(f"{a.engine}: the KV cache is not INT8; nothing to compare")
 model = eng.model
+plan = model.plan
 homes = [load_home(n) for n in home_names()]
 render = lambda env: eng.chat_text(prefix_messages(env), add_generation_prompt=False)  # noqa: E731
 
@@ -40,11 +42,11 @@ def side_by_side(fn, rounds: int) -> dict:
     times = {True: [], False: []}
     for i in range(rounds + 1):
         for on in (True, False):
-            model.bf16_prefill = on
+            model.plan = dataclasses.replace(plan, bf16_prompt=on)
             t = fn()
             if i:
                 times[on].append(t * 1e3)
-    model.bf16_prefill = True
+    model.plan = plan
     med = {on: statistics.median(v) for on, v in times.items()}
     return {"bf16_ms": med[True], "sdpa_ms": med[False], "sdpa_over_bf16": med[False] / med[True]}
 

@@ -10,6 +10,7 @@ q8_dot copy, so this measures the kernels alone.
 
     python bench/q8_dot.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
+import dataclasses
 import sys
 
 from orin_llm.bench.flip import arguments, run
@@ -19,20 +20,17 @@ a = arguments()
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.runtime import q8_dot  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
-from orin_llm.runtime.native import NativeLib  # noqa: E402
+from orin_llm.runtime.kernel_plan import KernelSwitches  # noqa: E402
 from orin_llm.runtime.planner import Planner  # noqa: E402
 from orin_llm.runtime.quant import QuantLinear  # noqa: E402
 
 
 def load(on: bool) -> Planner:
-    saved = q8_dot._lib
-    if not on:  # this copy's layers pack onto torch's kernels (as with ORIN_LLM_Q8_DOT=0)
-        q8_dot._lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "q8_dot", "torch's kernels")
-        q8_dot._lib.error = "off for the A/B"
-    try:
-        eng = Engine.load(a.engine, device="cpu", draft=False)
-    finally:
-        q8_dot._lib = saved
+    # the torch copy's layers pack onto torch's kernels (as with ORIN_LLM_Q8_DOT=0); both copies run torch's
+    # ops between the kernels (bench/decode_layer.py measures the fused layer)
+    switches = KernelSwitches.from_environment()
+    eng = Engine.load(a.engine, device="cpu", draft=False,
+                      switches=dataclasses.replace(switches, q8_dot=switches.q8_dot and on, fused_decode=False))
     layers = [m for m in eng.model.modules() if isinstance(m, QuantLinear)]
     if on != all(m.q8 is not None for m in layers):
         sys.exit(f"the q8_dot kernels are {'not ' if on else ''}in use in the {'op' if on else 'torch'} copy "
@@ -41,6 +39,4 @@ def load(on: bool) -> Planner:
 
 
 planners = {True: load(True), False: load(False)}
-# the kernels alone: torch's ops between them in both copies (bench/decode_layer.py measures the fused layer)
-planners[True].engine.model.fused_layers = None
 run(planners.__getitem__, ("q8_dot", "torch's kernels"), a, ttft=True)

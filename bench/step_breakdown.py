@@ -85,7 +85,7 @@ class Timers:
     def __init__(self, model):
         self.ms, self._t0, self.handles = defaultdict(float), {}, []
         self.model = model
-        if model.fused_layers is not None:  # decode steps run every layer in one C++ call each (decode_layer.py)
+        if model.plan.fused_decode:  # decode steps run every layer in one C++ call each (decode_layer.py)
             layers = model._fused_layers
 
             def timed(*args):

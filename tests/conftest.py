@@ -48,18 +48,6 @@ def engine_fp(engine_dir):
     return Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False, weights="fp32")
 
 
-@pytest.fixture
-def torch_kernels(monkeypatch):
-    """Quantized layers packed from here on run torch's weight-only kernels, as on a CPU where our
-    q8_dot kernels do not build (or with ORIN_LLM_Q8_DOT=0)."""
-    from orin_llm.runtime import q8_dot
-    from orin_llm.runtime.native import NativeLib
-
-    off = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the int8 dot-product kernels", "torch's kernels")
-    off.error = "off for this test"
-    monkeypatch.setattr(q8_dot, "_lib", off)
-
-
 @pytest.fixture(scope="session")
 def hf_model(engine_dir):
     """transformers' own Llama on the very same exported weights: the reference."""

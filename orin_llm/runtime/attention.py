@@ -16,7 +16,6 @@ so speculative decoding stays exactly lossless and decode speed is what it was.
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 
@@ -30,11 +29,9 @@ SCORE_ELEMENTS = 1 << 22
 MIN_KEYS = 512
 
 
-def bf16_attention_available(device: torch.device | str) -> bool:
-    """True on CPUs with bf16 dot-product instructions; ORIN_LLM_BF16_ATTN=0 turns it off (for A/B
-    measurements against SDPA)."""
-    if os.environ.get("ORIN_LLM_BF16_ATTN", "1") == "0" or torch.device(device).type != "cpu":
-        return False
+def bf16_dot_products() -> bool:
+    """True on CPUs with bf16 dot-product instructions, where the GEMMs here run at speed (the kernel
+    plan, kernel_plan.py, decides whether they run: ORIN_LLM_BF16_ATTN=0 turns them off)."""
     # torch.cpu's probes are private; a torch without them gets SDPA
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(getattr(torch.cpu, name, lambda: False)() for name in probes)

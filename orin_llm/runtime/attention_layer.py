@@ -36,11 +36,11 @@ class Step:
     pos: int  # position of its first token
     rows: slice  # its rows in the batch
     mask: Optional[torch.Tensor]  # SDPA's boolean mask; None where each query sees every key
-    exact: bool  # a decode or verify step, computed batch-invariant (see Llama.decode_width)
+    exact: bool  # a decode or verify step, computed batch-invariant (see KernelPlan.decode_width)
     bf16: bool  # a prefill over an INT8 cache: attention as bf16 GEMMs (attention.py)
     blocks: int = 0  # > 0: a prompt chunk whose attention runs per aligned block of this many tokens
     int8_op: bool = False  # a decode-sized step over an INT8 cache: int8_attention's op reads it directly
-    prompt_op: bool = False  # a bf16 step's rows run prefill_attention's op instead of the GEMMs (Llama.int8_prefill)
+    prompt_op: bool = False  # a bf16 step's rows run prefill_attention's op instead of the GEMMs (plan.int8_prompt)
 
 
 def _swap_halves(x: torch.Tensor) -> torch.Tensor:

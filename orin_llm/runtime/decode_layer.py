@@ -65,16 +65,3 @@ def layer_args(block) -> Optional[tuple]:
     return (lib.LayerWeights(norm1=n1.weight.detach().contiguous(), norm2=n2.weight.detach().contiguous(),
                              eps=float(n1.eps), qkv=qkv, o=o, gate_up=gate_up, down=down),)
 
-
-def attach(model) -> bool:
-    """Give every layer of a loaded model its op arguments (model.fused_layers); False, and nothing
-    set, unless every layer can run the op here."""
-    if model.device.type != "cpu" or not model.int8_decode or model.cos.dtype != torch.float32:
-        return False
-    if op() is None:
-        return False
-    args = [layer_args(b) for b in model.layers]
-    if any(a is None for a in args):
-        return False
-    model.fused_layers = args
-    return True

@@ -32,9 +32,10 @@ from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .generate import Generation
 from .history_store import HistoryStore, engine_identity
+from .kernel_plan import KernelSwitches
 from .kv_cache import Int8KVCache, KVCache
 from .kv_pool import KVPool, load_scales
-from .llama import PROBE_ROWS, Item, Llama
+from .llama import Item, Llama
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
@@ -174,8 +175,8 @@ class Engine(EngineText):
         limits = manifest.limits
         self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
         self.draft_len = limits.get("draft_len", 4)
-        # rows of one request's decode step: its pending tokens and draft (Llama.decode_width when exact)
-        self.decode_rows = model.decode_width or 2 * self.draft_len + 1
+        # rows of one request's decode step: its pending tokens and draft (the kernel plan's decode_width when exact)
+        self.decode_rows = model.plan.decode_width or 2 * self.draft_len + 1
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.scheduler = Scheduler(SchedulerConfig(
             max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048)))
@@ -192,7 +193,7 @@ class Engine(EngineText):
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
              kv_tokens: Optional[int] = None, weights: Optional[str] = None,
-             threads: Optional[int] = None) -> Engine:
+             threads: Optional[int] = None, switches: Optional[KernelSwitches] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False makes no draft model available, draft=True loads it on
         the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
@@ -203,7 +204,10 @@ class Engine(EngineText):
         kv_tokens: the KV pool's size in tokens, instead of the memory plan's.
         weights: "fp32" loads a q4_1 target's float32 export instead of its Q4_1 blocks (the
         reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py).
-        threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are)."""
+        threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are).
+        switches: kernels turned off for A/B measurements (kernel_plan.py); None reads the ORIN_LLM_*
+        variables, here and only here."""
+        switches = switches if switches is not None else KernelSwitches.from_environment()
         engine_dir = Path(engine_dir)
         manifest = load_manifest(engine_dir)
         apply_thread_setting(threads)
@@ -219,21 +223,20 @@ class Engine(EngineText):
                             + (" (or \"fp32\", its float export)" if built == "q4_1" else ""))
         if weights in (None, built):
             check_kernels(manifest.target.kernels, device, f"{engine_dir}'s target ({built} weights)")
+        # exact: the target's decode steps batch-invariant over k_max + 1 rows (llama.py)
+        width = 2 * limits.get("draft_len", 4) + 1 if exact else 0
         model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, DTYPES[manifest.target.dtype],
-                           device, positions, weights or built)
+                           device, positions, weights or built, switches, kv_cache or manifest.target.kv_cache.dtype,
+                           width)
         num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
         target_pool = load_pool(engine_dir, manifest.target, "target", num_blocks, device, kv_cache)
         draft_loader = draft_pool = None
         if draft and manifest.draft is not None:
             d = manifest.draft
             draft_loader = functools.partial(load_llama, engine_dir / d.dir, d.arch, DTYPES[d.dtype], device,
-                                             positions, d.weights)
+                                             positions, d.weights, switches, kv_cache or d.kv_cache.dtype)
             # torch.empty: the pool's pages cost no memory until the draft model writes them
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
-        if exact:
-            width = model.decode_width = 2 * limits.get("draft_len", 4) + 1  # k_max + 1
-            # row independence was probed up to PROBE_ROWS rows; past that, pad (slower, still exact)
-            model.rows_independent = model.rows_independent and width <= PROBE_ROWS
         chunk = prefill_chunk_tokens or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
@@ -468,21 +471,10 @@ class Engine(EngineText):
         return KVCache(pool.arch, capacity, pool.dtype, self.device)
 
     def kernels(self) -> dict:
-        """Which of our CPU fast paths the target runs here, and why not where it does not (/health):
-        a daemon that fell back to torch's ops answers the same, only slower, so say it."""
-        from . import decode_layer, int8_attention, prefill_attention, q8_dot
-        from .quant import QuantLinear
-
-        model = self.model
-        quant = [m for m in model.modules() if isinstance(m, QuantLinear)]
-        paths = {"q8_dot": (bool(quant) and all(m.q8 is not None for m in quant), q8_dot.unavailable()),
-                 "int8_decode_attention": (model.int8_decode, int8_attention.unavailable()),
-                 "fused_decode_layer": (model.fused_layers is not None, decode_layer.unavailable()),
-                 "int8_prompt_attention": (model.int8_prefill, prefill_attention.unavailable())}
-        out: dict = {"device": str(self.device), "threads": torch.get_num_threads()}
-        for name, (used, why) in paths.items():
-            out[name] = True if used else (why or "not applicable to this engine or device")
-        return out
+        """Which kernels the target runs here, per step kind and cache dtype, and why not where one of
+        our fast paths is not used (/health): a daemon that fell back to torch's ops answers the same,
+        only slower, so say it. The plan was made at load (kernel_plan.py)."""
+        return {**self.model.plan.report(), "device": str(self.device), "threads": torch.get_num_threads()}
 
     def kv_usage(self) -> dict:
         """What the server reports: backend-neutral (TrtllmEngine has the same method)."""

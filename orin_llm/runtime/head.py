@@ -57,8 +57,11 @@ def vocab_mask(allowed: Optional[torch.Tensor], rows: int, vocab: int, device=No
 class Q8Head(nn.Module):
     """The tied head over a Q8Embedding's codes (shared, not copied): see the module doc."""
 
-    def __init__(self, embedding: Q8Embedding):
+    def __init__(self, embedding: Q8Embedding, use_q8_dot: bool = True, pack: bool = True):
+        """use_q8_dot, pack: whether the kernel plan runs the int8 pass on q8_dot's kernels where they build,
+        and packs the float32 head for oneDNN (kernel_plan.py)."""
         super().__init__()
+        self.pack_full = pack
         self.embedding = [embedding]  # not a submodule: the codes are the embedding's
         self.out_features, self.in_features = embedding.codes.shape
         w = self._rows(torch.arange(self.out_features, device=embedding.codes.device), torch.float64)
@@ -67,7 +70,7 @@ class Q8Head(nn.Module):
         q = torch.clamp(torch.round(w / scales[:, None]), -127, 127).to(torch.int8)
         kept = q.double() * scales[:, None]  # the values the int8 pass multiplies
         self.approx = QuantLinear(q, scales.float(), torch.float32)
-        if not self.approx.pack():
+        if not self.approx.pack(use_q8_dot):
             raise RuntimeError("no packed int8 kernel here")  # the loader checks kernel_available first
         delta = (w - kept).abs().amax(dim=1)
         # q8_dot's pass quantizes h to int16 (its error is measured per call: Σ|h - h~| times the row's
@@ -126,7 +129,7 @@ class Q8Head(nn.Module):
         """Float32 logits of every token (the matrix made on the first call)."""
         if self.full_head is None:
             w = self._rows(torch.arange(self.out_features, device=h.device), torch.float32)
-            if packing_available(h.device, torch.float32):
+            if self.pack_full and packing_available(h.device, torch.float32):
                 self.full_head = PackedLinear(w)
             else:
                 self.full_head = nn.Linear(self.in_features, self.out_features, bias=False, device=h.device)

@@ -27,10 +27,9 @@ from . import decode_layer
 from .attention import MIN_KEYS
 from .attention_layer import Attention, Step, prompt_from
 from .head import Q8Head, vocab_mask
-from .int8_attention import usable
+from .kernel_plan import PROBE_ROWS, TORCH_ONLY, KernelPlan
 from .kv_cache import KVCache
 from .packed import padded
-from .prefill_attention import usable as prefill_usable
 
 
 def rope_inv_freq(arch: Arch) -> torch.Tensor:
@@ -130,7 +129,7 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, arch: Arch, max_positions: int):
+    def __init__(self, arch: Arch, max_positions: int, plan: KernelPlan = TORCH_ONLY):
         super().__init__()
         self.arch = arch
         # an explicit (empty) weight: nn.Embedding's own init draws normal_ values, and on the meta
@@ -140,26 +139,16 @@ class Llama(nn.Module):
         self.layers = nn.ModuleList(Block(arch) for _ in range(arch.num_layers))
         self.norm = RMSNorm(arch.hidden_size, arch.rms_norm_eps)
         self.lm_head = nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
-        # Batch invariance for decode steps of up to `decode_width` tokens (0: off). With it, a
-        # speculative verify over k+1 tokens computes each position bit for bit as a one-token
-        # decode step does, which is what makes greedy speculation exactly lossless: attention runs
-        # per query over its own key range, and the linear layers either have row-independent
-        # kernels (packed.py, checked at load) or are padded to decode_width rows.
-        self.decode_width = 0
-        self.rows_independent = False
-        # Prefill (more tokens than any decode or verify step, over at least MIN_KEYS keys) over an
-        # INT8 cache runs attention as bf16 GEMMs; set at load where the CPU has bf16 dot products
-        # (attention.py).
-        self.bf16_prefill = False
-        # Decode and verify steps over an INT8 cache read it directly (int8_attention.py); set at load
-        # on CPUs where the op builds. Its rows are independent by construction, so exact steps use it.
-        self.int8_decode = False
-        # Those bf16 prefill steps over an INT8 cache read it directly instead (prefill_attention.py); set
-        # at load on CPUs where that op builds.
-        self.int8_prefill = False
-        # Those steps' layers in one C++ call each (decode_layer.py): per layer, the op's weight
-        # arguments; set at load where every layer runs on q8_dot's kernels, else None.
-        self.fused_layers: Optional[list[tuple]] = None
+        # Which kernel runs each step (kernel_plan.py), decided once at load (weights.load_llama).
+        # Batch invariance for decode steps of up to plan.decode_width tokens (0: off): a speculative
+        # verify over k+1 tokens then computes each position bit for bit as a one-token decode step
+        # does, which is what makes greedy speculation exactly lossless: attention runs per query over
+        # its own key range, and the linear layers either have row-independent kernels (packed.py,
+        # checked at load: plan.rows_independent) or are padded to decode_width rows.
+        self.plan = plan
+        # Per layer, the fused decode op's weight arguments (decode_layer.layer_args), set at load where
+        # the plan runs that op; None elsewhere.
+        self.fused_args: Optional[list[tuple]] = None
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -182,10 +171,11 @@ class Llama(nn.Module):
         are returned ([num_logits, vocab]; [0, vocab] for 0)."""
         if not items:
             return []
-        if len(items) > 1 and self.decode_width and not self.rows_independent:
+        plan = self.plan
+        if len(items) > 1 and plan.decode_width and not plan.rows_independent:
             # padding to a fixed width keeps one sequence exact, not a batch of them
             return [self.forward_batch([it])[0] for it in items]
-        fused = [self._fusable(it) for it in items] if self.fused_layers is not None else [False]
+        fused = [self._fusable(it) for it in items] if plan.fused_decode else [False]
         if any(fused) and not all(fused):  # the fused items take the fused op even beside the others
             outs = {}
             for kind in (True, False):
@@ -209,7 +199,7 @@ class Llama(nn.Module):
             cos, sin = self.cos[positions].to(x.dtype), self.sin[positions].to(x.dtype)
         # rows to pad the linear layers to (0: none): one exact decode step on kernels whose rows
         # are not independent of the row count
-        width = self.decode_width if (len(items) == 1 and steps[0].exact and not self.rows_independent) else 0
+        width = plan.decode_width if (len(items) == 1 and steps[0].exact and not plan.rows_independent) else 0
         caches = [it.cache for it in items]
         if all(fused) and x.dtype == torch.float32:
             self._fused_layers(x, caches, steps)
@@ -240,7 +230,7 @@ class Llama(nn.Module):
         # chunk's rows where the unfused path runs the op (_attend_prompt), the rows before on the decode op
         prompt = [prompt_from(s, n) if s.blocks and s.bf16 else n for s, n in zip(steps, rows, strict=True)]
         h, kv = self.arch.num_heads, self.arch.num_kv_heads
-        for i, args in enumerate(self.fused_layers):
+        for i, args in enumerate(self.fused_args):
             layer = []
             for c, sl in zip(caches, slots, strict=True):
                 layer += [*c.int8_layer(i), sl]
@@ -252,16 +242,15 @@ class Llama(nn.Module):
         all of those steps fused: the small ops round differently from torch's)."""
         if self._int8_op(it.ids.shape[0], it.cache, it.block):
             return True
-        d = self.arch.head_dim
-        return bool(it.block) and self.int8_prefill and usable(it.cache, d) and prefill_usable(it.cache, d)
+        return bool(it.block) and self.plan.int8_decode and self.plan.int8_prompt and _reads_int8(it.cache)
 
     def _int8_op(self, t: int, cache, block: int) -> bool:
         """Whether a step of t tokens over this cache runs the INT8 attention op (and so the fused layers)."""
-        return not block and self.int8_decode and t <= PROBE_ROWS and usable(cache, self.arch.head_dim)
+        return not block and self.plan.int8_decode and t <= PROBE_ROWS and _reads_int8(cache)
 
     def _prompt_op(self, bf16: bool, cache) -> bool:
         """Whether a step whose attention would run as bf16 GEMMs runs the INT8 prompt op instead."""
-        return bf16 and self.int8_prefill and prefill_usable(cache, self.arch.head_dim)
+        return bf16 and self.plan.int8_prompt and _reads_int8(cache)
 
     def _logits(self, h: torch.Tensor, items: list[Item], width: int) -> torch.Tensor:
         """Float32 logits of h's rows ([R, vocab]), the items' rows in order. An int8 head (head.py)
@@ -283,14 +272,14 @@ class Llama(nn.Module):
         return torch.cat(out)
 
     def _step(self, pos: int, t: int, row: int, cache, block: int = 0, decode: bool = False) -> Step:
-        int8 = cache.dtype == torch.int8
+        plan, int8 = self.plan, cache.dtype == torch.int8
         if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
-            bf16 = self.bf16_prefill and int8 and pos + t >= MIN_KEYS
+            bf16 = plan.bf16_prompt and int8 and pos + t >= MIN_KEYS
             return Step(pos, slice(row, row + t), None, False, bf16, block, prompt_op=self._prompt_op(bf16, cache))
         # exact (per query, as a one-token step computes it): every decode step of an exact model,
         # whatever its rows (the engine keeps them within decode_width); else by the row count alone
-        exact = bool(self.decode_width) and (decode or t <= self.decode_width)
-        bf16 = self.bf16_prefill and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
+        exact = bool(plan.decode_width) and (decode or t <= plan.decode_width)
+        bf16 = plan.bf16_prompt and int8 and t > PROBE_ROWS and not exact and pos + t >= MIN_KEYS
         if self._int8_op(t, cache, block):
             return Step(pos, slice(row, row + t), None, exact, False, int8_op=True)
         if self._prompt_op(bf16, cache):
@@ -301,4 +290,6 @@ class Llama(nn.Module):
         return Step(pos, slice(row, row + t), mask, exact, bf16)
 
 
-PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
+def _reads_int8(cache) -> bool:
+    """An INT8 cache our attention ops read (int8_layer, slot_table); the device and the head size are the plan's."""
+    return cache.dtype == torch.int8 and hasattr(cache, "int8_layer")

@@ -9,9 +9,9 @@ from ..manifest import load_manifest
 
 # Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
 # dropped for them: the engine runs on the GPU it was built for (device), its KV cache dtype is
-# compiled into the engine (kv_cache), its kernels and weights are what they are (exact, weights), and
-# torch's CPU threads do not run it (threads).
-TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "threads")
+# compiled into the engine (kv_cache), its kernels and weights are what they are (exact, weights,
+# switches), and torch's CPU threads do not run it (threads).
+TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches", "threads")
 
 
 def load_engine(engine_dir: Union[str, Path], **kw: Any):

@@ -15,8 +15,6 @@ does not hold, llama.py pads decode steps to a fixed width instead (slower, stil
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 
@@ -25,13 +23,15 @@ from .quant import QuantLinear
 PACK_ROWS = 16  # oneDNN's batch-size hint when packing: the decode and verify widths we run
 
 
+def onednn_available() -> bool:
+    """Whether this torch has oneDNN's packed linear kernels (CPU)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
 def packing_available(device: torch.device | str, dtype: torch.dtype) -> bool:
-    """oneDNN packing applies to float32 weights on the CPU; ORIN_LLM_PACK=0 turns it off (for A/B
-    measurements against torch's default path)."""
-    if os.environ.get("ORIN_LLM_PACK", "1") == "0":
-        return False
-    return (torch.device(device).type == "cpu" and dtype == torch.float32
-            and torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+    """oneDNN packing applies to float32 weights on the CPU (whether a model packs is the kernel plan's
+    choice, kernel_plan.py: ORIN_LLM_PACK=0 turns it off for A/B measurements against torch's default path)."""
+    return torch.device(device).type == "cpu" and dtype == torch.float32 and onednn_available()
 
 
 class PackedLinear(nn.Module):

@@ -173,10 +173,10 @@ class QuantLinear(nn.Module):
         """Whether pack() put this layer on a packed kernel (ours or torch's)."""
         return self.q8 is not None or self.int4 is not None or self.packed_scales is not None
 
-    def pack(self) -> bool:
+    def pack(self, use_q8_dot: bool = True) -> bool:
         """Use the fastest packed kernel from now on, where this device has one (after .to(device)):
-        q8_dot's where it builds and takes the shape, else torch's."""
-        if self._pack_q8_dot():
+        q8_dot's where it builds and takes the shape (unless the kernel plan says `use_q8_dot=False`), else torch's."""
+        if use_q8_dot and self._pack_q8_dot():
             return True
         if not kernel_available(self.kernel, self.qweight.device.type):
             return False
@@ -293,7 +293,7 @@ class Q8Embedding(nn.Module):
         return self.codes.numel() + self.scales.numel() * self.scales.element_size()
 
 
-def quantize_tied_head(model: nn.Module, dtype: torch.dtype) -> bool:
+def quantize_tied_head(model: nn.Module, dtype: torch.dtype, use_q8_dot: bool = True) -> bool:
     """A draft model's tied fp32 embedding and lm_head → one int8 per-row matrix: the lm_head runs the
     packed int8 kernel (it was most of a draft step once the layers were packed, issue #17) and the
     embedding dequantizes the rows it looks up. Only where the packed kernel runs; False otherwise."""
@@ -304,7 +304,7 @@ def quantize_tied_head(model: nn.Module, dtype: torch.dtype) -> bool:
         return False
     q, scales = quantize_int8(emb.weight.data)
     lin = QuantLinear(q, scales, dtype).to(emb.weight.device)
-    if not lin.pack():
+    if not lin.pack(use_q8_dot):
         return False
     model.lm_head = lin
     model.embed_tokens = Int8Embedding(lin)

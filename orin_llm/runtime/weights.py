@@ -28,12 +28,12 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from . import decode_layer, int8_attention, prefill_attention
-from .attention import bf16_attention_available
+from . import decode_layer
 from .head import Q8Head
-from .llama import PROBE_ROWS, Llama
-from .packed import PackedLinear, pack_linears, packing_available, rows_independent
-from .quant import INT8_KERNEL, Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
+from .kernel_plan import PROBE_ROWS, QUANTIZED, CpuFeatures, KernelPlan, KernelSwitches, plan_kernels
+from .llama import Llama
+from .packed import PackedLinear, pack_linears, rows_independent
+from .quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 
 log = logging.getLogger(__name__)
 
@@ -153,8 +153,13 @@ def _read(model_dir: Path, q4_1: bool) -> dict[str, torch.Tensor]:
 
 
 def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int,
-               weights: str = "fp32") -> Llama:
-    """`weights`: the manifest's (or the caller's override); "q4_1" loads q4_1.safetensors."""
+               weights: str = "fp32", switches: KernelSwitches = KernelSwitches(), kv_cache: str = "fp32",
+               decode_width: int = 0) -> Llama:
+    """`weights`: the manifest's (or the caller's override); "q4_1" loads q4_1.safetensors. The model's
+    kernels are planned here, once (kernel_plan.py), from this machine's features, `switches`, and the
+    engine: its cache dtype `kv_cache` and its exact decode steps' width `decode_width` (0: not exact)."""
+    features = CpuFeatures.probe(device, switches, weights in QUANTIZED)
+    plan = plan_kernels(features, arch, kv_cache, device, switches, weights, dtype)
     state = _read(model_dir, weights == "q4_1")
     with torch.device("meta"):
         model = Llama(arch, max_positions)
@@ -172,29 +177,37 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = model.to(device).eval()
-    _pack(model, device, dtype, weights)
+    independent = _pack(model, device, dtype, weights, plan)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
         model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
-        int8 = kernel_available(INT8_KERNEL, torch.device(device).type)
-        if arch.tie_word_embeddings and dtype == torch.float32 and int8:
+        if arch.tie_word_embeddings and dtype == torch.float32 and plan.torch_int8:
             # the tied head over the same codes: int8 with exact greedy choices, float32 on demand (head.py)
-            model.lm_head = Q8Head(model.embed_tokens)
+            model.lm_head = Q8Head(model.embed_tokens, plan.q8_dot, plan.onednn_pack)
             release_freed_memory()  # the float32 head just dropped: 113 MB for the embedded model
-    model.bf16_prefill = bf16_attention_available(device)
-    model.int8_decode = torch.device(device).type == "cpu" and int8_attention.op() is not None
-    model.int8_prefill = model.bf16_prefill and prefill_attention.op() is not None
-    if model.rows_independent:  # the decode steps' layers in one call each, where every layer can
-        decode_layer.attach(model)
-    if torch.device(device).type == "cpu" and not model.bf16_prefill:
-        log.info("no bf16 dot products on this CPU (or ORIN_LLM_BF16_ATTN=0): prefill attention over an "
-                 "INT8 KV cache runs float32 SDPA (slower at long prompts, same results to rounding)")
+    args = [decode_layer.layer_args(b) for b in model.layers] if plan.fused_decode else []
+    fusable = None if all(a is not None for a in args) else "a layer does not run on q8_dot's kernels"
+    model.plan = plan.settled(independent, fusable, decode_width, _head_kernel(model.lm_head))
+    model.fused_args = args if model.plan.fused_decode else None
+    if torch.device(device).type == "cpu" and not plan.bf16_prompt:
+        log.info("no bf16 prompt attention (%s): prefill attention over an INT8 KV cache runs float32 SDPA "
+                 "(slower at long prompts, same results to rounding)", dict(plan.why_not).get("bf16_prompt_attention"))
     return model
 
 
-def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str) -> None:
-    """Put every linear layer on its fastest kernel here, and probe row independence (packed.py)."""
+def _head_kernel(head: nn.Module) -> str:
+    """The lm_head's kernel, in words (the plan's report)."""
+    if isinstance(head, Q8Head):
+        on = "q8_dot" if head.on_q8_dot else "torch's int8 kernel"
+        return f"int8 candidates on {on}, the top recomputed exactly; float32 on demand (head.py)"
+    if isinstance(head, QuantLinear):
+        return "int8 weight-only, tied to the embedding" + (" (q8_dot)" if head.q8 is not None else "")
+    return "oneDNN packed float32" if isinstance(head, PackedLinear) else f"torch's {type(head).__name__}"
+
+
+def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str, plan: KernelPlan) -> bool:
+    """Put every linear layer on the plan's kernel, and probe row independence (packed.py): whether it holds."""
     quant = [(n, m) for n, m in model.named_modules() if isinstance(m, QuantLinear)]
-    if quant and not all([m.pack() for _, m in quant]):
+    if quant and not all([m.pack(plan.q8_dot) for _, m in quant]):
         if weights == "q4_1":  # the target: dequantize once, not per call (check_kernels refused a CPU)
             for name, m in quant:
                 if m.packed:  # this one's shape did run packed
@@ -207,13 +220,13 @@ def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str) -> None:
             log.info("no packed weight-only kernel on %s: the quantized layers dequantize per call (slower)",
                      device)
     elif quant and weights != "q4_1":  # a draft's tied float head too, to one int8 matrix
-        quantize_tied_head(model, dtype)  # (a target's stays float: logits in float32, quant.py)
-    if packing_available(device, dtype) and any(type(m) is nn.Linear for m in model.modules()):
+        quantize_tied_head(model, dtype, plan.q8_dot)  # (a target's stays float: logits in float32, quant.py)
+    if plan.onednn_pack and any(type(m) is nn.Linear for m in model.modules()):
         if not pack_linears(model):
             log.warning("oneDNN could not pack the linear layers on this CPU: torch's default ones run (slower)")
-            return
+            return False
     if weights == "q4_1" or any(isinstance(m, PackedLinear) for m in model.modules()):
         if rows_independent(model, PROBE_ROWS):
-            model.rows_independent = True
-        else:
-            log.info("the linear kernels are not row-independent here: exact decode steps are padded")
+            return True
+        log.info("the linear kernels are not row-independent here: exact decode steps are padded")
+    return False

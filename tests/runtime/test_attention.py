@@ -2,6 +2,8 @@
 values (to bf16 rounding), causal, chunked without changing the result, and used only where it
 should be (prefill, INT8 cache), so decode steps and full-precision caches are untouched."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -9,7 +11,7 @@ import torch.nn.functional as F
 import orin_llm.runtime.attention as attention
 import orin_llm.runtime.attention_layer as attention_layer
 import orin_llm.runtime.llama as llama
-from orin_llm.runtime.attention import bf16_attention_available, int8_attention_bf16
+from orin_llm.runtime.attention import int8_attention_bf16
 from orin_llm.runtime.kv_cache import KVCache
 
 H, KV, D = 9, 3, 64  # SmolLM2's heads: 3 query heads per KV head
@@ -63,20 +65,13 @@ def test_chunks_of_queries_give_the_one_pass_result(monkeypatch):
     assert _rel(chunked, whole) < 1e-3
 
 
-def test_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("ORIN_LLM_BF16_ATTN", "0")
-    assert not bf16_attention_available("cpu")
-    monkeypatch.delenv("ORIN_LLM_BF16_ATTN")
-    assert not bf16_attention_available("meta")  # not a CPU: SDPA
-
-
 def _prefill_logits(model, cache, ids, bf16: bool):
-    saved, model.bf16_prefill = model.bf16_prefill, bf16
+    saved, model.plan = model.plan, replace(model.plan, bf16_prompt=bf16)
     try:
         cache.crop(0)
         return model(ids, cache, num_logits=len(ids))
     finally:
-        model.bf16_prefill = saved
+        model.plan = saved
         cache.crop(0)
 
 
@@ -86,7 +81,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     short prompt, where SDPA is faster. (With the INT8 prompt op off: where it builds, it takes these
     same steps instead, tests/runtime/test_prefill_attention.py.)"""
     model, cache = engine.model, engine.contiguous_cache(2048)
-    monkeypatch.setattr(model, "int8_prefill", False)
+    monkeypatch.setattr(model, "plan", replace(model.plan, int8_prompt=False))
     calls = []
 
     def spy(q, keys, values, pos):
@@ -97,7 +92,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     short = torch.tensor(engine.chat_ids([{"role": "user", "content": "Bring the red mug from the kitchen."}]))
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "The hall leads to the kitchen. " * 90}]))
     assert llama.PROBE_ROWS < len(short) < attention.MIN_KEYS <= len(ids)
-    saved = model.bf16_prefill
+    saved = model.plan
     try:
         with_bf16 = _prefill_logits(model, cache, ids, True)
         assert calls == [(len(ids), 0)] * model.arch.num_layers
@@ -106,7 +101,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         # the same next tokens, to bf16 rounding in attention
         assert (with_bf16.argmax(-1) == sdpa.argmax(-1)).float().mean() >= 0.9
         calls.clear()
-        model.bf16_prefill = True
+        model.plan = replace(saved, bf16_prompt=True)
         cache.crop(0)
         model(ids, cache)
         calls.clear()
@@ -116,7 +111,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         model(short, cache)
         assert calls == []
     finally:
-        model.bf16_prefill = saved
+        model.plan = saved
         cache.crop(0)
 
 

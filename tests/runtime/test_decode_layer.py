@@ -3,13 +3,15 @@ rounding, the very same K/V codes written, rows independent of what else shares 
 sequence or several, beside a prefill chunk or not), used for every decode step of a q4_1 engine,
 bad input refused with what is wrong, and turned off on request with torch's ops taking over."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from orin_llm.runtime import decode_layer as dl
 from orin_llm.runtime.attention import MIN_KEYS
+from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item
-from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.sampling import SamplingParams
 
 pytestmark = pytest.mark.skipif(dl.op() is None, reason=f"the op does not build here: {dl.unavailable()}")
@@ -18,7 +20,7 @@ pytestmark = pytest.mark.skipif(dl.op() is None, reason=f"the op does not build 
 @pytest.fixture
 def model(engine):
     m = engine.model
-    if m.fused_layers is None:
+    if not m.plan.fused_decode:
         pytest.skip("this engine's layers do not run on q8_dot's kernels here")
     return m
 
@@ -41,7 +43,7 @@ def test_a_layer_matches_torchs_ops_and_writes_the_same_kv_codes(engine, model, 
     k_want, v_want = cache.k[layer, :, n:n + t].clone(), cache.v[layer, :, n:n + t].clone()
     cache.k[layer, :, n:n + t], cache.v[layer, :, n:n + t] = 0, 0  # the op must write them again
     got = x.clone()
-    dl.op()(got, *model.fused_layers[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
+    dl.op()(got, *model.fused_args[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
             [*cache.int8_layer(layer), cache.slot_table(n + t)], [n], [t], [t])
     assert float((got - want).abs().max() / want.abs().max()) < 1e-5  # ~3e-7 measured
     assert torch.equal(cache.k[layer, :, n:n + t], k_want) and torch.equal(cache.v[layer, :, n:n + t], v_want)
@@ -51,7 +53,7 @@ def test_a_layer_matches_torchs_ops_and_writes_the_same_kv_codes(engine, model, 
 def test_a_prompt_chunk_layer_matches_torchs_ops_around_the_prompt_op(engine, model, layer):
     """A prompt chunk past MIN_KEYS keys (a warm request's task over a long home): the layer with the
     INT8 prompt op inside, against torch's ops around the same op, and the K/V codes it writes."""
-    if not model.int8_prefill:
+    if not model.plan.int8_prompt:
         pytest.skip("the INT8 prompt op does not run here")
     cache = _prefilled(engine, "The robot keeps a tidy home with many rooms and doors. " * 60, extra=40)
     n, t = cache.length, 21
@@ -64,7 +66,7 @@ def test_a_prompt_chunk_layer_matches_torchs_ops_around_the_prompt_op(engine, mo
     k_want, v_want = cache.k[layer, :, n:n + t].clone(), cache.v[layer, :, n:n + t].clone()
     cache.k[layer, :, n:n + t], cache.v[layer, :, n:n + t] = 0, 0
     got = x.clone()
-    dl.op()(got, *model.fused_layers[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
+    dl.op()(got, *model.fused_args[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
             [*cache.int8_layer(layer), cache.slot_table(n + t)], [n], [t], [0])
     # Most rows agree to float32 rounding. Over 21 rows, a last-bit difference (the norm's summation
     # order) now and then moves an int8 activation code of a linear layer by one, and its row by that
@@ -82,10 +84,10 @@ def test_every_decode_step_and_prompt_chunk_takes_it(engine, model):
     calls = []  # per Block call: whether its steps (args: x, cos, sin, caches, layer, steps, width) hold an op step
     hooks = [b.register_forward_hook(lambda m, a, o: calls.append(any(s.int8_op for s in a[5])))
              for b in model.layers]
-    saved = model.int8_prefill
+    saved = model.plan
     try:
-        for prompt_op in ({saved, False}):
-            model.int8_prefill = prompt_op
+        for prompt_op in ({saved.int8_prompt, False}):
+            model.plan = dataclasses.replace(saved, int8_prompt=prompt_op)
             calls.clear()
             params = SamplingParams(max_tokens=6, temperature=0.0)
             r = engine.generate(engine.encode("Put the mug in the sink."), params, "none").run()
@@ -93,7 +95,7 @@ def test_every_decode_step_and_prompt_chunk_takes_it(engine, model):
             assert not any(calls)  # no decode step ran the Blocks
             assert bool(calls) == (not prompt_op)  # the prompt's chunks did, unless fused
     finally:
-        model.int8_prefill = saved
+        model.plan = saved
         for h in hooks:
             h.remove()
 
@@ -135,11 +137,11 @@ def test_greedy_plans_stay_close_to_torchs_ops(engine, model):
     n, feed = cache.length, torch.tensor([1000, 17, 4242])
     fused = model.forward_batch([Item(feed, cache, 3, decode=True)])[0]
     cache.crop(n)
-    saved, model.fused_layers = model.fused_layers, None
+    saved, model.plan = model.plan, dataclasses.replace(model.plan, fused_decode=False)
     try:
         ops = model.forward_batch([Item(feed, cache, 3, decode=True)])[0]
     finally:
-        model.fused_layers = saved
+        model.plan = saved
     assert torch.equal(fused.argmax(-1), ops.argmax(-1))
     assert float((fused - ops).abs().mean(-1).max()) < 1.0
 
@@ -163,7 +165,7 @@ def test_the_op_takes_a_layer_object_and_named_arguments(engine, model):
 
 def test_bad_input_is_refused_with_what_is_wrong(engine, model):
     cache = _prefilled(engine, "A short home.")
-    n, args = cache.length, model.fused_layers[0]
+    n, args = cache.length, model.fused_args[0]
     x = torch.zeros(2, model.arch.hidden_size)
     run = dl.op()
     h, kv = model.arch.num_heads, model.arch.num_kv_heads
@@ -188,13 +190,20 @@ def test_bad_input_is_refused_with_what_is_wrong(engine, model):
         call(x=x.double())
 
 
-def test_turned_off_it_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine, model):
-    monkeypatch.setattr(dl, "_lib", NativeLib("decode_layer", "ORIN_LLM_FUSED_DECODE", "the op", "torch's ops"))
-    monkeypatch.setenv("ORIN_LLM_FUSED_DECODE", "0")
-    saved = model.fused_layers
-    model.fused_layers = None
+def test_turned_off_the_plan_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine, model):
+    off = KernelSwitches(fused_decode=False)
+    plan = plan_kernels(CpuFeatures.probe("cpu", off, True), model.arch, "int8", "cpu", off, "q4_1")
+    assert plan.q8_dot and plan.int8_decode and not plan.fused_decode
+    assert dict(plan.why_not)["fused_decode_layer"] == "turned off (ORIN_LLM_FUSED_DECODE=0)"
+    cache = _prefilled(engine, "A short home.")
+    item = Item(torch.tensor([1000]), cache, 1, decode=True)
+    assert model._fusable(item)
+    monkeypatch.setattr(model, "plan", plan)
+    calls = []  # the Blocks run (torch's ops around the same kernels) where the fused op ran them
+    hooks = [b.register_forward_hook(lambda m, a, o: calls.append(1)) for b in model.layers]
     try:
-        assert not dl.attach(model) and model.fused_layers is None
-        assert dl.unavailable() == "turned off (ORIN_LLM_FUSED_DECODE=0)"
+        model.forward_batch([item])
     finally:
-        model.fused_layers = saved
+        for h in hooks:
+            h.remove()
+    assert len(calls) == len(model.layers)

@@ -7,8 +7,8 @@ import torch
 from orin_llm.runtime import q8_dot
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.head import Q8Head
+from orin_llm.runtime.kernel_plan import KernelSwitches
 from orin_llm.runtime.llama import Item
-from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.sampling import SamplingParams
 
 TASKS = ["Bring the mug from the kitchen to the sofa.", "Water the plants, then close the door."]
@@ -39,11 +39,7 @@ def hidden_states(engine, text: str) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def on_torchs_kernel(engine_dir):
     """The head's int8 pass on torch's packed kernel (bf16 h and output), as where q8_dot does not build."""
-    with pytest.MonkeyPatch.context() as m:
-        off = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "q8_dot", "torch's kernels")
-        off.error = "off for this test"
-        m.setattr(q8_dot, "_lib", off)
-        e = Engine.load(engine_dir, device="cpu", draft=False)
+    e = Engine.load(engine_dir, device="cpu", draft=False, switches=KernelSwitches(q8_dot=False))
     if not isinstance(e.model.lm_head, Q8Head):
         pytest.skip("no packed int8 kernel here: the q4_1 target keeps its float32 head")
     assert not e.model.lm_head.on_q8_dot

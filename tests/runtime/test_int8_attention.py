@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 
 import orin_llm.runtime.int8_attention as ia
+from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.kv_cache import Int8KVCache
 from orin_llm.runtime.llama import Item
-from orin_llm.runtime.native import NativeLib
 from orin_llm.runtime.sampling import SamplingParams
 from tests.runtime import native_builds
 
@@ -104,12 +104,12 @@ def test_the_model_uses_it_for_decode_steps_and_matches_torchs_ops(engine):
     but at near-ties.
     With the fused decode layer off: it runs this op inside its own call (tests/runtime/test_decode_layer.py)."""
     model = engine.model
-    assert model.int8_decode  # an INT8 engine on this CPU: the loader turned it on
-    fused, model.fused_layers = model.fused_layers, None
+    assert model.plan.int8_decode  # an INT8 engine on this CPU: the plan runs it
+    plan, model.plan = model.plan, dataclasses.replace(model.plan, fused_decode=False)
     try:
         _compare_with_torchs_ops(engine, model)
     finally:
-        model.fused_layers = fused
+        model.plan = plan
 
 
 def _compare_with_torchs_ops(engine, model):
@@ -145,15 +145,16 @@ def _compare_with_torchs_ops(engine, model):
     cache = engine.contiguous_cache(len(ids) + len(plan) + 1)
     model(torch.tensor(ids), cache)
     logits = {True: [], False: []}
+    kernels = model.plan
     try:
         for tok in plan:
             n = cache.length
             for on in (False, True):  # the op last: its K/V stay in the cache
-                model.int8_decode = on
+                model.plan = dataclasses.replace(kernels, int8_decode=on)
                 cache.crop(n)
                 logits[on].append(model.forward_batch([Item(torch.tensor([tok]), cache, 1, decode=True)])[0][0])
     finally:
-        model.int8_decode = True
+        model.plan = kernels
     a, b = torch.stack(logits[True]), torch.stack(logits[False])
     gap = (a - b).abs()
     # per step, the mean logit difference: most steps ~0.1 or ~0 (0.49 at worst measured, where a code
@@ -165,12 +166,13 @@ def _compare_with_torchs_ops(engine, model):
         assert float(top[0] - top[1]) <= 2 * float(gap[i].max()), i  # a tie within the two paths' difference
 
 
-def test_turned_off_it_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine):
-    monkeypatch.setattr(ia, "_lib", NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the op", "torch's ops"))
-    monkeypatch.setenv("ORIN_LLM_INT8_ATTN", "0")
-    assert ia.op() is None
-    assert ia.unavailable() == "turned off (ORIN_LLM_INT8_ATTN=0)"
+def test_turned_off_the_plan_says_why_and_the_model_keeps_torchs_ops(monkeypatch, engine):
+    model, off = engine.model, KernelSwitches(int8_attention=False)
+    plan = plan_kernels(CpuFeatures.probe("cpu", off, True), model.arch, "int8", "cpu", off, "q4_1")
+    assert not plan.int8_decode and not plan.fused_decode
+    assert dict(plan.why_not)["int8_decode_attention"] == "turned off (ORIN_LLM_INT8_ATTN=0)"
     cache = engine.contiguous_cache(64)
-    assert isinstance(cache, Int8KVCache) and not ia.usable(cache, D)
+    assert isinstance(cache, Int8KVCache) and engine.model._step(0, 1, 0, cache, decode=True).int8_op
+    monkeypatch.setattr(model, "plan", plan)
     step = engine.model._step(0, 1, 0, cache, decode=True)
     assert not step.int8_op  # the torch ops run the step

@@ -1,6 +1,8 @@
 """oneDNN-packed linears: same math as F.linear, and the row-independence check that decides
 whether decode steps need padding to stay batch-invariant (bit-exact speculation)."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -56,7 +58,7 @@ def test_engine_packs_its_target_and_records_what_it_found(engine):
         head.full(torch.zeros(1, head.in_features))
         head = head.full_head
     assert isinstance(head, PackedLinear)
-    assert model.rows_independent == rows_independent(model, 16)
+    assert model.plan.rows_independent == rows_independent(model, 16)
 
 
 def test_padding_fallback_keeps_verify_equal_to_one_token_steps(engine):
@@ -65,10 +67,10 @@ def test_padding_fallback_keeps_verify_equal_to_one_token_steps(engine):
     model, cache = engine.model, engine.contiguous_cache(256)
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "Put the cup in the sink."}]))
     cont = torch.tensor([100, 2000, 300, 4000, 50])
-    saved = model.rows_independent
+    saved = model.plan
     try:
-        for independent in (saved, False):
-            model.rows_independent = independent
+        for independent in (saved.rows_independent, False):
+            model.plan = dataclasses.replace(saved, rows_independent=independent)
             cache.crop(0)
             model(ids, cache)
             steps = torch.cat([model(cont[i:i + 1], cache) for i in range(len(cont))])
@@ -76,13 +78,10 @@ def test_padding_fallback_keeps_verify_equal_to_one_token_steps(engine):
             verify = model(cont, cache, num_logits=len(cont))
             assert torch.equal(verify, steps), f"rows_independent={independent}"
     finally:
-        model.rows_independent = saved
+        model.plan = saved
         cache.crop(0)
 
 
-def test_pack_can_be_turned_off(monkeypatch):
-    monkeypatch.setenv("ORIN_LLM_PACK", "0")
-    assert not packing_available("cpu", torch.float32)
-    monkeypatch.delenv("ORIN_LLM_PACK")
+def test_pack_applies_to_float32_on_cpus():
     assert not packing_available("cpu", torch.bfloat16)
     assert not packing_available("meta", torch.float32)

@@ -4,14 +4,16 @@ rows that share its call (so a prompt block's K/V do not depend on how the promp
 was cached), used by the model exactly where the bf16 path ran, and refused loudly, with the bf16
 GEMMs taking over, where it is turned off."""
 
+import dataclasses
+
 import pytest
 import torch
 
 import orin_llm.runtime.prefill_attention as pa
 from orin_llm.runtime.attention import MIN_KEYS, int8_attention_bf16
 from orin_llm.runtime.attention_layer import Attention
+from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item
-from orin_llm.runtime.native import NativeLib
 from tests.runtime.test_int8_attention import KV, H, _case, _reference
 from tests.runtime.test_q8_dot import waits_for_the_gil
 
@@ -76,7 +78,7 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
     blocks before them keep SDPA); the last position's logits agree with the bf16 GEMM path's, and with
     the fused layer's (which runs the op inside, test_decode_layer.py), and so does the greedy next token."""
     model = engine.model
-    assert model.int8_prefill  # an INT8 engine on a CPU with the instructions: the loader turned it on
+    assert model.plan.int8_prompt  # an INT8 engine on a CPU with the instructions: the plan runs it
     ids = engine.encode("The kitchen has a fridge, a sink and a mug; the hall has a coat rack. " * 60)[:MIN_KEYS + 90]
     bs = engine.cache.block_size
     chunk = 3 * bs + 5  # a chunk boundary inside a block, and one block that straddles MIN_KEYS's
@@ -87,9 +89,10 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
         calls.append((step.pos, q.shape[0]))
         return real(self, q, cache, layer, step)
 
-    fused = model.fused_layers
-    for on, layers in ((True, None), (False, None), ("fused", fused)):  # torch's ops around the op, or the fused layer
-        model.int8_prefill, model.fused_layers = bool(on), layers
+    plan = model.plan
+    # torch's ops around the op, or the fused layer
+    for on, fused in ((True, False), (False, False), ("fused", plan.fused_decode)):
+        model.plan = dataclasses.replace(plan, int8_prompt=bool(on), fused_decode=fused)
         cache = engine.contiguous_cache(len(ids) + 8)
         Attention._attend_prompt = spy
         try:
@@ -98,7 +101,7 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
             logits[on] = out
         finally:
             Attention._attend_prompt = real
-            model.int8_prefill, model.fused_layers = True, fused
+            model.plan = plan
     # every chunk that ends at or past MIN_KEYS keys called the op in each layer, and only those
     expect = [(a, min(chunk, len(ids) - a)) for a in range(0, len(ids), chunk)
               if min(a + chunk, len(ids)) >= MIN_KEYS]
@@ -108,14 +111,15 @@ def test_the_model_runs_it_where_the_bf16_gemms_ran_and_agrees_with_them(engine)
         assert float((logits[True] - logits[other]).abs().max()) < 1.0
 
 
-def test_turned_off_it_says_why_and_the_bf16_gemms_run(monkeypatch, engine):
-    monkeypatch.setattr(pa, "_lib", NativeLib("prefill_attention", "ORIN_LLM_PREFILL_ATTN", "the op", "the GEMMs"))
-    monkeypatch.setenv("ORIN_LLM_PREFILL_ATTN", "0")
-    assert pa.op() is None
-    assert pa.unavailable() == "turned off (ORIN_LLM_PREFILL_ATTN=0)"
+def test_turned_off_the_plan_says_why_and_the_bf16_gemms_run(monkeypatch, engine):
+    model, off = engine.model, KernelSwitches(prefill_attention=False)
+    plan = plan_kernels(CpuFeatures.probe("cpu", off, True), model.arch, "int8", "cpu", off, "q4_1")
+    assert plan.bf16_prompt and not plan.int8_prompt
+    assert dict(plan.why_not)["int8_prompt_attention"] == "turned off (ORIN_LLM_PREFILL_ATTN=0)"
     cache = engine.contiguous_cache(MIN_KEYS + 64)
-    assert not pa.usable(cache, 64)
-    step = engine.model._step(MIN_KEYS, 32, 0, cache, block=16)
+    assert model._step(MIN_KEYS, 32, 0, cache, block=16).prompt_op
+    monkeypatch.setattr(model, "plan", plan)
+    step = model._step(MIN_KEYS, 32, 0, cache, block=16)
     assert step.bf16 and not step.prompt_op  # the bf16 GEMMs run the step
 
 

@@ -13,7 +13,7 @@ import torch
 
 from orin_llm.errors import OrinError
 from orin_llm.runtime import q8_dot
-from orin_llm.runtime.native import NativeLib
+from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
 from tests.runtime import native_builds
 from tests.runtime.test_quant import _q4_1_weight
@@ -150,19 +150,19 @@ def test_bad_operands_are_refused_with_what_is_wrong():
     assert not odd._pack_q8_dot() and odd.q8 is None
 
 
-def test_turned_off_torch_kernels_run_and_the_reason_is_kept(monkeypatch):
-    monkeypatch.setattr(q8_dot, "_lib", NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's"))
-    monkeypatch.setenv("ORIN_LLM_Q8_DOT", "0")
-    assert q8_dot.op() is None and q8_dot.unavailable() == "turned off (ORIN_LLM_Q8_DOT=0)"
+def test_turned_off_torch_kernels_run_and_the_reason_is_kept(engine):
+    off = KernelSwitches(q8_dot=False)
+    plan = plan_kernels(CpuFeatures.probe("cpu", off, True), engine.model.arch, "int8", "cpu", off, "q4_1")
+    assert not plan.q8_dot and dict(plan.why_not)["q8_dot"] == "turned off (ORIN_LLM_Q8_DOT=0)"
     lin = _q4_1(64, 128)
-    assert lin.pack() and lin.q8 is None and lin.int4 is not None
+    assert lin.pack(plan.q8_dot) and lin.q8 is None and lin.int4 is not None
 
 
 def test_the_engine_runs_every_q4_1_layer_on_them(engine):
     """Every Q4_1 layer of the target on q8_dot, its rows checked independent at load (packed.py)."""
     model = engine.model
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
-    assert layers and all(m.q8 is not None for m in layers) and model.rows_independent
+    assert layers and all(m.q8 is not None for m in layers) and model.plan.rows_independent
     assert model.lm_head.on_q8_dot  # the head's candidate pass too (head.py)
 
 

@@ -68,18 +68,18 @@ def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     assert (outs[0] == outs[1]).float().mean() >= 0.8
 
 
-def test_packed_int8_kernel_matches_the_dequantized_weight(torch_kernels):
-    """The draft's int8 layers run torch's packed weight-only kernel on CPUs (bf16 activations): the
-    same linear map, to bf16's precision."""
+def test_packed_int8_kernel_matches_the_dequantized_weight():
+    """The draft's int8 layers run torch's packed weight-only kernel on CPUs (bf16 activations), where the
+    kernel plan runs no q8_dot: the same linear map, to bf16's precision."""
     w, x = torch.randn(48, 64), torch.randn(5, 64)
     lin = QuantLinear(*quantize_int8(w), torch.float32)
     reference = F.linear(x, lin.dequantize())
-    assert lin.pack() and lin.packed_scales is not None
+    assert lin.pack(use_q8_dot=False) and lin.packed_scales is not None
     out = lin(x)
     assert out.dtype == torch.float32 and out.shape == reference.shape
     assert torch.allclose(out, reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
     int4 = QuantLinear(*quantize_int4(w, 16), torch.float32)
-    assert not int4.pack()  # groups of 16 are not a size the int4 kernel takes: it dequantizes per call
+    assert not int4.pack(use_q8_dot=False)  # groups of 16 are not a size the int4 kernel takes: it dequantizes per call
 
 
 def test_engine_draft_layers_run_packed_on_cpu(engine, engine_fp):
@@ -140,7 +140,7 @@ def test_weights_that_are_not_q4_1_are_refused_with_what_to_do():
 
 
 @pytest.mark.parametrize("asymmetric", [True, False])
-def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymmetric, torch_kernels):
+def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymmetric):
     """Q4_1 (scale·q + min) and the symmetric int4 format on torch's int4 kernel: the same linear map as
     the dequantized weight to bf16's precision, and each row's result independent of the rows beside
     it (what keeps a speculative verify bit-exact: llama.py)."""
@@ -152,7 +152,7 @@ def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymme
     w, x = lin.dequantize(), torch.randn(9, 128)
     reference = F.linear(x, w)
     bytes_before = lin.nbytes
-    assert lin.pack() and lin.int4 is not None and lin.kernel == INT4_KERNEL
+    assert lin.pack(use_q8_dot=False) and lin.int4 is not None and lin.kernel == INT4_KERNEL
     out = lin(x)
     assert out.dtype == torch.float32 and out.shape == reference.shape
     assert torch.allclose(out, reference, rtol=2e-2, atol=2e-2 * reference.abs().max().item())
@@ -182,7 +182,7 @@ def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
     assert isinstance(emb, Q8Embedding) and emb.nbytes < fp.numel() * 4 / 3.5
     ids = torch.tensor([0, 5, 1000, 49151])
     assert torch.equal(emb(ids), fp[ids])
-    assert engine.model.rows_independent
+    assert engine.model.plan.rows_independent
     fp = [m for n, m in engine_fp.model.named_modules() if isinstance(m, PackedLinear) and "layers" in n]
     assert sum(m.nbytes for m in layers) < sum(m.in_features * m.out_features * 4 for m in fp) / 5
 
