@@ -152,7 +152,7 @@ def test_the_op_takes_a_layer_object_and_named_arguments(engine, model):
     cache = _prefilled(engine, "A short home.")
     n, t = cache.length, 2
     x = model.embed_tokens(torch.tensor([1000, 17])).float().contiguous()
-    (layer,) = model.fused_layers[0]
+    (layer,) = model.fused_args[0]
     assert layer.eps == model.layers[0].input_layernorm.eps
     h, kv = model.arch.num_heads, model.arch.num_kv_heads
     caches = [*cache.int8_layer(0), cache.slot_table(n + t)]
