@@ -191,7 +191,8 @@ class Engine(EngineText):
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
-             kv_tokens: Optional[int] = None, weights: Optional[str] = None) -> Engine:
+             kv_tokens: Optional[int] = None, weights: Optional[str] = None,
+             manifest: Optional[Manifest] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False makes no draft model available, draft=True loads it on
         the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
@@ -201,9 +202,10 @@ class Engine(EngineText):
         prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
         kv_tokens: the KV pool's size in tokens, instead of the memory plan's.
         weights: "fp32" loads a q4_1 target's float32 export instead of its Q4_1 blocks (the
-        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py)."""
+        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py).
+        manifest: the directory's manifest, read and verified already (runtime/loader.py); else read here."""
         engine_dir = Path(engine_dir)
-        manifest = load_manifest(engine_dir)
+        manifest = manifest if manifest is not None else load_manifest(engine_dir)
         apply_thread_setting()
         if manifest.backend != "torch":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "

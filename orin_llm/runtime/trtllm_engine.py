@@ -178,10 +178,11 @@ class TrtllmEngine(EngineText):
         self._closed = False
 
     @classmethod
-    def load(cls, engine_dir: str | Path, draft: bool = True) -> TrtllmEngine:
-        """draft=False leaves the draft engine unloaded (no draft_model/combined speculation)."""
+    def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None) -> TrtllmEngine:
+        """draft=False leaves the draft engine unloaded (no draft_model/combined speculation). manifest: the
+        directory's manifest, read and verified already (runtime/loader.py); else read here."""
         engine_dir = Path(engine_dir)
-        manifest = load_manifest(engine_dir)
+        manifest = manifest if manifest is not None else load_manifest(engine_dir)
         if manifest.backend != "trtllm":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; the TensorRT-LLM "
                             "runtime loads trtllm engines only (runtime.loader.load_engine picks either)")
