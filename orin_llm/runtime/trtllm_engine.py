@@ -48,6 +48,7 @@ from ..manifest import Manifest, load_manifest, read_json_object
 from ..trtllm_rules import EngineSetup, broken_rules
 from .constraint import Constraint, Vocabulary
 from .engine import AUTO_SPECULATION, EngineText, eos_ids, load_tokenizer, lookup_seed
+from .generate import Result
 from .sampling import SamplingParams
 from .speculative import LookupDrafter
 from .trtllm_bindings import executor_module
@@ -324,6 +325,14 @@ class TrtllmEngine(EngineText):
             raise OrinError("empty prompt")
         self.check_prompt(len(prompt_ids))
         return TrtllmGeneration(self, prompt_ids, params, mode, constraint=constraint)
+
+    def deltas(self, gen: TrtllmGeneration) -> Iterator[str]:
+        """`gen`'s text deltas as they are decided (as Engine.deltas); closing the iterator cancels it."""
+        return iter(gen)
+
+    def run(self, gen: TrtllmGeneration) -> Result:
+        """`gen` to its end: its result (as Engine.run)."""
+        return gen.run()
 
     def vocabulary(self) -> Vocabulary:
         """The tokenizer as the grammar library sees it (built on first use), for the planner's grammar."""

@@ -167,6 +167,7 @@ class TrtllmGeneration:
         self.result: Optional[Result] = None
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
         self.started: Optional[float] = None  # as Generation.started: when the request began
+        self.conversation: Optional[Any] = None  # as Generation.conversation: the planner's turn it is
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
         self._measured = False
