@@ -55,7 +55,7 @@ alone_ids = eng.chat_ids([task_message(TASK)])
 
 
 def alone() -> float:
-    return _ttft(eng.generate(eng.chat_ids([task_message(task())]), ONE, "none"))
+    return _ttft(eng, eng.generate(eng.chat_ids([task_message(task())]), ONE, "none"))
 
 
 numbers = itertools.count()
@@ -69,7 +69,7 @@ rows = []
 for size in (1024, 2048, 4096):
     planner = Planner(eng, scaled_environment(homes, eng.encode, render, size))
     row = {"prefix_tokens": len(planner.prefix.ids),
-           "warm": side_by_side(lambda p=planner: _ttft(p.start(task(), ONE, speculation="none")), a.rounds)}
+           "warm": side_by_side(lambda p=planner: _ttft(p.engine, p.start(task(), ONE, speculation="none")), a.rounds)}
     print(f"prefix {row['prefix_tokens']}: warm {row['warm']}", file=sys.stderr)
     rows.append(row)
 full = planner.prompt_ids(planner.messages(TASK))
@@ -78,7 +78,7 @@ env = planner.prefix.environment
 
 def cold() -> float:  # a home of its own name: nothing past the system prompt is cached
     own = env.model_copy(update={"name": f"cold{next(numbers)}_{env.name}"})
-    return _ttft(eng.generate(eng.chat_ids(prefix_messages(own) + [task_message(TASK)]), ONE, "none"))
+    return _ttft(eng, eng.generate(eng.chat_ids(prefix_messages(own) + [task_message(TASK)]), ONE, "none"))
 
 
 task_alone = side_by_side(alone, a.rounds)  # under MIN_KEYS keys: SDPA either way (a check of the noise)

@@ -149,7 +149,7 @@ def measure(engine: Engine, ctx_ids: list[int]) -> dict:
     sampling = statistics.median(_timed(lambda: sample(logits, params, None)) for _ in range(50)) * 1e3
     per_token = []
     for _ in range(3):  # the same context: the generation's first steps attend over as many keys
-        r = engine.generate(ctx_ids, SamplingParams(max_tokens=32, temperature=0.0), "none").run()
+        r = engine.run(engine.generate(ctx_ids, SamplingParams(max_tokens=32, temperature=0.0), "none"))
         per_token.append(1e3 / r.timings.decode_tokens_per_s)
     return {"forward_ms": bare, "forward_hooked_ms": hooked, "parts_ms": parts, "sampling_ms": sampling,
             "engine_ms_per_token": statistics.median(per_token), "context_tokens": n}

@@ -123,11 +123,11 @@ def generate(
     ids = eng.encode(prompt) if raw else eng.chat_ids([{"role": "user", "content": prompt}])
     gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop), speculation)
     if as_json:
-        res = gen.run()
+        res = eng.run(gen)
         typer.echo(json.dumps({"engine": eng.name, "text": res.text, "finish_reason": res.finish_reason,
                                "timings": res.timings.as_dict(), "speculation": res.speculation.as_dict()}))
         return
-    for delta in gen:
+    for delta in eng.deltas(gen):
         sys.stdout.write(delta)
         sys.stdout.flush()
     res = gen.result
@@ -189,7 +189,7 @@ def plan(
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
     gen = planner.start(task, params, observation, speculation)
-    for delta in gen:
+    for delta in planner.engine.deltas(gen):
         if stream and not as_json:
             sys.stdout.write(delta)
             sys.stdout.flush()

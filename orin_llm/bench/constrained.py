@@ -31,10 +31,10 @@ from .common import progress, pyplot, write_json
 MAX_TOKENS = 96
 
 
-def _first_step_s(gen, t0: float, env) -> tuple[float, float]:
+def _first_step_s(engine, gen, t0: float, env) -> tuple[float, float]:
     """(time to the first complete valid line, time to the whole plan), streamed, from t0."""
     text, first = "", None
-    for delta in gen:
+    for delta in engine.deltas(gen):
         text += delta
         if first is None and "\n" in text and isinstance(check_line(text.split("\n", 1)[0], env), Step):
             first = time.perf_counter() - t0
@@ -66,7 +66,8 @@ def run(engine, out: Path, quick: bool = False) -> dict:
                         "decode_s": t.total_s - t.ttft_s, "forced_tokens": t.forced_tokens,
                         "drafted": s.drafted, "accepted": s.accepted, "token_ids": plan.result.token_ids}
                 gen = planner.start(it.task, params, speculation="none", constrained=constrained)
-                first, total = _first_step_s(gen, gen.started or time.perf_counter(), planner.prefix.environment)
+                first, total = _first_step_s(planner.engine, gen, gen.started or time.perf_counter(),
+                                             planner.prefix.environment)
                 row[f"{key}/stream"] = {"first_step_s": first, "total_s": total}
             rows.append(row)
             c, u = row["constrained/none"], row["unconstrained/none"]

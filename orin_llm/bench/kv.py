@@ -66,7 +66,7 @@ def _compare(ref: list[torch.Tensor], got: list[torch.Tensor], seqs) -> dict:
 
 
 def _decode_tps(engine, ids: list[int], n: int) -> float:  # either backend
-    res = engine.generate(ids, SamplingParams(max_tokens=n, stop_token_ids=[]), "none").run()
+    res = engine.run(engine.generate(ids, SamplingParams(max_tokens=n, stop_token_ids=[]), "none"))
     return res.timings.decode_tokens_per_s
 
 

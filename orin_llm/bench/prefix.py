@@ -32,9 +32,9 @@ TASK = "Bring the mug from the kitchen to the sofa."
 ONE = SamplingParams(max_tokens=1)
 
 
-def _ttft(gen) -> float:
+def _ttft(engine, gen) -> float:
     t0 = time.perf_counter()
-    it = iter(gen)
+    it = engine.deltas(gen)
     for _ in it:
         break
     ttft = time.perf_counter() - t0
@@ -108,7 +108,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
     def task_alone() -> float:
         ids = engine.chat_ids([task_message(task())])
         stored.log(alone_requests, ids)
-        return _ttft(engine.generate(ids, ONE, "none"))
+        return _ttft(engine, engine.generate(ids, ONE, "none"))
 
     alone = engine.chat_ids([task_message(TASK)])
     rows = []
@@ -125,7 +125,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
             t = task()
             stored.log(log, p.prompt_ids(p.messages(t)))
             gen = p.start(t, ONE, speculation="none")
-            ttft = _ttft(gen)
+            ttft = _ttft(p.engine, gen)
             cached.append(gen.result.timings.cached_prompt_tokens)
             return ttft
 
@@ -140,7 +140,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
             own = env.model_copy(update={"name": f"cold{next(numbers)}_{env.name}"})
             ids = engine.chat_ids(prefix_messages(own) + [task_message(TASK)])
             stored.log(log, ids)
-            return _ttft(engine.generate(ids, ONE, "none"))
+            return _ttft(engine, engine.generate(ids, ONE, "none"))
 
         cold_s = median_of(max(2, rounds * per_round // 2), cold)
         row = {"prefix_tokens": len(planner.prefix.ids), "prompt_tokens": len(ids),

@@ -1,11 +1,14 @@
 """An engine directory, loaded for the torch backend: tokenizer, models, the paged KV cache, and
 the step loop that serves every request in flight (continuous batching, nano-vllm's shape):
 
-    scheduler.py  which requests run this step    cache.py   their KV blocks (prefix reuse, pins)
-    generate.py   one request's decode loop       llama.py   one forward over all their rows
+    generate.py      a request: passive state        scheduler.py  which requests run this step
+    model_runner.py  their rows, one forward         decider.py    the logits into their tokens
+    cache.py         their KV blocks (prefix reuse, pins)          llama.py      the model
 
-A caller that iterates a Generation steps the engine itself; the daemon's worker thread steps it
-for everyone. Either way only one thread touches an engine.
+The engine owns every change of a request's state; data flows one way, from here to the scheduler,
+the model runner and the decider, and from them to the request. A caller that steps the engine
+itself iterates `deltas(gen)` (or calls `run(gen)`); the daemon's worker thread steps it for
+everyone. Either way only one thread touches an engine.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Optional
 
@@ -30,12 +33,14 @@ from .backend import Capabilities, EngineStats
 from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
-from .generate import Generation
+from .decider import Decider
+from .generate import Generation, Result
 from .history_store import HistoryStore, engine_identity
 from .kernel_plan import KernelSwitches
 from .kv_cache import Int8KVCache, KVCache
 from .kv_pool import KVPool, load_scales
 from .llama import Item, Llama
+from .model_runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
 from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
@@ -177,9 +182,11 @@ class Engine(EngineText):
         self.draft_len = limits.get("draft_len", 4)
         # rows of one request's decode step: its pending tokens and draft (the kernel plan's decode_width when exact)
         self.decode_rows = model.plan.decode_width or 2 * self.draft_len + 1
-        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.scheduler = Scheduler(SchedulerConfig(
-            max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048)))
+            max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),
+            prefill_chunk_tokens=prefill_chunk_tokens, block_size=cache.block_size, draft_len=self.draft_len))
+        self.runner = ModelRunner(model, cache, self.decode_rows, self.max_seq_len)
+        self.decider = Decider(self.decode_rows, self.max_seq_len)
         self.eos_ids = eos_ids(tokenizer, engine_dir / manifest.target.dir)
         self.lookup_seed = lookup_seed(engine_dir, manifest)
         # the lookup drafter's histories, one per environment (in memory; the daemon persists them)
@@ -189,11 +196,21 @@ class Engine(EngineText):
         self.preemptions = 0
         self.last_batch = 0  # requests in the last step
 
+    @property
+    def prefill_chunk_tokens(self) -> int:
+        """Prompt tokens a request computes per step: the scheduler's setting."""
+        return self.scheduler.config.prefill_chunk_tokens
+
+    @prefill_chunk_tokens.setter
+    def prefill_chunk_tokens(self, tokens: int) -> None:
+        self.scheduler.config = dataclasses.replace(self.scheduler.config, prefill_chunk_tokens=tokens)
+
     @classmethod
     def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
              draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
              kv_tokens: Optional[int] = None, weights: Optional[str] = None,
-             threads: Optional[int] = None, switches: Optional[KernelSwitches] = None) -> Engine:
+             threads: Optional[int] = None, switches: Optional[KernelSwitches] = None,
+             manifest: Optional[Manifest] = None) -> Engine:
         """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
         reference for INT8); draft=False makes no draft model available, draft=True loads it on
         the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
@@ -206,10 +223,11 @@ class Engine(EngineText):
         reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py).
         threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are).
         switches: kernels turned off for A/B measurements (kernel_plan.py); None reads the ORIN_LLM_*
-        variables, here and only here."""
+        variables, here and only here.
+        manifest: the directory's manifest, read and verified already (runtime/loader.py); else read here."""
         switches = switches if switches is not None else KernelSwitches.from_environment()
         engine_dir = Path(engine_dir)
-        manifest = load_manifest(engine_dir)
+        manifest = manifest if manifest is not None else load_manifest(engine_dir)
         apply_thread_setting(threads)
         if manifest.backend != "torch":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "
@@ -289,12 +307,13 @@ class Engine(EngineText):
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
                  constraint: Optional[Constraint] = None, history: str = DEFAULT_HISTORY) -> Generation:
-        """A request, not yet started: iterate it (or `submit` it and step the engine). `history`:
-        which lookup history it drafts from and adds to (the planner's: the environment's name)."""
+        """A request, not yet started: `run` it, iterate `deltas(gen)`, or `submit` it and step the
+        engine. `history`: which lookup history it drafts from and adds to (the planner's: the
+        environment's name)."""
         drafter = self.drafter(speculation, params, constraint, history)
         self.check_prompt(len(prompt_ids))
-        return Generation(self, prompt_ids, params, drafter, constraint, draft_len=self.draft_len,
-                          draft_len_max=2 * self.draft_len)
+        return Generation(prompt_ids, params, self.tokenizer, self.eos_ids, self.device, drafter, constraint,
+                          draft_len=self.draft_len, draft_len_max=2 * self.draft_len)
 
     def vocabulary(self) -> Vocabulary:
         """The tokenizer as the grammar library sees it (built on first use)."""
@@ -315,7 +334,35 @@ class Engine(EngineText):
         if gen.kv is not None:
             self._release(gen)
         gen.status = "done"
-        gen.close_out()
+        self.decider.close_out(gen)
+
+    def deltas(self, gen: Generation) -> Iterator[str]:
+        """Submit `gen` (if it is new) and yield its text deltas, stepping the engine while it waits
+        (every request in flight advances too). Closing the iterator early ends the request: what it
+        computed stays cached."""
+        if gen.status == "new":
+            self.submit(gen)
+        try:
+            while True:
+                while gen.pending:
+                    yield gen.pending.popleft()
+                if gen.status == "done":
+                    break
+                if gen.error is not None:
+                    raise gen.error
+                self.step()
+            if gen.error is not None:
+                raise gen.error
+        finally:
+            if gen.status != "done" or gen.kv is not None:
+                self.abort(gen)  # closed early (a client that went away): its blocks go back
+
+    def run(self, gen: Generation) -> Result:
+        """`gen` to its end: its result (its error raised)."""
+        for _ in self.deltas(gen):
+            pass
+        assert gen.result is not None
+        return gen.result
 
     @property
     def busy(self) -> bool:
@@ -334,18 +381,18 @@ class Engine(EngineText):
         items, ran = [], []
         for gen in batch:
             try:
-                items.append(gen.prepare())
+                items.append(self.runner.prepare(gen, self.scheduler.prefill_rows(gen) if gen.prefilling else 0))
                 ran.append(gen)
             except NoBlocks as e:
                 # NoBlocks: the daemon answers 503 with Retry-After (the pool frees as others finish)
                 self._fail(gen, NoBlocks(f"the KV pool is full ({e}); retry, or build the engine with a "
                                          "larger cache"))
-        logits = self.model.forward_batch(items)
+        logits = self.runner.forward(items)
         self.steps += 1
         self.last_batch = len(ran)
         for gen, rows in zip(ran, logits, strict=False):
             try:
-                gen.advance(rows)
+                self.decider.advance(gen, rows)
             except Exception as e:  # a bug in one request must not take the others down
                 log.exception("request failed in its decode step")
                 self._fail(gen, e)
@@ -357,7 +404,7 @@ class Engine(EngineText):
                     self._pin_finished(gen)
                 self._release(gen)
                 self.scheduler.remove(gen)
-                gen.close_out()
+                self.decider.close_out(gen)
         return ran
 
     def _admit(self, gen: Generation) -> bool:
@@ -374,12 +421,20 @@ class Engine(EngineText):
             return False
         if self.draft_model is not None:
             _attach(gen.drafter, kv.draft)
-        gen.admitted_with(kv)
+        gen.kv = kv  # `kv.cached` tokens of its context are already computed
+        if gen.admitted is None:  # first admission (a preempted request comes back here too)
+            gen.admitted = time.perf_counter()
+            gen.timings.queue_s = gen.admitted - (gen.started or gen.admitted)
+            gen.timings.cached_prompt_tokens = kv.cached
+            if gen.drafter:
+                gen.drafter.begin(gen.context)
+        gen.status = "running"
         return True
 
     def _blocks_needed(self, gen: Generation) -> int:
         kv = gen.kv
-        rows = gen.prefill_rows() if gen.prefilling else len(gen.context) - kv.target.length + 2 * self.draft_len + 1
+        rows = (self.scheduler.prefill_rows(gen) if gen.prefilling
+                else len(gen.context) - kv.target.length + 2 * self.draft_len + 1)
         return max(0, self.cache.blocks_for(kv.target.length + rows) - len(kv.blocks))
 
     def _make_room(self, batch: list[Generation]) -> list[Generation]:
@@ -387,17 +442,20 @@ class Engine(EngineText):
         while batch and sum(self._blocks_needed(g) for g in batch) > self.cache.blocks.available:
             victim = self.scheduler.newest_other(batch[0])
             if victim is None:
-                break  # one request alone: it drafts less (generate.py) or fails in prepare
+                break  # one request alone: it drafts less (model_runner.py) or fails in prepare
             self._preempt(victim)
             batch = [g for g in batch if g is not victim]
         return batch
 
     def _preempt(self, gen: Generation) -> None:
+        """Take its blocks back (pool full). Readmitted, it computes again what it had: the prompt as
+        prompt chunks, and the tokens it had emitted as decode rows ("catch-up" steps), each as its
+        decode step computed it (exact, row-independent: llama.py), so the K/V it recomputes, and the
+        answer, are bit for bit those it would have had without the preemption."""
         self.preemptions += 1
         self._release(gen)
         self.scheduler.remove(gen)
-        gen.preempted()
-        self.scheduler.add(gen, front=True)
+        self.scheduler.add(gen, front=True)  # waiting again, first in line
 
     def _release(self, gen: Generation) -> None:
         self.cache.commit(gen.kv, gen.context, final=True)  # what it computed stays cached
@@ -410,7 +468,7 @@ class Engine(EngineText):
         if gen.kv is not None:
             self._release(gen)
         gen.status = "done"
-        gen.close_out()
+        self.decider.close_out(gen)
 
     # ------------------------------------------------------------------ the cache
 
@@ -436,7 +494,8 @@ class Engine(EngineText):
         steps the engine itself (the daemon's worker)."""
         self.check_prompt(len(ids))
         self.cache.check_pin(len(ids), self.max_seq_len)
-        return Generation(self, list(ids), SamplingParams(max_tokens=1), prefill_only=True)
+        return Generation(list(ids), SamplingParams(max_tokens=1), self.tokenizer, self.eos_ids, self.device,
+                          prefill_only=True)
 
     def _pin_finished(self, gen: Generation) -> None:
         """A pin request's prefill is done: add the draft's K/V (if the draft is loaded: otherwise

@@ -16,14 +16,15 @@ TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches", "thr
 
 def load_engine(engine_dir: Union[str, Path], **kw: Any):
     """`Engine.load(engine_dir, **kw)` for a torch engine, `TrtllmEngine.load(engine_dir, draft=...)` for
-    a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights` and `threads` are ignored (no effect, see
-    TORCH_ONLY_OPTIONS); `draft` is honoured; anything else is a TypeError, as for Engine.load."""
+    a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights`, `switches` and `threads` are ignored (no
+    effect, see TORCH_ONLY_OPTIONS); `draft` is honoured; anything else is a TypeError, as for Engine.load. The
+    manifest is read and verified once, here, and handed to the engine."""
     manifest = load_manifest(engine_dir)
     if manifest.backend == "trtllm":
         from .trtllm_engine import TrtllmEngine
 
         options = {k: v for k, v in kw.items() if k not in TORCH_ONLY_OPTIONS}
-        return TrtllmEngine.load(engine_dir, **options)
+        return TrtllmEngine.load(engine_dir, manifest=manifest, **options)
     from .engine import Engine
 
-    return Engine.load(engine_dir, **kw)
+    return Engine.load(engine_dir, manifest=manifest, **kw)

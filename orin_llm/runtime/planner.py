@@ -238,9 +238,9 @@ class Planner:
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran on."""
-        result = generation.result if generation.result is not None else generation.run()
+        result = generation.result if generation.result is not None else self.engine.run(generation)
         steps, rejected = check_steps(result.text, prefix.environment, truncated=result.finish_reason == "length")
-        conv = getattr(generation, "conversation", None)
+        conv = generation.conversation
         if conv is not None:  # the plan becomes the conversation's last turn
             conv.messages = conv.messages + [{"role": "assistant", "content": result.text}]
             exact = self.engine.tokenizer.decode(result.token_ids, skip_special_tokens=True) == result.text
@@ -248,7 +248,7 @@ class Planner:
             conv.text = conv.text + result.text if exact else ""
             conv.turns += 1
         return Plan(result.text.strip(), steps, result, prefix.version, rejected,
-                    constrained=getattr(generation, "constraint", None) is not None)
+                    constrained=generation.constraint is not None)
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
              speculation: str = "auto", constrained: bool = True, home: Optional[str] = None) -> Plan:

@@ -56,6 +56,7 @@ from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
 from .backend import Capabilities, EngineStats, run_pin
 from .constraint import Constraint, Vocabulary
 from .engine import AUTO_SPECULATION, DEFAULT_HISTORY, EngineText, eos_ids, load_tokenizer, lookup_seed
+from .generate import Result
 from .sampling import SamplingParams
 from .speculative import LookupDrafter
 from .trtllm_bindings import executor_module
@@ -188,10 +189,11 @@ class TrtllmEngine(EngineText):
         self.running: list[Stepped] = []  # at most MAX_RUNNING
 
     @classmethod
-    def load(cls, engine_dir: str | Path, draft: bool = True) -> TrtllmEngine:
-        """draft=False leaves the draft engine unloaded (no draft_model/combined speculation)."""
+    def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None) -> TrtllmEngine:
+        """draft=False leaves the draft engine unloaded (no draft_model/combined speculation). manifest: the
+        directory's manifest, read and verified already (runtime/loader.py); else read here."""
         engine_dir = Path(engine_dir)
-        manifest = load_manifest(engine_dir)
+        manifest = manifest if manifest is not None else load_manifest(engine_dir)
         if manifest.backend != "trtllm":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; the TensorRT-LLM "
                             "runtime loads trtllm engines only (runtime.loader.load_engine picks either)")
@@ -383,6 +385,14 @@ class TrtllmEngine(EngineText):
             raise OrinError("empty prompt")
         self.check_prompt(len(prompt_ids))
         return TrtllmGeneration(self, prompt_ids, params, mode, constraint=constraint)
+
+    def deltas(self, gen: TrtllmGeneration) -> Iterator[str]:
+        """`gen`'s text deltas as they are decided (as Engine.deltas); closing the iterator cancels it."""
+        return iter(gen)
+
+    def run(self, gen: TrtllmGeneration) -> Result:
+        """`gen` to its end: its result (as Engine.run)."""
+        return gen.run()
 
     def vocabulary(self) -> Vocabulary:
         """The tokenizer as the grammar library sees it (built on first use), for the planner's grammar."""

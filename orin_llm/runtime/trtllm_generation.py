@@ -304,6 +304,7 @@ class TrtllmGeneration(Stepped):
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
         self.timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0,
                                computed_prompt_tokens=len(self.prompt_ids))
+        self.conversation: Optional[Any] = None  # as Generation.conversation: the planner's turn it is
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
         self._measured = False

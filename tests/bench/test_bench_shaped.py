@@ -51,8 +51,7 @@ def test_a_shaped_engine_loads_and_decodes_like_a_built_one(engine_dir, tmp_path
     assert abs(w.std().item() - WEIGHT_STD) < 0.1 * WEIGHT_STD and abs(w.mean().item()) < 1e-3
     ids = eng.chat_ids([{"role": "user", "content": "Put the cup in the sink."}])
     gen = eng.generate(ids, SamplingParams(max_tokens=6, temperature=0.0), speculation="none")
-    for _ in gen:
-        pass
+    eng.run(gen)
     out_ids = gen.context[len(ids):]
     assert 1 <= len(out_ids) <= 6 and all(0 <= t < SMALL["vocab_size"] for t in out_ids)
     assert gen.timings.prompt_tokens == len(ids)

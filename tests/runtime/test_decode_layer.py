@@ -90,7 +90,7 @@ def test_every_decode_step_and_prompt_chunk_takes_it(engine, model):
             model.plan = dataclasses.replace(saved, int8_prompt=prompt_op)
             calls.clear()
             params = SamplingParams(max_tokens=6, temperature=0.0)
-            r = engine.generate(engine.encode("Put the mug in the sink."), params, "none").run()
+            r = engine.run(engine.generate(engine.encode("Put the mug in the sink."), params, "none"))
             assert len(r.token_ids) == 6
             assert not any(calls)  # no decode step ran the Blocks
             assert bool(calls) == (not prompt_op)  # the prompt's chunks did, unless fused

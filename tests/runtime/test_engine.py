@@ -17,7 +17,7 @@ PARAMS = SamplingParams(max_tokens=40, temperature=0.0)
 def test_preempted_requests_get_their_solo_answers(engine_dir):
     solo_engine = Engine.load(engine_dir, device="cpu")
     prompts = [solo_engine.chat_ids([{"role": "user", "content": t}]) for t in TASKS]
-    solo = [solo_engine.generate(p, PARAMS, "none").run().token_ids for p in prompts]
+    solo = [solo_engine.run(solo_engine.generate(p, PARAMS, "none")).token_ids for p in prompts]
     # room for about two of the four at their longest: the others must wait or be preempted
     longest = max(len(p) for p in prompts) + PARAMS.max_tokens
     small = Engine.load(engine_dir, device="cpu", kv_tokens=2 * longest + BLOCK_SIZE)
@@ -46,15 +46,15 @@ def test_draft_model_loads_on_first_use_and_catches_up_on_a_pinned_prefix(engine
                            {"role": "user", "content": TASKS[0]}])
     home = prompt[:(len(prompt) // BLOCK_SIZE - 1) * BLOCK_SIZE]  # whole blocks, as a home prefix is
     eng.pin(home)
-    plain = eng.generate(prompt, PARAMS, "none").run()
-    lookup = eng.generate(prompt, PARAMS, "auto").run()
+    plain = eng.run(eng.generate(prompt, PARAMS, "none"))
+    lookup = eng.run(eng.generate(prompt, PARAMS, "auto"))
     assert eng.draft_model is None and eng.kv_usage()["draft_loaded"] is False
     assert plain.timings.cached_prompt_tokens >= len(home) - BLOCK_SIZE  # the pin is what it reuses
-    drafted = eng.generate(prompt, PARAMS, "draft_model").run()
+    drafted = eng.run(eng.generate(prompt, PARAMS, "draft_model"))
     assert eng.draft_model is not None and eng.kv_usage()["draft_loaded"] is True
     assert drafted.token_ids == plain.token_ids == lookup.token_ids
     assert drafted.speculation.drafted > 0  # it really drafted
-    again = eng.generate(prompt, PARAMS, "combined").run()  # the same loaded model, not a second one
+    again = eng.run(eng.generate(prompt, PARAMS, "combined"))  # the same loaded model, not a second one
     assert again.token_ids == plain.token_ids
     assert Engine.load(engine_dir, device="cpu", draft=False).speculation_modes == ["auto", "none", "lookup"]
 
@@ -72,7 +72,7 @@ def test_serving_imports_no_compiler_stack(engine_dir):
         f"eng = Engine.load({str(engine_dir)!r}, device='cpu')\n"
         "c = Grammar.lark(eng.vocabulary(), 'start: \"yes\" | \"no\"').constraint()\n"
         "ids = eng.chat_ids([{'role': 'user', 'content': 'Yes or no?'}])\n"
-        "out = eng.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), 'none', constraint=c).run()\n"
+        "out = eng.run(eng.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), 'none', constraint=c))\n"
         "assert out.text.strip() in ('yes', 'no'), out.text\n"
         "print(sorted(m for m in ('torch._dynamo', 'triton', 'torch._inductor', 'transformers') if m in sys.modules))\n"
         "print(os.environ['ONEDNN_PRIMITIVE_CACHE_CAPACITY'], os.environ['LRU_CACHE_CAPACITY'])\n")

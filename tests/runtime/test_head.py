@@ -88,7 +88,7 @@ def test_greedy_answers_match_the_float32_head_and_never_make_it(fresh, monkeypa
         for task in TASKS:
             g = fresh.generate(fresh.chat_ids([{"role": "user", "content": task}]),
                                SamplingParams(max_tokens=24, temperature=0.0), speculation=spec)
-            list(g)
+            fresh.run(g)
             out.append(list(g.out))
         return out
 
@@ -108,7 +108,7 @@ def test_a_sampled_request_gets_float32_logits_of_every_token(engine_dir):
         pytest.skip("no packed int8 kernel here")
     g = e.generate(e.chat_ids([{"role": "user", "content": TASKS[0]}]),
                    SamplingParams(max_tokens=4, temperature=0.8, seed=1), speculation="none")
-    list(g)
+    e.run(g)
     assert head.full_head is not None and "float32 made" in repr(head)
     h = hidden_states(e, TASKS[1])
     full = head.full(h)

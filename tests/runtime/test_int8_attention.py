@@ -131,7 +131,7 @@ def _compare_with_torchs_ops(engine, model):
 
     hooks = [b.self_attn.register_forward_hook(compare) for b in model.layers]
     try:
-        engine.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), "none").run()
+        engine.run(engine.generate(ids, SamplingParams(max_tokens=4, temperature=0.0), "none"))
     finally:
         for h in hooks:
             h.remove()
@@ -141,7 +141,7 @@ def _compare_with_torchs_ops(engine, model):
     # the same cache (the op's K/V kept, so differences do not accumulate). Where the two choose
     # differently it is a near-tie that float32 rounding (amplified by the int8 activation codes of the
     # next linear layer) decides, never a wrong layer.
-    plan = engine.generate(ids, SamplingParams(max_tokens=24, temperature=0.0), "none").run().token_ids
+    plan = engine.run(engine.generate(ids, SamplingParams(max_tokens=24, temperature=0.0), "none")).token_ids
     cache = engine.contiguous_cache(len(ids) + len(plan) + 1)
     model(torch.tensor(ids), cache)
     logits = {True: [], False: []}

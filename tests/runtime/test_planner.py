@@ -50,8 +50,8 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
     engine.unpin(planner.pin)
     engine.clear_cache()
     try:
-        cold = engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY,
-                               constraint=planner.prefix.grammar.constraint()).run()  # as plans are
+        cold = engine.run(engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY,
+                                          constraint=planner.prefix.grammar.constraint()))  # as plans are
     finally:
         planner.pin = engine.pin(list(planner.prefix.ids))
     assert cold.timings.cached_prompt_tokens == 0
@@ -70,7 +70,7 @@ def test_foreign_traffic_never_evicts_the_pinned_prefix(engine_dir):
     blocks = eng.cache.stats()["blocks"]
     text = " ".join(f"item{i}" for i in range(900))  # ~2k tokens of words the home never uses
     for i in range(6):
-        eng.generate(eng.chat_ids([{"role": "user", "content": f"{i} {text}"}]), SamplingParams(max_tokens=2)).run()
+        eng.run(eng.generate(eng.chat_ids([{"role": "user", "content": f"{i} {text}"}]), SamplingParams(max_tokens=2)))
     stats = eng.cache.stats()
     assert stats["evictions"] > 0 and stats["pinned"] == pinned and stats["blocks"] == blocks
     again = planner.plan("Open the fridge.", GREEDY)
@@ -97,7 +97,7 @@ def test_environment_switch_while_a_request_runs(planner, engine):
     expected = planner.plan(task, GREEDY)
     v1 = planner.prefix
     gen = planner.start(task, GREEDY)
-    it = iter(gen)
+    it = engine.deltas(gen)
     first = next(it)
     v2 = planner.set_environment(other_home())
     assert v2 == v1.version + 1 and planner.prefix is not v1 and "teapot" in planner.prefix.text
@@ -120,7 +120,7 @@ def test_concurrent_requests_each_get_their_solo_answer(planner, engine):
     solo = [planner.plan(t, GREEDY).result.token_ids for t in tasks]
     modes = ("none", "lookup", "none")
     gens = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, modes, strict=True)]
-    iters = [iter(g) for g in gens]
+    iters = [engine.deltas(g) for g in gens]
     for i in iters:  # all three are admitted and running before any finishes
         next(i)
     assert engine.scheduler.running and len(engine.scheduler.running) == 3

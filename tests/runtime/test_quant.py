@@ -197,7 +197,7 @@ def test_q4_1_target_agrees_with_its_float_export(engine, engine_fp):
     agree = total = 0
     for prompt in ("List four rooms of a house.", "Give me a short plan to water the plants."):
         ids = engine_fp.chat_ids([{"role": "user", "content": prompt}])
-        ref = engine_fp.generate(ids, SamplingParams(max_tokens=32), "none").run().token_ids
+        ref = engine_fp.run(engine_fp.generate(ids, SamplingParams(max_tokens=32), "none")).token_ids
         seq = torch.tensor(ids + ref)
         tops = [eng.model(seq, eng.contiguous_cache(len(seq)), num_logits=len(ref)).argmax(-1)
                 for eng in (engine, engine_fp)]

@@ -25,7 +25,7 @@ MAX_NEW = 24
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_equals_transformers_generate(engine_fp, hf_model, prompt):
     ids = engine_fp.chat_ids([{"role": "user", "content": prompt}])
-    ours = engine_fp.generate(ids, SamplingParams(max_tokens=MAX_NEW)).run().token_ids
+    ours = engine_fp.run(engine_fp.generate(ids, SamplingParams(max_tokens=MAX_NEW))).token_ids
     with torch.no_grad():
         out = hf_model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
                                 max_new_tokens=MAX_NEW, do_sample=False,

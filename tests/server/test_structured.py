@@ -183,7 +183,7 @@ def test_constrained_chats_are_the_same_with_each_drafter(engine, mode):
         req = ChatRequest.model_validate({"messages": USER, **body})
         a = answer_of(req)
         ids = engine.chat_ids(chat_messages(req.messages, req.tools, native=False)[0])
-        runs = [engine.generate(ids, GREEDY, spec, constraint=cache.for_answer(a, engine).constraint()).run()
+        runs = [engine.run(engine.generate(ids, GREEDY, spec, constraint=cache.for_answer(a, engine).constraint()))
                 for spec in ("none", mode, mode)]  # the second drafted run also draws on the first's history
         assert runs[0].token_ids == runs[1].token_ids == runs[2].token_ids, (mode, body)
         drafted += runs[1].speculation.drafted + runs[2].speculation.drafted
