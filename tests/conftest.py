@@ -5,10 +5,10 @@ Tiers (README, "Tests"): `make test` runs `pytest -m "not full"`; `make test-all
 test module that needs a real model's outputs (plans that parse, the transformers reference, the
 docs' commands, daemons on the real engine, bench scenarios) says `pytestmark = pytest.mark.full`. One
 whose tests only need an engine that runs (cache, scheduler, speculation losslessness, batching, the
-ops against torch's) swaps in the tiny one with a line such as
-    from tests.conftest import tiny_engine as engine, tiny_engine_dir as engine_dir  # noqa: F401
-(pytest names a fixture by the name it is imported as). A fast-tier test that still reaches the real
-engine fails at collection, saying which (pytest_collection_modifyitems below).
+ops against torch's) swaps in the tiny one under the same names, one line each (tiny_fixture below):
+    tiny_engine = tiny_fixture("engine")
+A fast-tier test that still reaches the real engine fails at collection, saying which
+(pytest_collection_modifyitems below).
 """
 
 from __future__ import annotations
@@ -74,12 +74,23 @@ def tiny_engine(tiny_engine_dir):
     return Engine.load(tiny_engine_dir, device="cpu")
 
 
-@pytest.fixture(scope="session")
-def tiny_engine_fp(tiny_engine_dir):
-    """The tiny engine as `engine_fp` is the real one: float32 weights, fp32 KV cache, no draft."""
-    from orin_llm.runtime.engine import Engine
+def _tiny_engine_dir(tiny_engine_dir):
+    return tiny_engine_dir
 
-    return Engine.load(tiny_engine_dir, device="cpu", kv_cache="fp32", draft=False, weights="fp32")
+
+def _tiny_engine(tiny_engine):
+    return tiny_engine
+
+
+_TINY = {"engine_dir": _tiny_engine_dir, "engine": _tiny_engine}
+
+
+def tiny_fixture(name: str):
+    """A fixture called `name` ("engine" or "engine_dir") that hands on the session's one tiny engine.
+    A module assigns it at its top level, `tiny_engine = tiny_fixture("engine")`, and its tests and
+    fixtures get the tiny engine under the name they already use (a module's fixture comes before
+    conftest's)."""
+    return pytest.fixture(scope="session", name=name)(_TINY[name])
 
 
 def pytest_collection_modifyitems(config, items):
@@ -103,7 +114,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def engine_dir(tmp_path_factory) -> Path:
+def engine_dir(tmp_path_factory, request) -> Path:
+    # the collection guard sees fixtures a test names; this catches one asked for by name at run time
+    if "not full" in (request.config.getoption("markexpr") or ""):
+        pytest.fail("a test outside the full tier asked for the real engine: mark it full (tests/conftest.py)")
     reuse = os.environ.get("ORIN_LLM_TEST_ENGINE")  # a local shortcut: an engine built by this checkout
     if reuse:
         return Path(reuse)

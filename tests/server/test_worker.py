@@ -10,6 +10,7 @@ from orin_llm.runtime.planner import Planner
 from orin_llm.server.worker import Worker
 
 
+@pytest.mark.full
 def test_the_planner_is_built_on_the_engine_thread_and_jobs_wait_for_start(engine):
     built_on = []
 
