@@ -1,11 +1,12 @@
-# orin-llm — `make demo` runs a planning call on the embedded default; `make test` runs the suite.
+# orin-llm — `make demo` runs a planning call on the embedded default; `make test` runs the fast tier of the
+# tests (a tiny random-weight engine, no engine build), `make test-all` all of them (CI).
 PY     ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test lint engine clean
+.PHONY: install native demo test test-all lint engine clean
 
 install: $(STAMP) native
 
@@ -34,8 +35,12 @@ $(ENGINE)/manifest.json: | $(STAMP) native
 demo: $(STAMP) native $(ENGINE)/manifest.json
 	$(BIN)/orin-llm demo --engine $(ENGINE)
 
+# PYTEST_ARGS: more pytest options, e.g. --durations=25 (CI prints the slowest tests)
 test: $(STAMP) native
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not full" $(PYTEST_ARGS)
+
+test-all: $(STAMP) native
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check orin_llm tests calibration bench

@@ -1,4 +1,15 @@
-"""Shared fixtures: the embedded default engine, built once per session through the real CLI."""
+"""Shared fixtures: the embedded default engine, built once per session through the real CLI (the
+full tier only: `pytest -m full`), and a tiny random-weight engine of the same kind for the fast tier.
+
+Tiers (README, "Tests"): `make test` runs `pytest -m "not full"`; `make test-all` runs everything. A
+test module that needs a real model's outputs (plans that parse, the transformers reference, the
+docs' commands, daemons on the real engine, bench scenarios) says `pytestmark = pytest.mark.full`. One
+whose tests only need an engine that runs (cache, scheduler, speculation losslessness, batching, the
+ops against torch's) swaps in the tiny one under the same names, one line each (tiny_fixture below):
+    tiny_engine = tiny_fixture("engine")
+A fast-tier test that still reaches the real engine fails at collection, saying which
+(pytest_collection_modifyitems below).
+"""
 
 from __future__ import annotations
 
@@ -21,8 +32,92 @@ def orin_llm(*args: str, check: bool = True, timeout: float = 600) -> subprocess
     return proc
 
 
+# A Llama of the embedded default's kind (head_dim 64 as our ops need, grouped KV heads, the same
+# tokenizer and its 30 layers, so tests that name a layer keep their meaning) narrow enough to write
+# and load in seconds: a hidden size of 256; the draft is its first 20 layers.
+TINY_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "head_dim": 64,
+               "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+               "num_hidden_layers": 30, "vocab_size": 49152, "tie_word_embeddings": True, "rms_norm_eps": 1e-5,
+               "rope_theta": 100000.0, "max_position_embeddings": 16384, "torch_dtype": "bfloat16"}
+# K and V of a random model with weights of std 0.02 over a unit-RMS hidden state of 256 have a
+# std of about 0.3: this scale holds +-4 of it without clipping and steps of 1/127 of that
+TINY_KV_SCALE = 1.28 / 127
+REAL_ENGINE_FIXTURES = ("engine_dir",)
+
+
 @pytest.fixture(scope="session")
-def engine_dir(tmp_path_factory) -> Path:
+def tiny_engine_dir(tmp_path_factory) -> Path:
+    """Random Q4_1 weights (orin_llm/bench/shaped.py), the embedded default's tokenizer (from its
+    GGUF), fixed INT8 KV scales, a draft model and the embedded profile's limits; its outputs are noise."""
+    import json
+
+    from orin_llm.bench.shaped import write_shaped_engine
+    from orin_llm.build.convert import export_tokenizer, load_hf_tokenizer
+    from orin_llm.build.source import resolve_source
+    from orin_llm.profile import embedded_profile
+
+    root = tmp_path_factory.mktemp("tiny")
+    tokenizer = load_hf_tokenizer(resolve_source(embedded_profile().target.model))
+    export_tokenizer(tokenizer, root / "tokenizer")
+    (root / "tokenizer" / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id}))
+    (root / "tiny").mkdir()
+    (root / "tiny" / "config.json").write_text(json.dumps(TINY_CONFIG))
+    return write_shaped_engine(root / "tiny" / "config.json", root / "engine", root / "tokenizer",
+                               kv_scale=TINY_KV_SCALE, draft_layers=20)
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tiny_engine_dir):
+    from orin_llm.runtime.engine import Engine
+
+    return Engine.load(tiny_engine_dir, device="cpu")
+
+
+def _tiny_engine_dir(tiny_engine_dir):
+    return tiny_engine_dir
+
+
+def _tiny_engine(tiny_engine):
+    return tiny_engine
+
+
+_TINY = {"engine_dir": _tiny_engine_dir, "engine": _tiny_engine}
+
+
+def tiny_fixture(name: str):
+    """A fixture called `name` ("engine" or "engine_dir") that hands on the session's one tiny engine.
+    A module assigns it at its top level, `tiny_engine = tiny_fixture("engine")`, and its tests and
+    fixtures get the tiny engine under the name they already use (a module's fixture comes before
+    conftest's)."""
+    return pytest.fixture(scope="session", name=name)(_TINY[name])
+
+
+def pytest_collection_modifyitems(config, items):
+    """A fast-tier test (not marked full) that reaches the real engine would build it (many minutes):
+    refuse it at collection and name it, so the tiers stay what the README says."""
+    wrong = []
+    for item in items:
+        if item.get_closest_marker("full") is not None:
+            continue
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs if info is not None else {}
+        for name in REAL_ENGINE_FIXTURES:
+            func = defs[name][-1].func if name in defs else None  # the one this test gets
+            if func is not None and (func.__module__, func.__name__) == (__name__, name):
+                wrong.append(item.nodeid)
+    if wrong:
+        raise pytest.UsageError(
+            "these tests are not marked full but use the real engine (mark their module with "
+            "`pytestmark = pytest.mark.full`, or swap in the tiny engine: tests/conftest.py):\n  "
+            + "\n  ".join(wrong))
+
+
+@pytest.fixture(scope="session")
+def engine_dir(tmp_path_factory, request) -> Path:
+    # the collection guard sees fixtures a test names; this catches one asked for by name at run time
+    if "not full" in (request.config.getoption("markexpr") or ""):
+        pytest.fail("a test outside the full tier asked for the real engine: mark it full (tests/conftest.py)")
     reuse = os.environ.get("ORIN_LLM_TEST_ENGINE")  # a local shortcut: an engine built by this checkout
     if reuse:
         return Path(reuse)

@@ -2,15 +2,19 @@
 
 import json
 
+import pytest
+
 from .conftest import orin_llm
 
 
+@pytest.mark.full
 def test_generate_prints_text_then_timings(engine_dir):
     proc = orin_llm("generate", "--engine", str(engine_dir), "--max-tokens", "12", "Name a fruit.")
     assert proc.stdout.strip()
     assert "completion tokens" in proc.stderr and "TTFT" in proc.stderr
 
 
+@pytest.mark.full
 def test_generate_json(engine_dir):
     proc = orin_llm("generate", "--engine", str(engine_dir), "--json", "--max-tokens", "9", "Hello!")
     out = json.loads(proc.stdout)
@@ -18,6 +22,7 @@ def test_generate_json(engine_dir):
     assert out["timings"]["completion_tokens"] <= 9 and out["timings"]["prompt_tokens"] > 5
 
 
+@pytest.mark.full
 def test_plan_json_on_the_example_home(engine_dir):
     task = "Bring the mug from the kitchen to the sofa."
     proc = orin_llm("plan", "--engine", str(engine_dir), "--json", task)
@@ -33,6 +38,7 @@ def test_build_needs_exactly_one_source(tmp_path):
     assert proc.returncode == 2 and "exactly one of --profile FILE or --embedded" in proc.stderr
 
 
+@pytest.mark.full
 def test_build_refuses_to_overwrite(engine_dir):
     proc = orin_llm("build", "--embedded", "--out", str(engine_dir), check=False)
     assert proc.returncode == 2 and "--force" in proc.stderr
@@ -81,6 +87,7 @@ def test_help_as_a_user_sees_it():
         assert "--speculation" in orin_llm(command, "--help").stdout
 
 
+@pytest.mark.full
 def test_generate_speculation(engine_dir):
     for mode in ("none", "lookup", "draft_model"):
         proc = orin_llm("generate", "--engine", str(engine_dir), "--json", "--max-tokens", "6", "--speculation", mode,
@@ -90,6 +97,7 @@ def test_generate_speculation(engine_dir):
     assert proc.returncode == 2 and "speculation 'medusa' is not available" in proc.stderr
 
 
+@pytest.mark.full
 def test_calibrate_shows_progress_prompt_by_prompt(engine_dir, tmp_path):
     import shutil
 

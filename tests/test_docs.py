@@ -204,6 +204,7 @@ def scratch_checkout(engine_dir: Path) -> Path:
     return where
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
 def test_the_shell_blocks_run_as_written(block, engine_dir):
     if block.skip:

@@ -12,6 +12,8 @@ from orin_llm.profile import embedded_profile
 
 from .conftest import orin_llm
 
+pytestmark = pytest.mark.full
+
 
 @pytest.fixture
 def engine_copy(engine_dir, tmp_path):

@@ -19,6 +19,8 @@ from orin_llm.ros_bridge import PlanBridge, PlanGoal
 from .server.conftest import short_dir, start_daemon  # noqa: F401 (start_daemon: a fixture used here)
 from .server.test_cancel import LONG, counter, idle, wait_for
 
+pytestmark = pytest.mark.full
+
 TASK = "Bring the mug from the kitchen to the sofa."
 
 

@@ -18,7 +18,12 @@ config.json (jetson/models/*/config.json) instead of a GGUF:
 - the tokenizer, chat template and EOS ids of another torch engine (the embedded one's): ids past its
   vocabulary never come out as text, and the model's own vocabulary size is kept, so the embedding and
   the head cost what the real model's do;
-- INT8 KV scales calibrated as a build does (build/calibrate.py), on a few items of the calib split.
+- INT8 KV scales calibrated as a build does (build/calibrate.py), on a few items of the calib split,
+  or one fixed scale for every layer and KV head (kv_scale: the tests' tiny engine, written in seconds).
+
+With draft_layers, a draft model too: the target's first layers with the same weights (a random
+model's layers each move the residual stream a little, so it agrees with the target often, not always:
+both the accepted and the rejected paths of speculation run).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -88,13 +94,48 @@ def write_weights(cfg: dict, target: Path, seed: int = 0) -> None:
     save_file(other, str(target / "model.safetensors"), metadata={"format": "pt", "orin_llm_weights": "q4_1"})
 
 
+def _tokenizer_files(source: Path) -> tuple[Path, Optional[Path]]:
+    """The tokenizer dir and generation_config.json of a torch engine, or of a dir that holds an
+    exported tokenizer (build/convert.py export_tokenizer) and, optionally, a generation_config.json."""
+    if not (source / "manifest.json").is_file():
+        if not (source / "tokenizer.json").is_file():
+            raise OrinError(f"{source}: neither an engine nor a tokenizer dir (no manifest.json, no tokenizer.json)")
+        gen = source / "generation_config.json"
+        return source, gen if gen.is_file() else None
+    tok = load_manifest(source)
+    if tok.backend != "torch":
+        raise OrinError(f"{source}: the tokenizer comes from a torch engine")
+    return source / "tokenizer", source / tok.target.dir / "generation_config.json"
+
+
+def _write_draft(target: Path, draft: Path, cfg: dict, layers: int) -> None:
+    """The target's first `layers` layers, its embedding and final norm: the same tensors."""
+    from safetensors.torch import load_file, save_file
+
+    if not 0 < layers < cfg["num_hidden_layers"]:
+        raise OrinError(f"draft_layers {layers}: a draft keeps 1 to {cfg['num_hidden_layers'] - 1} layers")
+    draft.mkdir()
+    dropped = tuple(f"model.layers.{i}." for i in range(layers, cfg["num_hidden_layers"]))
+    for name in (Q4_1_FILE, "model.safetensors"):
+        tensors = load_file(str(target / name))
+        save_file({k: v for k, v in tensors.items() if not k.startswith(dropped)}, str(draft / name),
+                  metadata={"format": "pt", "orin_llm_weights": "q4_1"})
+    (draft / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": layers}, indent=2) + "\n")
+    for name in ("generation_config.json",):
+        if (target / name).is_file():
+            shutil.copy(target / name, draft / name)
+
+
 def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibration_size: int = 4,
-                        force: bool = False, seed: int = 0) -> Path:
+                        force: bool = False, seed: int = 0, kv_scale: Optional[float] = None,
+                        draft_layers: Optional[int] = None) -> Path:
     """An engine directory at `out` of `config`'s shape (module doc), the embedded profile's settings
-    otherwise (Q4_1 weights, INT8 KV, limits, cached prefix tokens), no draft model."""
+    otherwise (Q4_1 weights, INT8 KV, limits, cached prefix tokens), no draft model unless
+    draft_layers. tokenizer_engine: a torch engine, or a dir with an exported tokenizer.
+    kv_scale: the INT8 KV scale of every layer and KV head, instead of calibrating."""
     from tokenizers import Tokenizer
 
-    from ..build.calibrate import calibrate_engine
+    from ..build.calibrate import SCALES_FILE, calibrate_engine, write_scales
     from ..build.memory import check_feasible, plan_memory
     from ..build.pipeline import _entry, _manifest, staged
     from ..build.source import resolve_source
@@ -103,32 +144,45 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
         raise OrinError(f"{out} already exists; pass force to replace it")
     if not config.is_file():
         raise OrinError(f"{config}: no such config.json")
-    tok = load_manifest(tokenizer_engine)
-    if tok.backend != "torch":
-        raise OrinError(f"{tokenizer_engine}: the tokenizer comes from a torch engine")
+    tok_dir, gen_config = _tokenizer_files(tokenizer_engine)
     cfg = json.loads(config.read_text())
-    words = Tokenizer.from_file(str(tokenizer_engine / "tokenizer" / "tokenizer.json")).get_vocab_size()
+    words = Tokenizer.from_file(str(tok_dir / "tokenizer.json")).get_vocab_size()
     if cfg["vocab_size"] < words:
         raise OrinError(f"{config}: vocab_size {cfg['vocab_size']} is smaller than the tokenizer's {words} "
                         f"({tokenizer_engine}): its ids would index past the embedding")
     name = f"{config.parent.name}-shaped-random"
     base = embedded_profile()
+    spec = ModelSpec(model=str(config.parent), weights="q4_1", kv_cache="int8", dtype="float32")
+    # the memory plan sizes a draft from the profile's model: the target's config (an upper bound)
     profile = base.model_copy(update={
-        "name": name, "draft": None, "calibration_size": calibration_size,
-        "target": ModelSpec(model=str(config.parent), weights="q4_1", kv_cache="int8", dtype="float32")})
+        "name": name, "draft": spec if draft_layers else None, "calibration_size": calibration_size,
+        "target": spec})
     plan = check_feasible(plan_memory(profile))  # infeasible here: refused with the numbers
     with staged(out) as tmp:
         target = tmp / "target"
         target.mkdir()
         shutil.copy(config, target / "config.json")
-        shutil.copy(tokenizer_engine / tok.target.dir / "generation_config.json", target / "generation_config.json")
-        shutil.copytree(tokenizer_engine / "tokenizer", tmp / "tokenizer")
+        if gen_config is not None:
+            shutil.copy(gen_config, target / "generation_config.json")
+        shutil.copytree(tok_dir, tmp / "tokenizer")
         arch_from_config_file(target)  # a config this runtime cannot run is refused before the weights
         progress(f"shaped engine: random Q4_1 weights of {config} ({cfg['num_hidden_layers']} layers)")
         write_weights(cfg, target, seed)
+        if draft_layers:
+            _write_draft(target, tmp / "draft", cfg, draft_layers)
+        roles = ("target", "draft") if draft_layers else ("target",)
+        if kv_scale is not None:
+            for role in roles:
+                arch = arch_from_config_file(tmp / role)
+                full = torch.full((arch.num_layers, arch.num_kv_heads), kv_scale * 127)
+                write_scales(tmp / role / SCALES_FILE, full, full, {"fixed": str(kv_scale), "role": role})
         source = resolve_source(str(config.parent))
-        entry = _entry(tmp, "target", profile.target, source, [])
-        write_manifest(tmp, _manifest(profile, tmp, entry, None, plan))
-        progress(f"shaped engine: calibrating INT8 KV scales on {calibration_size} items of the calib split")
-        calibrate_engine(tmp, "calib", calibration_size, quiet=False)
+        entries = {role: _entry(tmp, role, spec, source, []) for role in roles}
+        if kv_scale is not None:
+            for role, entry in entries.items():
+                entry.kv_cache.scales = f"{role}/{SCALES_FILE}"
+        write_manifest(tmp, _manifest(profile, tmp, entries["target"], entries.get("draft"), plan))
+        if kv_scale is None:
+            progress(f"shaped engine: calibrating INT8 KV scales on {calibration_size} items of the calib split")
+            calibrate_engine(tmp, "calib", calibration_size, quiet=False)
     return out

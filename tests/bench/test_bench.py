@@ -3,6 +3,8 @@ through the CLI that writes JSON, PNG and report.md (numbers themselves are not 
 
 import json
 
+import pytest
+
 from orin_llm.bench.report import write_report
 from orin_llm.bench.sampler import Sampler, meminfo_used, parse_tegrastats
 from orin_llm.home.steps import UNFINISHED
@@ -36,6 +38,7 @@ def test_phase_summary():
     assert summ["b"]["mean_power_mw"] is None
 
 
+@pytest.mark.full
 def test_quick_bench_writes_json_png_and_report(engine_dir, tmp_path):
     out = tmp_path / "bench"
     proc = orin_llm("bench", "--engine", str(engine_dir), "--scenario", "prefix", "--quick", "--out", str(out))
@@ -54,6 +57,7 @@ def test_report_from_nothing_still_names_the_anchors(tmp_path):
     assert "80.4" in text and "35.9" in text
 
 
+@pytest.mark.full
 def test_constrained_scenario_measures_grammar_on_and_off(engine_dir, tmp_path):
     out = tmp_path / "bench"
     orin_llm("bench", "--engine", str(engine_dir), "--scenario", "constrained", "--quick", "--out", str(out))

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ..conftest import orin_llm
+
+pytestmark = pytest.mark.full
 
 
 def test_agent_loop_computes_only_each_new_turn(engine_dir, tmp_path):

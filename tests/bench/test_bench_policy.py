@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ..conftest import orin_llm
+
+pytestmark = pytest.mark.full
 
 
 def test_policy_scenario_writes_phases_planner_figures_memory_plot_and_report(engine_dir, tmp_path):

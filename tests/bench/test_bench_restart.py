@@ -12,6 +12,8 @@ from orin_llm.calibration_data import load_home
 
 from ..conftest import orin_llm
 
+pytestmark = pytest.mark.full
+
 
 def test_warmup_tasks_are_distinct_and_leave_the_measured_ones_out():
     env = load_home("villa")

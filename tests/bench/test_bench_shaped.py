@@ -19,8 +19,11 @@ from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.quant import QuantLinear
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.weights import Q4_1_FILE
+from tests.conftest import tiny_fixture
 
 from ..conftest import ROOT
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 SMALL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "head_dim": 64,
          "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ..conftest import orin_llm
+
+pytestmark = pytest.mark.full
 
 
 def test_throughput_answers_every_request_at_each_level(engine_dir, tmp_path):

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ..conftest import orin_llm
+
+pytestmark = pytest.mark.full
 
 
 def test_traffic_keeps_the_home_cached_between_chats_and_computes_it_cold(engine_dir, tmp_path):

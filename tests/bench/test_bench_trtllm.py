@@ -13,7 +13,10 @@ from orin_llm.bench import kv, run_scenarios, speculative
 from orin_llm.bench.report import write_report
 from orin_llm.manifest import file_entry, load_manifest
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from tests.conftest import tiny_fixture
 from tests.runtime.test_trtllm_engine import install_models, make_engine_dir
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 BLOCK = 32  # make_engine_dir's tokens_per_block
 

@@ -227,6 +227,7 @@ def test_this_machine_is_not_a_jetson(tmp_path):
     assert code == 2 and "this is not a Jetson" in messages(lines, "ERROR")
 
 
+@pytest.mark.full
 def test_this_machine_with_the_embedded_torch_engine(engine_dir):
     report = diagnose(engine_dir)
     assert not report.jetson and report.exit_code == 1

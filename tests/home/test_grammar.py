@@ -7,6 +7,9 @@ from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_
 from orin_llm.errors import OrinError
 from orin_llm.home.grammar import plan_grammar
 from orin_llm.runtime.constraint import Grammar, GrammarError, Vocabulary
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

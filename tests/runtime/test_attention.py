@@ -75,6 +75,7 @@ def _prefill_logits(model, cache, ids, bf16: bool):
         cache.crop(0)
 
 
+@pytest.mark.full
 def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
     """The engine routes a long prefill over its INT8 cache through it; decode and verify steps (at
     most PROBE_ROWS tokens) keep SDPA, which is what keeps speculation bit-exact, and so does a
@@ -115,6 +116,7 @@ def test_prefill_over_int8_runs_it_and_decode_steps_do_not(engine, monkeypatch):
         cache.crop(0)
 
 
+@pytest.mark.full
 def test_a_full_precision_cache_never_runs_it(engine_fp):
     """bf16 rounding is for INT8 caches only: invariant 4 (logits match transformers) holds for
     full-precision ones, bit for bit as with the switch off."""

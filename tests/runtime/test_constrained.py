@@ -8,6 +8,9 @@ from orin_llm.home.steps import UNFINISHED
 from orin_llm.runtime.constraint import Constraint
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 HELD_OUT = load_split("heldout")[1::5][:12]  # a different slice from test_speculative's
 GREEDY = SamplingParams(max_tokens=48)

@@ -13,6 +13,9 @@ from orin_llm.runtime.attention import MIN_KEYS
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item
 from orin_llm.runtime.sampling import SamplingParams
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 pytestmark = pytest.mark.skipif(dl.op() is None, reason=f"the op does not build here: {dl.unavailable()}")
 

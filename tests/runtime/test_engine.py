@@ -8,6 +8,9 @@ import sys
 
 from orin_llm.runtime.engine import BLOCK_SIZE, Engine
 from orin_llm.runtime.sampling import SamplingParams
+from tests.conftest import tiny_fixture
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 TASKS = ["Put the mug in the sink.", "Open the fridge and take out the milk.", "Switch off the lamp.",
          "Bring the book to the sofa."]

@@ -6,6 +6,8 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.text import TextStream
 
+pytestmark = pytest.mark.full
+
 
 def chat(engine, text):
     return engine.chat_ids([{"role": "user", "content": text}])

@@ -46,6 +46,7 @@ def on_torchs_kernel(engine_dir):
     return e
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("which", ["q8_dot", "torch"])
 def test_the_bound_holds_and_greedy_rows_are_exact_at_the_top(which, request):
     """Both int8 passes: q8_dot's (h quantized to int16 in blocks of 32, float32 sums; its error
@@ -80,6 +81,7 @@ def test_the_bound_holds_and_greedy_rows_are_exact_at_the_top(which, request):
                        exact[:, :1000].masked_fill(~allowed[:, :1000], float("-inf")).argmax(-1))
 
 
+@pytest.mark.full
 def test_greedy_answers_match_the_float32_head_and_never_make_it(fresh, monkeypatch):
     head = fresh.model.lm_head
 
@@ -101,6 +103,7 @@ def test_greedy_answers_match_the_float32_head_and_never_make_it(fresh, monkeypa
     assert head.full_head is not None
 
 
+@pytest.mark.full
 def test_a_sampled_request_gets_float32_logits_of_every_token(engine_dir):
     e = Engine.load(engine_dir, device="cpu", draft=False)
     head = e.model.lm_head

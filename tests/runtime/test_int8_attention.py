@@ -14,7 +14,10 @@ from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kerne
 from orin_llm.runtime.kv_cache import Int8KVCache
 from orin_llm.runtime.llama import Item
 from orin_llm.runtime.sampling import SamplingParams
+from tests.conftest import tiny_fixture
 from tests.runtime import native_builds
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 H, KV, D = 9, 3, 64  # SmolLM2's heads: 3 query heads per KV head
 

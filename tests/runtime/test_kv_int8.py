@@ -14,6 +14,7 @@ from orin_llm.runtime.kv_cache import AbsmaxObserver, Int8KVCache, KVCache
 from orin_llm.runtime.kv_pool import load_scales
 
 
+@pytest.mark.full
 def test_int8_is_exactly_half_of_fp16_per_token(engine):
     arch = engine.model.arch
     fp16 = KVCache(arch, 8, torch.float16)
@@ -25,6 +26,7 @@ def test_int8_is_exactly_half_of_fp16_per_token(engine):
     assert pool.int8 and pool.bytes_per_token == int8.bytes_per_token
 
 
+@pytest.mark.full
 def test_calibrated_scales_cover_the_observed_range(engine_dir, engine):
     k_scale, v_scale = load_scales(engine_dir / engine.manifest.target.kv_cache.scales)
     arch = engine.model.arch
@@ -65,6 +67,7 @@ def test_quantization_error_is_within_half_a_step():
     assert torch.allclose(raw_v.float() * v_scale[:, None, None], cache.read(0, 5)[1])
 
 
+@pytest.mark.full
 def test_int8_without_scales_is_an_error(engine_dir, tmp_path):
     dst = tmp_path / "eng"
     shutil.copytree(engine_dir, dst, copy_function=os.link)
@@ -79,6 +82,7 @@ def test_int8_without_scales_is_an_error(engine_dir, tmp_path):
     assert eng.cache.target_pool.k.dtype == torch.float32
 
 
+@pytest.mark.full
 def test_int8_kv_agrees_with_full_precision_on_held_out_plans(engine, engine_fp):
     """Teacher-forced argmax agreement on held-out planning answers (the benchmark measures it
     on the whole split; this guards against a broken quantizer)."""

@@ -6,6 +6,8 @@ import torch
 from orin_llm.errors import OrinError
 from orin_llm.runtime.kv_cache import KVCache
 
+pytestmark = pytest.mark.full
+
 
 def test_logits_match_transformers_full_precision(engine_fp, hf_model):
     ids = engine_fp.chat_ids([{"role": "user", "content": "Where do I usually keep the milk?"}])

@@ -10,6 +10,9 @@ from torch import nn
 
 from orin_llm.runtime.head import Q8Head
 from orin_llm.runtime.packed import PackedLinear, pack_linears, packing_available, rows_independent
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 needs_packing = pytest.mark.skipif(not packing_available("cpu", torch.float32), reason="no oneDNN here")
 

@@ -8,6 +8,8 @@ from orin_llm.errors import EnvironmentTooLong, OrinError, PromptTooLong
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 
+pytestmark = pytest.mark.full
+
 GREEDY = SamplingParams(max_tokens=24)
 
 

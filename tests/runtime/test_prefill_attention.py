@@ -14,8 +14,11 @@ from orin_llm.runtime.attention import MIN_KEYS, int8_attention_bf16
 from orin_llm.runtime.attention_layer import Attention
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item
+from tests.conftest import tiny_fixture
 from tests.runtime.test_int8_attention import KV, H, _case, _reference
 from tests.runtime.test_q8_dot import waits_for_the_gil
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 pytestmark = pytest.mark.skipif(pa.op() is None, reason=f"the op does not build or run here: {pa.unavailable()}")
 

@@ -15,8 +15,11 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime import q8_dot
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
+from tests.conftest import tiny_fixture
 from tests.runtime import native_builds
 from tests.runtime.test_quant import _q4_1_weight
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 
 pytestmark = pytest.mark.skipif(q8_dot.op() is None, reason=f"q8_dot does not build here: {q8_dot.unavailable()}")
 

@@ -49,6 +49,7 @@ def test_quant_linear_forward_is_linear_of_the_dequantized_weight():
     assert torch.allclose(lin(x), F.linear(x, lin.dequantize()), atol=1e-5)
 
 
+@pytest.mark.full
 def test_engine_draft_is_quantized_and_smaller(engine, engine_fp):
     draft = engine.load_draft()
     quant = [m for n, m in draft.named_modules() if isinstance(m, QuantLinear) and "layers" in n]
@@ -61,6 +62,7 @@ def test_engine_draft_is_quantized_and_smaller(engine, engine_fp):
     assert draft_bytes < fp_bytes / 3.5
 
 
+@pytest.mark.full
 def test_draft_agrees_with_target_on_most_greedy_tokens(engine):
     ids = torch.tensor(engine.chat_ids([{"role": "user", "content": "List four rooms of a house."}]))
     outs = [model(ids, engine.contiguous_cache(len(ids), draft=model is engine.load_draft()),
@@ -82,6 +84,7 @@ def test_packed_int8_kernel_matches_the_dequantized_weight():
     assert not int4.pack(use_q8_dot=False)  # groups of 16 are not a size the int4 kernel takes: it dequantizes per call
 
 
+@pytest.mark.full
 def test_engine_draft_layers_run_packed_on_cpu(engine, engine_fp):
     """Every int8 layer of the draft on a packed kernel (q8_dot's where it builds), its tied head too:
     one int8 matrix for the lm_head and the input embedding (rows dequantized on lookup), a quarter of
@@ -164,6 +167,7 @@ def test_packed_int4_kernel_is_the_dequantized_weight_and_row_independent(asymme
         lin.dequantize()
 
 
+@pytest.mark.full
 def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
     """The embedded engine's target keeps the GGUF's Q4_1 blocks: its linear layers run q8_dot's
     kernel, or torch's int4 kernel where that does not build (the manifest names torch's, the
@@ -187,6 +191,7 @@ def test_engine_target_runs_its_gguf_q4_1_blocks_packed(engine, engine_fp):
     assert sum(m.nbytes for m in layers) < sum(m.in_features * m.out_features * 4 for m in fp) / 5
 
 
+@pytest.mark.full
 def test_q4_1_target_agrees_with_its_float_export(engine, engine_fp):
     """Quantized activations in the linear layers (int8 in q8_dot, bf16 in torch's kernels) against
     the float32 reference, teacher-forced on the
@@ -206,6 +211,7 @@ def test_q4_1_target_agrees_with_its_float_export(engine, engine_fp):
     assert agree / total >= 0.85
 
 
+@pytest.mark.full
 def test_a_cpu_without_the_int4_kernel_is_refused_with_the_way_out(engine_dir, monkeypatch):
     """Invariant 5: no silent fallback. An engine whose manifest names a kernel this torch lacks is
     refused on a CPU, saying which and what to do; its float32 export still loads."""

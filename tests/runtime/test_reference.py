@@ -5,6 +5,8 @@ import torch
 
 from orin_llm.runtime.sampling import SamplingParams
 
+pytestmark = pytest.mark.full
+
 PROMPTS = [
     "Name three rooms in a house.",
     "What should a robot do before picking up a glass?",

@@ -9,6 +9,10 @@ from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.speculative import AdaptiveK, LookupDrafter, verify
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 HELD_OUT = load_split("heldout")[::2][:30]
 

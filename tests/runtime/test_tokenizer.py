@@ -14,6 +14,9 @@ from orin_llm.calibration_data import load_home, load_split
 from orin_llm.environment import prefix_messages, task_message
 from orin_llm.errors import OrinError
 from orin_llm.runtime.tokenizer import Tokenizer
+from tests.conftest import tiny_fixture
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 TEXTS = [
     "", " ", "  leading spaces", "trailing space ", "\n\n\tTabs and\r\nCRLF\n", "go_to(kitchen)\npick(mug)",

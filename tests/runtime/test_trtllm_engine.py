@@ -21,6 +21,9 @@ from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_bindings import executor_module, set_executor_module
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
 from orin_llm.runtime.trtllm_generation import TrtllmGeneration
+from tests.conftest import tiny_fixture
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 WORDS = " kitchen table robot cup moves apple towards sink door opens"
 

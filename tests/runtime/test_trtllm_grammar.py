@@ -11,8 +11,11 @@ from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
 from orin_llm.runtime.trtllm_grammar import PROCESSOR
+from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import install_models, make_engine_dir, target_executor
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 SMALL_HOME = environment_from_dict({  # the fabricated engine takes 512 input tokens
     "name": "small_home",

@@ -6,9 +6,12 @@ import pytest
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import install_models, make_engine_dir, target_executor
 from .test_trtllm_grammar import SMALL_HOME
+
+tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import time
 import httpx
 import pytest
 
+pytestmark = pytest.mark.full
+
 PLAN, CHAT, ENV = "/v1/plan", "/v1/chat/completions", "/v1/environment"
 HI = [{"role": "user", "content": "hi"}]
 

@@ -14,6 +14,8 @@ import pytest
 
 from orin_llm.client import PlannerError
 
+pytestmark = pytest.mark.full
+
 LONG = "Describe, step by step and in great detail, how to tidy up every room of the home."
 
 

@@ -12,6 +12,8 @@ from orin_llm.server.cli import plan_command
 from ..conftest import orin_llm
 from .conftest import short_dir
 
+pytestmark = pytest.mark.full
+
 TASK = "Open the fridge."
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
+pytestmark = pytest.mark.full
+
 CLIENTS, REQUESTS, MAX_TOKENS = 8, 25, 4
 # distinct lengths, so that a mixed-up answer shows in prompt_tokens even where the texts agree
 TASKS = ["Open the fridge.", "Turn on the floor lamp.", "Turn off the bedside lamp, please.",

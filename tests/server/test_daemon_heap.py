@@ -6,7 +6,11 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from orin_llm.calibration_data import load_home, load_split
+
+pytestmark = pytest.mark.full
 
 
 def minor_faults(pid: int) -> int:

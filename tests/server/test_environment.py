@@ -9,6 +9,8 @@ import pytest
 
 from orin_llm.client import PlannerError
 
+pytestmark = pytest.mark.full
+
 TASK = "Bring the mug to the sofa."
 
 

@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
+pytestmark = pytest.mark.full
+
 OPERATIONS = [("POST", "/v1/plan"), ("POST", "/v1/chat/completions"), ("PUT", "/v1/environment")]
 
 

@@ -18,6 +18,8 @@ from orin_llm.client import PlannerClient, PlannerError, PlannerUnavailable
 
 from .conftest import ROOT, short_dir
 
+pytestmark = pytest.mark.full
+
 LONG = "Describe, step by step and in great detail, how to tidy up every room of the home."
 GRACE_S = 3.0
 

@@ -10,6 +10,8 @@ import pytest
 
 from .test_structured import GO_TO, ROOMS, SAY  # the same tools, checked there without a model
 
+pytestmark = pytest.mark.full
+
 openai = pytest.importorskip("openai")
 
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from orin_llm.placement import available_cpus, format_cpus
+
+pytestmark = pytest.mark.full
 
 
 def kernel_view(pid: int) -> dict:

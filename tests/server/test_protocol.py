@@ -12,6 +12,8 @@ import pytest
 
 from .conftest import Daemon
 
+pytestmark = pytest.mark.full
+
 PLAN_BODY = b'{"task": "Open the fridge.", "max_tokens": 4}'
 
 

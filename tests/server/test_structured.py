@@ -90,6 +90,7 @@ def compiled(engine, **body):
     return GrammarCache().for_answer(answer(**body), engine)
 
 
+@pytest.mark.full
 def test_a_forced_call_is_a_call_of_a_given_function_with_valid_arguments(engine):
     g = compiled(engine, tools=[GO_TO, SAY, DOCK], tool_choice="required")
     go, hello = call_text("go_to", '{"room": "kitchen"}'), call_text("say", '{"text": "hello"}')
@@ -106,6 +107,7 @@ def test_a_forced_call_is_a_call_of_a_given_function_with_valid_arguments(engine
     assert not accepted(engine, one, f"{hello}\n{hello}")  # parallel_tool_calls false: one call
 
 
+@pytest.mark.full
 def test_auto_is_text_or_calls_and_a_call_is_held_to_its_grammar(engine):
     g = compiled(engine, tools=[GO_TO])
     assert accepted(engine, g, "The kitchen is to the left.") and accepted(engine, g, "")
@@ -118,6 +120,7 @@ def test_auto_is_text_or_calls_and_a_call_is_held_to_its_grammar(engine):
     assert not accepted(engine, with_json, "Ada, 36")
 
 
+@pytest.mark.full
 def test_json_schema_content(engine):
     g = compiled(engine, response_format=json_format())
     assert accepted(engine, g, '{"name": "Ada", "age": 36}')
@@ -127,6 +130,7 @@ def test_json_schema_content(engine):
     assert accepted(engine, obj, '{"any": ["thing", 1, null]}') and not accepted(engine, obj, "[1, 2]")
 
 
+@pytest.mark.full
 def test_each_distinct_grammar_is_compiled_once(engine):
     cache = GrammarCache(size=4)
     first = cache.for_answer(answer(tools=[GO_TO, SAY], tool_choice="required"), engine)
@@ -142,6 +146,7 @@ def test_each_distinct_grammar_is_compiled_once(engine):
     assert len(cache._lru) == 4 and cache.for_answer(answer(response_format=json_format()), engine) is not content
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("body, words", [
     ({"response_format": json_format({"type": "objekt"})},
      "response_format.json_schema.schema does not compile: Invalid type: objekt"),
@@ -174,6 +179,7 @@ CHATS = [  # (request body, what the answer is)
 ]
 
 
+@pytest.mark.full
 @pytest.mark.parametrize("mode", ["lookup", "draft_model"])
 def test_constrained_chats_are_the_same_with_each_drafter(engine, mode):
     """Greedy constrained output with a drafter is token for token the output without one (the draft is

@@ -9,6 +9,8 @@ import pytest
 
 from orin_llm.server.cli import summary
 
+pytestmark = pytest.mark.full
+
 CHAT_ELSEWHERE = [{"role": "system", "content": "You are a poet."}, {"role": "user", "content": "A line on rain."}]
 
 

@@ -78,6 +78,7 @@ def test_a_call_cut_short_is_not_a_complete_call():
     assert parse_answer("", "calls").complete_calls == []
 
 
+@pytest.mark.full
 def test_tools_and_calls_are_rendered_into_the_prompt_deterministically(tokenizer):
     assert not template_speaks_tools(tokenizer)  # SmolLM2's template knows no tools: our own rendering
     messages, tools = chat_messages(request(LOOP).messages, request(LOOP).tools, native=False)
@@ -100,6 +101,7 @@ def test_tools_and_calls_are_rendered_into_the_prompt_deterministically(tokenize
     assert bare[0]["role"] == "system" and bare[0]["content"].startswith("# Tools")
 
 
+@pytest.mark.full
 def test_a_template_that_speaks_tools_renders_them_itself(tokenizer):
     """A Hermes-style template (ours, written for this test) gets the tools, the calls and the results in
     the shapes transformers' templates read."""

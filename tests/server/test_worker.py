@@ -19,6 +19,7 @@ from tests.runtime.test_trtllm_engine import all_read, install_models, make_engi
 from tests.runtime.test_trtllm_grammar import SMALL_HOME
 
 
+@pytest.mark.full
 def test_the_planner_is_built_on_the_engine_thread_and_jobs_wait_for_start(engine):
     built_on = []
 
