@@ -47,6 +47,11 @@ def build(
         raise OrinError("give exactly one of --profile FILE or --embedded")
     prof = embedded_profile() if embedded else load_profile(profile)
     target = out or Path("engines") / prof.name
+    if prof.backend == "trtllm" and not dry_run:  # the machine's own warnings first (orin-llm doctor's too)
+        from .doctor.preflight import preflight
+
+        for w in preflight():
+            typer.echo(f"warning: {w}", err=True)
     path = build_engine(prof, target, profile.parent if profile else None, quiet=quiet, force=force,
                         dry_run=dry_run)
     if not dry_run:

@@ -36,12 +36,9 @@ KERNEL_LAYER = len(LAYERS) - 1  # its groups are one group: the kernels import e
 # client (orin_llm/client.py) agree on; it imports nothing of the server.
 BASE = ("orin_llm.server.sockets",)
 
-# The core branch of issue #31 makes requests passive and removes this circle (the engine makes a
-# Generation, the Generation steps the engine, the scheduler holds Generations); the allowance goes
-# with that merge. An allowed circle that no longer exists fails below, so it cannot outlive its fix.
-ALLOWED_CIRCLES = [
-    {"orin_llm.runtime.engine", "orin_llm.runtime.generate", "orin_llm.runtime.scheduler"},
-]
+# Circles allowed for now: none. An allowed circle that no longer exists fails below, so an allowance
+# cannot outlive its fix.
+ALLOWED_CIRCLES: list[set[str]] = []
 
 
 # ---------------------------------------------------------------------------------- the graph

@@ -14,13 +14,11 @@ import json
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..doctor.preflight import preflight
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
@@ -352,7 +350,5 @@ def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, d
         if rows < CALIB_SIZE:
             raise OrinError(f"{path} has {rows} calibration prompts, fewer than {CALIB_SIZE}; "
                             "regenerate the calib split with python calibration/generate.py")
-    for w in preflight():
-        print(f"warning: {w}", file=sys.stderr, flush=True)
     run_steps(steps, out, quiet=quiet)
     return steps

@@ -376,7 +376,7 @@ def test_real_build_checks_the_model_dirs(tmp_path):
 
 @pytest.mark.skipif(shutil.which("trtllm-build") is not None or Path(DEFAULT_TRTLLM_ROOT).exists(),
                     reason="TensorRT-LLM is installed here: this test needs a machine without it")
-def test_real_build_writes_calibration_then_asks_for_the_install(tmp_path, capsys):
+def test_real_build_writes_calibration_then_asks_for_the_install(tmp_path):
     for name in ("3b", "1b"):
         (tmp_path / "models" / name).mkdir(parents=True)
         (tmp_path / "models" / name / "config.json").write_text("{}")
@@ -384,7 +384,6 @@ def test_real_build_writes_calibration_then_asks_for_the_install(tmp_path, capsy
     out = tmp_path / "engine"
     with pytest.raises(OrinError, match="jetson/setup.sh"):  # no TensorRT-LLM here
         build_trtllm(p, out, tmp_path, dry_run=False, quiet=True)
-    assert "warning: " in capsys.readouterr().err  # the preflight ran (this is no Orin)
     assert (out / "calib_dataset" / "train.jsonl").is_file()
     assert not (out / "logs" / "draft-checkpoint.log").exists()  # failed before running anything
 
@@ -472,3 +471,15 @@ def test_write_calib_dataset_max_items_and_rewrite(tmp_path):
     path = write_calib_dataset(tmp_path, max_items=5)
     assert len(path.read_text().splitlines()) == 5
     assert sorted(p.name for p in path.parent.iterdir()) == ["train.jsonl"]
+
+
+def test_the_cli_prints_the_machines_warnings_before_a_real_build(tmp_path):
+    """`orin-llm build` runs doctor's preflight first (the build itself imports nothing of the doctor):
+    this machine is no Orin, so there are warnings, then the build refuses the missing checkpoints."""
+    from tests.conftest import ROOT, orin_llm
+
+    proc = orin_llm("build", "--profile", str(ROOT / "jetson/profiles/agx-orin-64gb.toml"), "--out",
+                    str(tmp_path / "e"), check=False)
+    assert proc.returncode != 0
+    assert "warning: " in proc.stderr and "config.json" in proc.stderr
+    assert proc.stderr.index("warning: ") < proc.stderr.index("config.json")

@@ -19,8 +19,12 @@ from orin_llm.runtime.generate import Generation
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm_engine import TrtllmEngine
 from orin_llm.runtime.trtllm_generation import TrtllmGeneration, TrtllmPin
+from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import make_engine_dir
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+tiny_engine_dir = tiny_fixture("engine_dir")
 
 
 def members(protocol: type) -> dict[str, object]:

@@ -11,6 +11,8 @@ from orin_llm.runtime.sampling import SamplingParams
 from tests.conftest import tiny_fixture
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+# full tier: every generation runs to max_tokens under a grammar mask or a drafter; tens of minutes on 2 cores
+pytestmark = pytest.mark.full
 
 HELD_OUT = load_split("heldout")[1::5][:12]  # a different slice from test_speculative's
 GREEDY = SamplingParams(max_tokens=48)

@@ -22,6 +22,10 @@ from orin_llm.runtime.kernel_plan import (
     plan_kernels,
 )
 from orin_llm.runtime.llama import Llama
+from tests.conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+tiny_engine_dir = tiny_fixture("engine_dir")
 
 OPS = (Q8_DOT, INT8_DECODE, INT8_PROMPT, FUSED)
 FULL = CpuFeatures(cpu=True, bf16_dot=True, onednn=True, torch_int8=True, ops=tuple((op, None) for op in OPS))

@@ -10,7 +10,11 @@ from pathlib import Path
 import pytest
 
 from orin_llm.runtime.loader import load_engine
+from tests.conftest import tiny_fixture
 from tests.runtime.test_trtllm_engine import make_engine_dir
+
+tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+tiny_engine_dir = tiny_fixture("engine_dir")
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from orin_llm.runtime.speculative import AdaptiveK, LookupDrafter, verify
 from tests.conftest import tiny_fixture
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
+# full tier: every generation runs to max_tokens under a grammar mask or a drafter; tens of minutes on 2 cores
+pytestmark = pytest.mark.full
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 HELD_OUT = load_split("heldout")[::2][:30]

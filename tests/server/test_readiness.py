@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from orin_llm.client import PlannerClient, PlannerError, PlannerUnavailable
 
 from .conftest import ROOT, short_dir
@@ -42,6 +44,7 @@ def first_health(socket, proc: subprocess.Popen, timeout_s: float = 60) -> tuple
             time.sleep(0.005)
 
 
+@pytest.mark.full  # a real daemon loading the real engine
 def test_health_answers_at_once_while_the_engine_loads(engine_dir):
     socket = short_dir() / "planner.sock"
     proc = daemon(str(engine_dir), socket)

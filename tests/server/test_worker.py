@@ -69,6 +69,7 @@ def run_job(worker: Worker, endpoint: str, begin, **options) -> list[tuple[str, 
         loop.close()
 
 
+@pytest.mark.full  # the real engine's tokenizer and configs behind the fake (tests/runtime/test_trtllm_engine.py)
 def test_one_worker_loop_serves_a_tensorrt_llm_engine(tmp_path, engine_dir, fake):
     """The loop the torch engine runs in serves TrtllmEngine too (its step: each request's next response):
     a streamed plan, an environment switch as a pin request, and a request ended when its client goes."""
