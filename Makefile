@@ -23,9 +23,9 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Our C++ ops, compiled here for this CPU and torch (minutes; a no-op when built), never in the daemon,
-# which only loads them: runtime/native.py. Run again after C++ changes or a torch upgrade.
+# which only loads them: kernels/native.py. Run again after C++ changes or a torch upgrade.
 native: $(STAMP)
-	$(BIN)/python -m orin_llm.runtime.native build
+	$(BIN)/python -m orin_llm.kernels.native build
 
 engine: $(ENGINE)/manifest.json
 
@@ -47,4 +47,4 @@ lint: $(STAMP)
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
 clean:
-	rm -rf $(VENV) $(ENGINE) orin_llm/runtime/_native
+	rm -rf $(VENV) $(ENGINE) orin_llm/kernels/_native

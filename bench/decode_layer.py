@@ -1,4 +1,4 @@
-"""What the fused decode layer (orin_llm/runtime/decode_layer.py) buys: greedy plans on the daemon's
+"""What the fused decode layer (orin_llm/kernels/decode_layer.py) buys: greedy plans on the daemon's
 default home, each decode step's layers run as one C++ call each, or as torch's ops around the same
 kernels (q8_dot's linear layers, the INT8 attention op), flipped in one process between requests
 (the model's kernel plan), so both see the same machine. Per request: plain decode and lookup speculation,

@@ -1,4 +1,4 @@
-"""What the oneDNN-packed linears (orin_llm/runtime/packed.py) buy: the target's decode-step time
+"""What the oneDNN-packed linears (orin_llm/kernels/packed.py) buy: the target's decode-step time
 with and without them, for one-token steps and for k+1-token verify steps, in the exact
 (batch-invariant) and the fast mode, and whether the kernels were found row-independent.
 Each configuration runs in its own process (ORIN_LLM_PACK is read at load), interleaved, best of 3.

@@ -1,4 +1,4 @@
-"""What the INT8 decode attention op (orin_llm/runtime/int8_attention.py) buys: greedy plans on the
+"""What the INT8 decode attention op (orin_llm/kernels/int8_attention.py) buys: greedy plans on the
 daemon's default home, decoded with the op and with torch's ops over converted K/V (gather, convert,
 SDPA), flipped in one process between requests (the model's kernel plan), so both see the same machine.
 Per request: plain decode and lookup speculation, one request at a time and `--batch` at once

@@ -1,4 +1,4 @@
-"""What the bf16 prefill attention over the INT8 cache (orin_llm/runtime/attention.py) buys: TTFT
+"""What the bf16 prefill attention over the INT8 cache (orin_llm/kernels/attention.py) buys: TTFT
 of a planning request on a pinned ~1k/2k/4k-token environment (warm), of the task alone, and of the
 whole 4k prompt (cold), with the attention as bf16 GEMMs and with torch's float32 SDPA. The switch
 is flipped in one process between calls (the model's kernel plan), so both see the same machine:

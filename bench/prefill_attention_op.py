@@ -1,4 +1,4 @@
-"""What the INT8 prompt attention op (orin_llm/runtime/prefill_attention.py) buys: the warm time to first
+"""What the INT8 prompt attention op (orin_llm/kernels/prefill_attention.py) buys: the warm time to first
 token of new tasks on a long home (every token of the task attends over the whole cached home), with
 the op or with the bf16 GEMMs it replaced, flipped in one process between requests (the model's kernel plan),
 so both see the same machine; plus plain decode, lookup and `--batch` at once (which the op does not

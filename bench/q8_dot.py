@@ -1,4 +1,4 @@
-"""What the integer dot-product kernels (orin_llm/runtime/q8_dot.py) buy: greedy plans on the daemon's
+"""What the integer dot-product kernels (orin_llm/kernels/q8_dot.py) buy: greedy plans on the daemon's
 default home, from two copies of the engine in one process (so both see the same machine, and the same tasks), one on
 q8_dot's kernels (int8 activations, llama.cpp's way) and one on torch's weight-only kernels (bf16
 activations), requests alternating. Per request: plain decode and lookup speculation, one request at
@@ -18,11 +18,11 @@ from orin_llm.bench.flip import arguments, run
 a = arguments()
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
-from orin_llm.runtime import q8_dot  # noqa: E402
+from orin_llm.kernels.quant import QuantLinear  # noqa: E402
+from orin_llm.kernels import q8_dot  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.kernel_plan import KernelSwitches  # noqa: E402
 from orin_llm.runtime.planner import Planner  # noqa: E402
-from orin_llm.runtime.quant import QuantLinear  # noqa: E402
 
 
 def load(on: bool) -> Planner:

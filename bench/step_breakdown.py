@@ -8,7 +8,7 @@ process, interleaved:
   timers around each module call, which split it into: the linear layers (qkv, o, gate|up, down),
   attention (RoPE, the KV cache write and read, SDPA), the lm_head, the embedding, and the rest of
   the forward (RMSNorms, SiLU·up, residual adds: small ops whose cost is mostly dispatch). Where the
-  decode steps run the fused decode layer (runtime/decode_layer.py), the layers are one C++ call each
+  decode steps run the fused decode layer (kernels/decode_layer.py), the layers are one C++ call each
   and are timed as one part. The timers' own cost is reported (hooked forward minus bare forward);
 - greedy sampling of one row of logits (what `sampling.sample` does for temperature 0);
 - the floor: the bytes a step must read (every weight once, plus the context's K/V) over the read
@@ -35,10 +35,10 @@ a = ap.parse_args()
 import torch  # noqa: E402
 
 from orin_llm.bench.common import machine  # noqa: E402
+from orin_llm.kernels.packed import PackedLinear  # noqa: E402
+from orin_llm.kernels.quant import QuantLinear  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.llama import Item, RMSNorm  # noqa: E402
-from orin_llm.runtime.packed import PackedLinear  # noqa: E402
-from orin_llm.runtime.quant import QuantLinear  # noqa: E402
 from orin_llm.runtime.sampling import SamplingParams, sample  # noqa: E402
 
 LINEARS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")

@@ -19,7 +19,7 @@
 #      Third-party prebuilt wheels / containers for 0.12-jetson exist but are UNVERIFIED: not used.
 #   6. orin-llm itself: pip install -e '<repo>[device,policy]', with torch and tensorrt_llm pinned to the
 #      versions now installed, so pip can never swap JetPack's CUDA torch for a CPU-only wheel, and its
-#      C++ ops built for this CPU (python -m orin_llm.runtime.native build)
+#      C++ ops built for this CPU (python -m orin_llm.kernels.native build)
 #   7. memory: a disk swap file with --swap GB (zram, JetPack's default swap, is compressed RAM and
 #      does not help a build), and advice about zram
 #   8. power: sudo nvpmodel -m 0 (MAXN) and sudo jetson_clocks (clocks are unpinned again at boot)
@@ -231,7 +231,7 @@ done
 export PATH="/usr/local/cuda/bin:$PATH"  # pycuda compiles against CUDA
 run "$VENV/bin/python" -m pip install -c "$constraints" -e "${REPO}[device,policy]"
 # our C++ ops (NEON kernels), compiled here for this CPU and torch: the daemon only loads them
-run "$VENV/bin/python" -m orin_llm.runtime.native build
+run "$VENV/bin/python" -m orin_llm.kernels.native build
 
 # ---------------------------------------------------------------------------------------------
 say "7/9 memory: swap and zram"

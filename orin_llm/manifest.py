@@ -47,7 +47,7 @@ class ModelEntry(_Strict):
     kv_cache: KvCacheEntry
     files: list[FileEntry]
     # torch engines: the packed weight-only kernels its quantized layers run on a CPU
-    # (runtime/quant.py); the loader refuses a CPU whose torch lacks one (runtime/weights.py)
+    # (kernels/quant.py); the loader refuses a CPU whose torch lacks one (runtime/weights.py)
     kernels: list[str] = Field(default_factory=list)
 
 

@@ -155,7 +155,7 @@ def hf_model(engine_dir):
 @pytest.fixture
 def fake():
     """TensorRT-LLM's executor bindings replaced by the fake at the import boundary (tests/runtime/fake_trtllm.py)."""
-    from orin_llm.runtime.trtllm_bindings import set_executor_module
+    from orin_llm.runtime.trtllm.bindings import set_executor_module
     from tests.runtime import fake_trtllm
 
     fake_trtllm.reset()

@@ -1,4 +1,4 @@
-"""TensorRT-LLM 0.12's rules (orin_llm/trtllm_rules.py) against the independent fakes of 0.12.
+"""TensorRT-LLM 0.12's rules (orin_llm/runtime/trtllm/rules.py) against the independent fakes of 0.12.
 
 Every rule is refused three times, by code written separately: by the build before anything runs
 (check_trtllm_profile), by the fake trtllm-build or the fake Executor with 0.12's own message
@@ -16,7 +16,7 @@ import pytest
 from orin_llm.build.trtllm import check_trtllm_profile
 from orin_llm.errors import OrinError
 from orin_llm.profile import parse_profile
-from orin_llm.trtllm_rules import RULES, EngineSetup, broken_rules, check_install, main
+from orin_llm.runtime.trtllm.rules import RULES, EngineSetup, broken_rules, check_install, main
 from tests.build import fake_trtllm_tools as tools
 
 ROOT = Path(__file__).resolve().parents[1]

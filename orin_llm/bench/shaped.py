@@ -37,9 +37,9 @@ import torch
 
 from ..arch import arch_from_config_file
 from ..errors import OrinError
+from ..kernels.quant import GGUF_BLOCK
 from ..manifest import load_manifest, write_manifest
 from ..profile import ModelSpec, embedded_profile
-from ..runtime.quant import GGUF_BLOCK
 from ..runtime.weights import Q4_1_FILE
 from .common import progress
 

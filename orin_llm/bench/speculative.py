@@ -148,7 +148,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                     "fast: unpadded decode steps (identical up to floating-point near-ties)"}
     if trtllm:
         data["exact_mode"] = EXACT_MODE_TRTLLM
-        data["note"] = ("trtllm: TensorRT-LLM's kernels, our draft/target loop (runtime/trtllm_generation.py); "
+        data["note"] = ("trtllm: TensorRT-LLM's kernels, our draft/target loop (runtime/trtllm/generation.py); "
                         "speedup_vs_fast_plain is against trtllm/none, its only plain decoding")
     write_json(out, "speculative", data)
     plt = pyplot()

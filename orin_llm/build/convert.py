@@ -57,11 +57,11 @@ def export_model(model, out: Path) -> None:
 
 
 def export_quantized(model, out: Path, weights: str, group: int) -> None:
-    """The decoder's linear layers weight-only quantized (see runtime/quant.py); embeddings and
+    """The decoder's linear layers weight-only quantized (see kernels/quant.py); embeddings and
     norms as they are; a tied lm_head is not stored twice."""
     from safetensors.torch import save_file
 
-    from ..runtime.quant import quantize
+    from ..kernels.quant import quantize
 
     out.mkdir(parents=True, exist_ok=True)
     tensors = {}
@@ -82,10 +82,10 @@ def export_quantized(model, out: Path, weights: str, group: int) -> None:
 
 def export_q4_1(model, out: Path) -> None:
     """q4_1.safetensors: every decoder linear layer's Q4_1 blocks (codes, scales, mins), recovered
-    from the dequantized GGUF weights and checked exact (runtime/quant.py recover_q4_1)."""
+    from the dequantized GGUF weights and checked exact (kernels/quant.py recover_q4_1)."""
     from safetensors.torch import save_file
 
-    from ..runtime.quant import recover_q4_1, recover_q8_0
+    from ..kernels.quant import recover_q4_1, recover_q8_0
     from ..runtime.weights import Q4_1_FILE
 
     tensors = {}

@@ -26,7 +26,7 @@ from ..arch import Arch
 from ..errors import OrinError
 from ..policy.onnx_size import onnx_initializer_bytes
 from ..profile import ModelSpec, Profile
-from ..trtllm_rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
+from ..runtime.trtllm.rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from .source import load_arch, profile_path, resolve_config
 
 GIB = 1024**3
@@ -82,7 +82,7 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = Fa
     - The lm_head: a TensorRT-LLM checkpoint stores lm_head as its own tensor even when the HF
       model ties it to the embeddings (Llama 3.2), so it is counted for backend "trtllm"; the torch
       backend shares the embedding matrix, so a tied lm_head is free there, except where it packs
-      its float32 linears for oneDNN on a CPU (`packed_head`; runtime/packed.py): the packed lm_head
+      its float32 linears for oneDNN on a CPU (`packed_head`; kernels/packed.py): the packed lm_head
       is a copy.
     """
     per_layer_linear_params = sum(i * o for i, o in _linears(a))
@@ -96,7 +96,7 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = Fa
         return (a.num_layers * per_layer_linear_params + rest_params) * width
 
     rest = rest_params * DTYPE_BYTES[spec.dtype]
-    if spec.weights == "q4_1":  # torch, runtime/quant.py: int4 codes + a bf16 scale and zero per 32
+    if spec.weights == "q4_1":  # torch, kernels/quant.py: int4 codes + a bf16 scale and zero per 32
         layer = sum(math.ceil(i * o / 2) + math.ceil(i / 32) * o * 4 for i, o in _linears(a))
         # the lm_head in float32 (oneDNN's packed copy on CPUs), the embedding as Q8_0 for lookups
         # (1 B/param + a float32 scale per 32: quant.Q8Embedding)

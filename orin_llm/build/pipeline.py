@@ -45,7 +45,7 @@ def _files(root: Path, sub: str) -> list:
 
 
 def _entry(root: Path, sub: str, spec: ModelSpec, source: Source, source_files: list) -> ModelEntry:
-    from ..runtime.quant import kernels_for  # torch: imported when a torch build runs
+    from ..kernels.quant import kernels_for  # torch: imported when a torch build runs
 
     return ModelEntry(dir=sub, source=spec.model, source_files=source_files,
                       arch=arch_from_config_file(root / sub), weights=spec.weights, dtype=spec.dtype,

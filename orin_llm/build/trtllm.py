@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
-from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
+from ..runtime.trtllm.rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
 from .source import profile_path
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
@@ -93,7 +93,7 @@ def check_trtllm_profile(profile: Profile) -> None:
                 f"{role} needs calibration ({spec.weights} weights, {spec.kv_cache} KV cache) but the "
                 "profile sets calibration = \"none\"; set calibration = \"calib\"")
     # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
-    # context without it, a draft-tokens target without block reuse): orin_llm/trtllm_rules.py.
+    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
     refusal = profile_refusal(profile)
     if refusal is not None:
         raise OrinError(refusal)

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..arch import Arch
-from .attention import MIN_KEYS, int8_attention_bf16
-from .int8_attention import int8_decode_attention
-from .packed import padded
-from .prefill_attention import int8_prefill_attention
+from ..kernels.attention import MIN_KEYS, int8_attention_bf16
+from ..kernels.int8_attention import int8_decode_attention
+from ..kernels.packed import padded
+from ..kernels.prefill_attention import int8_prefill_attention
 
 # enable_gqa arrived in torch 2.5; JetPack 6.0 ships 2.4, where K/V heads are repeated instead.
 _SDPA_GQA = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 5)

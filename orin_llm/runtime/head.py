@@ -31,9 +31,9 @@ from typing import Optional
 import torch
 from torch import nn
 
-from . import q8_dot
-from .packed import PackedLinear, packing_available
-from .quant import Q8Embedding, QuantLinear
+from ..kernels import q8_dot
+from ..kernels.packed import PackedLinear, packing_available
+from ..kernels.quant import Q8Embedding, QuantLinear
 
 log = logging.getLogger(__name__)
 

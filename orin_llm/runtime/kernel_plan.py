@@ -28,11 +28,11 @@ from typing import Optional
 import torch
 
 from ..arch import Arch
-from . import decode_layer, int8_attention, prefill_attention, q8_dot
-from .attention import bf16_dot_products
-from .int8_attention import HEAD_DIMS
-from .packed import onednn_available
-from .quant import INT8_KERNEL, kernel_available
+from ..kernels import decode_layer, int8_attention, prefill_attention, q8_dot
+from ..kernels.attention import bf16_dot_products
+from ..kernels.int8_attention import HEAD_DIMS
+from ..kernels.packed import onednn_available
+from ..kernels.quant import INT8_KERNEL, kernel_available
 
 PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
 

@@ -23,13 +23,13 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from . import decode_layer
-from .attention import MIN_KEYS
+from ..kernels import decode_layer
+from ..kernels.attention import MIN_KEYS
+from ..kernels.packed import padded
 from .attention_layer import Attention, Step, prompt_from
 from .head import Q8Head, vocab_mask
 from .kernel_plan import PROBE_ROWS, TORCH_ONLY, KernelPlan
 from .kv_cache import KVCache
-from .packed import padded
 
 
 def rope_inv_freq(arch: Arch) -> torch.Tensor:

@@ -21,7 +21,7 @@ def load_engine(engine_dir: Union[str, Path], **kw: Any):
     manifest is read and verified once, here, and handed to the engine."""
     manifest = load_manifest(engine_dir)
     if manifest.backend == "trtllm":
-        from .trtllm_engine import TrtllmEngine
+        from .trtllm.engine import TrtllmEngine
 
         options = {k: v for k, v in kw.items() if k not in TORCH_ONLY_OPTIONS}
         return TrtllmEngine.load(engine_dir, manifest=manifest, **options)

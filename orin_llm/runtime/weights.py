@@ -28,12 +28,12 @@ from torch import nn
 
 from ..arch import Arch
 from ..errors import OrinError
-from . import decode_layer
+from ..kernels import decode_layer
+from ..kernels.packed import PackedLinear, pack_linears, rows_independent
+from ..kernels.quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 from .head import Q8Head
 from .kernel_plan import PROBE_ROWS, QUANTIZED, CpuFeatures, KernelPlan, KernelSwitches, plan_kernels
 from .llama import Llama
-from .packed import PackedLinear, pack_linears, rows_independent
-from .quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from orin_llm.bench.shaped import WEIGHT_STD, write_shaped_engine
 from orin_llm.errors import OrinError
+from orin_llm.kernels.quant import QuantLinear
 from orin_llm.manifest import load_manifest
 from orin_llm.runtime.engine import Engine
-from orin_llm.runtime.quant import QuantLinear
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.weights import Q4_1_FILE
 from tests.conftest import tiny_fixture

@@ -12,7 +12,7 @@ import pytest
 from orin_llm.bench import kv, run_scenarios, speculative
 from orin_llm.bench.report import write_report
 from orin_llm.manifest import file_entry, load_manifest
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.conftest import tiny_fixture
 from tests.runtime.test_trtllm_engine import install_models, make_engine_dir
 

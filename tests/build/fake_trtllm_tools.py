@@ -12,7 +12,7 @@ argv goes through the real tool's argument parser (the flags, types and choices 
   cache) and writes the engine's config.json as EngineConfig does ({"version", "pretrained_config",
   "build_config": BuildConfig.to_dict()}), which tests/runtime/fake_trtllm.py's Executor then reads.
 
-Written from the sources, not from orin_llm/trtllm_rules.py, which it must agree with. A failing tool
+Written from the sources, not from orin_llm/runtime/trtllm/rules.py, which it must agree with. A failing tool
 writes its traceback's last line to the log and returns exit code 1 (argparse errors: 2), as the real ones.
 """
 

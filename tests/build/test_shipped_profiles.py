@@ -18,7 +18,7 @@ from orin_llm.build.memory import check_feasible, plan_memory
 from orin_llm.build.trtllm import format_steps, run_steps, trtllm_steps, write_calib_dataset
 from orin_llm.profile import Profile, load_profile
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.build import fake_trtllm_tools as tools
 from tests.runtime.test_trtllm_engine import install_models
 

@@ -1,10 +1,10 @@
-// The kernel cores without torch (orin_llm/runtime/csrc/kernels): this build's kernels (x86 here,
+// The kernel cores without torch (orin_llm/kernels/csrc/kernels): this build's kernels (x86 here,
 // NEON when cross-compiled for AArch64 and run under qemu-aarch64) against the reference loops, on
 // random inputs. The q8 tiles and the decode attention are bit for bit the reference's (the same
 // float steps in the same order); the x86 prompt attention op, which has no reference loops, is
 // checked against the reference decode attention of the same queries within its bf16 bound.
 // Built and run by tests/native/test_kernels.py. Prints one line per check, then a count.
-#include "../../orin_llm/runtime/csrc/kernels/dispatch.h"
+#include "../../orin_llm/kernels/csrc/kernels/dispatch.h"
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-"""The kernel cores (orin_llm/runtime/csrc/kernels), torch-free, built with plain compilers: this
+"""The kernel cores (orin_llm/kernels/csrc/kernels), torch-free, built with plain compilers: this
 machine's kernels against the reference loops (tests/native/kernels_test.cpp), and the ARM (NEON)
 kernels cross-compiled for the Orin's core and run under qemu-aarch64 with a CPU that has the
 dot-product instructions. No ARM machine is needed: Debian's g++-aarch64-linux-gnu and

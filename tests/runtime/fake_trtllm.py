@@ -1,6 +1,6 @@
 """A fake `tensorrt_llm.bindings.executor` (TensorRT-LLM v0.12.0-jetson) for tests.
 
-Installed with `orin_llm.runtime.trtllm_bindings.set_executor_module(fake_trtllm)`. Its classes take
+Installed with `orin_llm.runtime.trtllm.bindings.set_executor_module(fake_trtllm)`. Its classes take
 exactly the keyword names of the 0.12 pybind bindings (cpp/tensorrt_llm/pybind/executor/bindings.cpp
 and executor.cpp at v0.12.0, see docs/trtllm-0.12-jetson.md §4), in the same order: an unknown or
 missing keyword is a TypeError, as pybind11 makes it, so a typo in the runtime fails a test. Every
@@ -10,7 +10,7 @@ The Executor reads the engine's config.json (build_config: max_input_len, max_se
 speculative_decoding_mode, plugin_config) like the real one, and refuses at construction what 0.12's
 batch manager refuses (its TrtGptModelInflightBatching constructor, docs/trtllm-0.12-jetson.md §8),
 with 0.12's message text. These checks are written here, from the sources, and deliberately NOT
-imported from orin_llm/trtllm_rules.py: a rule written wrongly there disagrees with this fake, and a
+imported from orin_llm/runtime/trtllm/rules.py: a rule written wrongly there disagrees with this fake, and a
 test shows it.
 
 It runs the scripted model MODELS[<engine dir name>] (a callable `model(context) -> token`, with

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from orin_llm.runtime.native import NativeLib
+from orin_llm.kernels.native import NativeLib
 
 
 @functools.cache

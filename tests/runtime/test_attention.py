@@ -8,10 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import orin_llm.runtime.attention as attention
+import orin_llm.kernels.attention as attention
 import orin_llm.runtime.attention_layer as attention_layer
 import orin_llm.runtime.llama as llama
-from orin_llm.runtime.attention import int8_attention_bf16
+from orin_llm.kernels.attention import int8_attention_bf16
 from orin_llm.runtime.kv_cache import KVCache
 
 H, KV, D = 9, 3, 64  # SmolLM2's heads: 3 query heads per KV head

@@ -17,8 +17,8 @@ from orin_llm.runtime.backend import Backend, Capabilities, EngineStats, Request
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.generate import Generation
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
-from orin_llm.runtime.trtllm_generation import TrtllmGeneration, TrtllmPin
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
+from orin_llm.runtime.trtllm.generation import TrtllmGeneration, TrtllmPin
 from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import make_engine_dir

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 import torch
 
-from orin_llm.runtime import decode_layer as dl
-from orin_llm.runtime.attention import MIN_KEYS
+from orin_llm.kernels import decode_layer as dl
+from orin_llm.kernels.attention import MIN_KEYS
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item
 from orin_llm.runtime.sampling import SamplingParams

@@ -4,7 +4,7 @@ and without a grammar's mask, and the float32 head made only for sampled request
 import pytest
 import torch
 
-from orin_llm.runtime import q8_dot
+from orin_llm.kernels import q8_dot
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.head import Q8Head
 from orin_llm.runtime.kernel_plan import KernelSwitches

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import orin_llm.runtime.int8_attention as ia
+import orin_llm.kernels.int8_attention as ia
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.kv_cache import Int8KVCache
 from orin_llm.runtime.llama import Item

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from orin_llm.arch import Arch
-from orin_llm.runtime.attention import MIN_KEYS
+from orin_llm.kernels.attention import MIN_KEYS
 from orin_llm.runtime.kernel_plan import (
     FUSED,
     INT8_DECODE,

@@ -1,4 +1,4 @@
-"""Our C++ ops (runtime/native.py): one module, built at install and only loaded at run time (a daemon
+"""Our C++ ops (kernels/native.py): one module, built at install and only loaded at run time (a daemon
 never compiles: its first start on a fresh machine once spent minutes compiling and did not answer
 /health); a missing or stale build leaves the ops unavailable with how to build them; the module's
 constants are checked against what the Python side packs for. And the build step's lock: a process
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
-from orin_llm.runtime import int8_attention, native, q8_dot
-from orin_llm.runtime.native import NativeLib, build_lock
+from orin_llm.kernels import int8_attention, native, q8_dot
+from orin_llm.kernels.native import NativeLib, build_lock
 from tests.runtime import native_builds
 
 from ..conftest import ROOT
@@ -27,7 +27,7 @@ from ..conftest import ROOT
 def test_the_installed_module_loads_in_a_fresh_process_without_compiling():
     """What a daemon start does: import the built module. It must be there (`make install` builds it:
     this fails until it has run), load in seconds, and never import torch's compiler driver."""
-    code = ("import sys, time\nimport torch\nfrom orin_llm.runtime import native\n"
+    code = ("import sys, time\nimport torch\nfrom orin_llm.kernels import native\n"
             "t0 = time.perf_counter()\nmodule, error = native.installed()\nt = time.perf_counter() - t0\n"
             "assert module is not None, error\n"
             "assert 'torch.utils.cpp_extension' not in sys.modules, 'the load ran the compiler driver'\n"
@@ -43,7 +43,7 @@ def test_a_missing_or_stale_build_leaves_the_ops_off_and_says_how_to_build(monke
     monkeypatch.setattr(native, "_installed", None)
     lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
     assert lib.get() is None
-    assert "not built" in lib.error and "make install" in lib.error and "orin_llm.runtime.native build" in lib.error
+    assert "not built" in lib.error and "make install" in lib.error and "orin_llm.kernels.native build" in lib.error
     (tmp_path / "orin_llm_ops_0123456789ab").mkdir()  # a build for other sources, CPU or torch
     monkeypatch.setattr(native, "_installed", None)
     lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
@@ -73,7 +73,7 @@ def test_a_constant_mismatch_is_an_error_not_wrong_numbers():
 def test_the_build_step_is_a_no_op_once_built():
     module, error = native.installed()
     assert module is not None, error
-    r = subprocess.run([sys.executable, "-m", "orin_llm.runtime.native", "build"], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "orin_llm.kernels.native", "build"], cwd=ROOT, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     assert native.build_name() in r.stdout and f"q8 kernels {module.simd()}" in r.stdout
@@ -94,7 +94,7 @@ def test_a_lock_left_by_a_killed_build_does_not_hang_the_next_build():
 
 def test_the_build_lock_excludes_others_and_dies_with_its_holder(tmp_path):
     build_dir = tmp_path / "orin_llm_x_0"
-    code = ("import time\nfrom pathlib import Path\nfrom orin_llm.runtime.native import build_lock\n"
+    code = ("import time\nfrom pathlib import Path\nfrom orin_llm.kernels.native import build_lock\n"
             f"with build_lock(Path({str(build_dir)!r})):\n    print('held', flush=True)\n    time.sleep(120)\n")
     holder = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

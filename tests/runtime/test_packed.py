@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from orin_llm.kernels.packed import PackedLinear, pack_linears, packing_available, rows_independent
 from orin_llm.runtime.head import Q8Head
-from orin_llm.runtime.packed import PackedLinear, pack_linears, packing_available, rows_independent
 from tests.conftest import tiny_fixture
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)

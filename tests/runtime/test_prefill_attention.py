@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 import torch
 
-import orin_llm.runtime.prefill_attention as pa
-from orin_llm.runtime.attention import MIN_KEYS, int8_attention_bf16
+import orin_llm.kernels.prefill_attention as pa
+from orin_llm.kernels.attention import MIN_KEYS, int8_attention_bf16
 from orin_llm.runtime.attention_layer import Attention
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
 from orin_llm.runtime.llama import Item

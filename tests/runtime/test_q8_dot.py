@@ -1,4 +1,4 @@
-"""Our integer dot-product kernels (runtime/q8_dot.py): the GGUF's Q4_1 values (and int8 rows) times
+"""Our integer dot-product kernels (kernels/q8_dot.py): the GGUF's Q4_1 values (and int8 rows) times
 the activations as the kernels quantize them, to float32 rounding; rows bit for bit independent of
 the batch and of the thread count (what keeps speculation exactly lossless); the plain-loop build
 agreeing with the SIMD one; refusals that say what is wrong; and torch's kernels where the op is
@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from orin_llm.errors import OrinError
-from orin_llm.runtime import q8_dot
+from orin_llm.kernels import q8_dot
+from orin_llm.kernels.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
 from orin_llm.runtime.kernel_plan import CpuFeatures, KernelSwitches, plan_kernels
-from orin_llm.runtime.quant import QuantLinear, quantize_int4, quantize_int8, recover_q4_1
 from tests.conftest import tiny_fixture
 from tests.runtime import native_builds
 from tests.runtime.test_quant import _q4_1_weight

@@ -5,10 +5,9 @@ import torch
 import torch.nn.functional as F
 
 from orin_llm.errors import OrinError
-from orin_llm.runtime import q8_dot
-from orin_llm.runtime.head import Q8Head
-from orin_llm.runtime.packed import PackedLinear
-from orin_llm.runtime.quant import (
+from orin_llm.kernels import q8_dot
+from orin_llm.kernels.packed import PackedLinear
+from orin_llm.kernels.quant import (
     INT4_KERNEL,
     INT8_KERNEL,
     Int8Embedding,
@@ -20,6 +19,7 @@ from orin_llm.runtime.quant import (
     recover_q4_1,
     recover_q8_0,
 )
+from orin_llm.runtime.head import Q8Head
 
 
 def test_int8_per_channel_error_is_half_a_step():

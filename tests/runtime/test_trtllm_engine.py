@@ -18,9 +18,9 @@ import pytest
 from orin_llm.errors import OrinError
 from orin_llm.runtime.loader import load_engine
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_bindings import executor_module, set_executor_module
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
-from orin_llm.runtime.trtllm_generation import TrtllmGeneration
+from orin_llm.runtime.trtllm.bindings import executor_module, set_executor_module
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
+from orin_llm.runtime.trtllm.generation import TrtllmGeneration
 from tests.conftest import tiny_fixture
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)

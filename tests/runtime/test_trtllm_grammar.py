@@ -9,8 +9,8 @@ from orin_llm.environment import environment_from_dict
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
-from orin_llm.runtime.trtllm_grammar import PROCESSOR
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
+from orin_llm.runtime.trtllm.grammar import PROCESSOR
 from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import install_models, make_engine_dir, target_executor

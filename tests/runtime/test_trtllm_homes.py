@@ -5,7 +5,7 @@ import pytest
 
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import install_models, make_engine_dir, target_executor

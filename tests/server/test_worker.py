@@ -11,7 +11,7 @@ from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm_engine import TrtllmEngine
+from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from orin_llm.server.jobs import environment_job, plan_job
 from orin_llm.server.schemas import PlanRequest
 from orin_llm.server.worker import Job, Worker

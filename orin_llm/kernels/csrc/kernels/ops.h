@@ -103,7 +103,7 @@ auto by_shape(int64_t d, int64_t g, Fn&& fn) {
 }
 static_assert(MAX_GROUP == 8, "by_shape instantiates G = 1 .. 8");
 
-// Decode attention (runtime/int8_attention.py). Each query row is computed on its own, in one fixed
+// Decode attention (kernels/int8_attention.py). Each query row is computed on its own, in one fixed
 // order that depends only on its q row and its keys: a verify step's row t is bit for bit a
 // one-token decode step at that position, whatever else is in the call (what keeps greedy
 // speculation exactly lossless). Partial sums run in LANES independent lanes, reduced in a fixed
@@ -176,7 +176,7 @@ void decode_attention_items(const AttentionView& a, int64_t w0, int64_t w1) {
 inline int64_t decode_attention_work(const AttentionView& a) { return a.t * a.kv; }
 
 #ifdef ORIN_X86_PREFILL
-// Prompt attention (runtime/prefill_attention.py): work items are (group of at most QPOS query
+// Prompt attention (kernels/prefill_attention.py): work items are (group of at most QPOS query
 // positions, KV head). Groups are as even as they can be (20 queries: 10 + 10, not 16 + 4: equal
 // work items for the threads, and no small group paying a whole group's key conversions), the
 // later groups (more keys) first.

@@ -1,7 +1,7 @@
 // Which kernels this build runs (ggml-cpu's way: reference loops, arch/x86, arch/arm, and this
 // fallback header): the x86 ones where the compiler targets AVX2 (q8 tiles) or AVX-512 (attention
 // scores, and VNNI + BF16 for the prompt op), the ARM ones on AArch64 NEON (with dotprod for the q8
-// tiles), else the reference loops. The build is for this CPU (-march/-mcpu=native: runtime/native.py),
+// tiles), else the reference loops. The build is for this CPU (-march/-mcpu=native: kernels/native.py),
 // so the choice is made at compile time. ORIN_LLM_GENERIC (or ORIN_LLM_Q8_GENERIC /
 // ORIN_LLM_ATTN_GENERIC for one family) forces the reference loops: the tests compare such a build
 // with this CPU's.

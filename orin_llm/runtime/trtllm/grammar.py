@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 import torch
 
-from .constraint import Constraint
+from ..constraint import Constraint
 
 PROCESSOR = "orin_llm_grammar"  # the name requests give in logits_post_processor_name
 

@@ -1,5 +1,5 @@
 """Our C++ ops: one extension module (csrc/ops.cpp over the torch-free kernels in csrc/kernels/),
-built for this CPU at install (`make install` runs `python -m orin_llm.runtime.native build`) and
+built for this CPU at install (`make install` runs `python -m orin_llm.kernels.native build`) and
 only loaded at run time.
 
 What no library offers from torch: decode attention straight over the INT8 KV cache
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 CSRC = Path(__file__).with_name("csrc")
 SOURCE = CSRC / "ops.cpp"
 BUILD_ROOT = Path(__file__).with_name("_native")  # (ignored by git; `make clean` removes it)
-BUILD_COMMAND = f"{Path(sys.executable).name} -m orin_llm.runtime.native build"
+BUILD_COMMAND = f"{Path(sys.executable).name} -m orin_llm.kernels.native build"
 HOW = f"run `make install` (or `{BUILD_COMMAND}`) to build them for this machine"
 
 
@@ -217,7 +217,7 @@ class NativeLib:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m orin_llm.runtime.native",
+    p = argparse.ArgumentParser(prog="python -m orin_llm.kernels.native",
                                 description="Build our C++ ops for this machine (the install step).")
     p.add_argument("command", choices=["build"])
     p.add_argument("--verbose", action="store_true", help="show the compiler's commands")

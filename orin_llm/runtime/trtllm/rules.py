@@ -3,7 +3,7 @@
 The build checks a profile against them before anything runs (build/trtllm.py), the memory plan
 reports what a profile's engines get under them (build/memory.py, the "deployment"), and the
 runtime checks an engine directory against them before it creates an Executor
-(runtime/trtllm_engine.py). The test fake (tests/runtime/fake_trtllm.py, tests/build/fake_trtllm_tools.py)
+(runtime/trtllm/engine.py). The test fake (tests/runtime/fake_trtllm.py, tests/build/fake_trtllm_tools.py)
 does NOT import this module: it models 0.12 on its own, so a wrong rule here shows up as a disagreement.
 
 Each rule records the message 0.12 raises, where it comes from, and how sure we are that 0.12 has it:
@@ -11,7 +11,7 @@ Each rule records the message 0.12 raises, where it comes from, and how sure we 
 copy" is read in the first open-sourced copy of the batch manager, which was closed source at 0.12
 (docs/trtllm-0.12-jetson.md §8 has the evidence and jetson/GUIDE.md the check to run on the Orin).
 
-`python -m orin_llm.trtllm_rules --check-install` looks for each rule's message in the installed
+`python -m orin_llm.runtime.trtllm.rules --check-install` looks for each rule's message in the installed
 TensorRT-LLM (`strings` on libtensorrt_llm.so, grep on builder.py): jetson/bench.sh runs it.
 """
 
@@ -255,7 +255,7 @@ def format_deployment(d: dict) -> list[str]:
     """A deployment (`Deployment.as_dict()`, as a memory plan stores it) as lines for the memory table and
     the dry run: per engine, target first, then every "no" and why."""
     yes = {True: "yes", False: "no"}
-    title = ("deployment (TensorRT-LLM 0.12; its rules: orin_llm/trtllm_rules.py)" if d["backend"] == "trtllm"
+    title = ("deployment (TensorRT-LLM 0.12; its rules: orin_llm/runtime/trtllm/rules.py)" if d["backend"] == "trtllm"
              else f"deployment (backend {d['backend']})")
     lines = [f"  {title}"]
     for role in sorted(d["engines"], key=lambda r: r != "target"):
@@ -302,7 +302,7 @@ def _package_dir() -> Optional[Path]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orin_llm.trtllm_rules", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m orin_llm.runtime.trtllm.rules", description=__doc__.split("\n")[0])
     parser.add_argument("--check-install", action="store_true",
                         help="look for each rule's message in the installed TensorRT-LLM")
     parser.add_argument("--package-dir", type=Path, help="the tensorrt_llm package directory (default: found)")

@@ -5,7 +5,7 @@
 the executor, or several while they decide no text), the caller reads `take()`, `done`, `error`,
 `result`; iterating it submits it and steps the engine, and closing the iterator (or `abort`) cancels
 the request in flight. Text comes out through the same TextStream (incremental detokenization, stop
-strings). `TrtllmPin` is a pin request, stepped the same way. The engine (runtime/trtllm_engine.py)
+strings). `TrtllmPin` is a pin request, stepped the same way. The engine (runtime/trtllm/engine.py)
 imports this module, makes the requests (`request`) and holds the executors; this module sends them
 and follows their responses, and knows the engine only as the `EngineView` protocol below. Citations
 as there.
@@ -49,12 +49,12 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import timedelta
 from typing import Any, Literal, Optional, Protocol
 
-from ..errors import OrinError
-from .generate import Result, SpecStats, Timings
-from .sampling import SamplingParams
-from .speculative import AdaptiveK, CombinedDrafter, LookupDrafter
-from .text import TextStream
-from .trtllm_grammar import GrammarProcessor
+from ...errors import OrinError
+from ..generate import Result, SpecStats, Timings
+from ..sampling import SamplingParams
+from ..speculative import AdaptiveK, CombinedDrafter, LookupDrafter
+from ..text import TextStream
+from .grammar import GrammarProcessor
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class EngineView(Protocol):
-    """What a generation uses of its engine (runtime/trtllm_engine.py's TrtllmEngine)."""
+    """What a generation uses of its engine (runtime/trtllm/engine.py's TrtllmEngine)."""
 
     tokenizer: Any
     eos_ids: set[int]

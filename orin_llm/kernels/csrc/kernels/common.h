@@ -1,6 +1,6 @@
 // What every kernel shares, without torch (the kernel cores cross-compile and run in
 // tests/native/kernels_test.cpp): the tile and block constants the Python side packs for (exposed
-// by the module and checked at load: runtime/native.py), half floats, the activation quantization
+// by the module and checked at load: kernels/native.py), half floats, the activation quantization
 // and the scalar helpers (sums in a fixed tree, exp, the decode layer's small ops).
 #pragma once
 

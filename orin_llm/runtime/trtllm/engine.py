@@ -2,7 +2,7 @@
 
 `TrtllmEngine` implements the interface runtime/engine.py's `Engine` implements (load, generate,
 submit, step, abort, pin_request/pin/unpin, stats, capabilities, ...), and its requests
-(runtime/trtllm_generation.py) are `Request`s as runtime/generate.py's `Generation` is, so the planner
+(runtime/trtllm/generation.py) are `Request`s as runtime/generate.py's `Generation` is, so the planner
 and the server do not care which backend serves them. What differs is in `capabilities`.
 
 Stepping: `step` advances the running request to its next text delta (the executor's next
@@ -23,7 +23,7 @@ of it (R≡J cpp/include/tensorrt_llm/executor/executor.h L439-455).
 Prefix reuse: with the profile's `prefix_reuse`, both executors run with
 `KvCacheConfig(enable_block_reuse=True)` (and `ExecutorConfig(enable_chunked_context=True)` with its
 `chunked_context`); before creating them, `load` checks the engines against TensorRT-LLM 0.12's rules
-(orin_llm/trtllm_rules.py) and refuses a combination 0.12 would refuse, naming the rule. `pin(ids)`
+(orin_llm/runtime/trtllm/rules.py) and refuses a combination 0.12 would refuse, naming the rule. `pin(ids)`
 runs the prefix once (max_new_tokens=1) so its KV blocks are stored; a later prompt that starts with
 the same tokens reuses them, in whole blocks of `tokens_per_block` (the engine's `--tokens_per_block`,
 build/trtllm.py), never its last token. `cached_prefix()` is what the pinned prefix *can* serve.
@@ -38,7 +38,7 @@ request at a time, so the growth belongs to that request. Without reuse nothing 
 request prefills its whole prompt.
 
 The requests of a planning call, plain or speculative, and their responses are
-runtime/trtllm_generation.py's.
+runtime/trtllm/generation.py's.
 """
 
 from __future__ import annotations
@@ -50,18 +50,18 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import OrinError, PromptTooLong
-from ..manifest import Manifest, load_manifest, read_json_object
-from ..trtllm_rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
-from .backend import Capabilities, EngineStats, run_pin
-from .constraint import Constraint, Vocabulary
-from .engine import AUTO_SPECULATION, DEFAULT_HISTORY, EngineText, eos_ids, load_tokenizer, lookup_seed
-from .generate import Result
-from .sampling import SamplingParams
-from .speculative import LookupDrafter
-from .trtllm_bindings import executor_module
-from .trtllm_generation import Stepped, TrtllmGeneration, TrtllmPin, enqueue_request, first_line, follow
-from .trtllm_grammar import PROCESSOR, GrammarProcessor, processor_map
+from ...errors import OrinError, PromptTooLong
+from ...manifest import Manifest, load_manifest, read_json_object
+from ..backend import Capabilities, EngineStats, run_pin
+from ..constraint import Constraint, Vocabulary
+from ..engine import AUTO_SPECULATION, DEFAULT_HISTORY, EngineText, eos_ids, load_tokenizer, lookup_seed
+from ..generate import Result
+from ..sampling import SamplingParams
+from ..speculative import LookupDrafter
+from .bindings import executor_module
+from .generation import Stepped, TrtllmGeneration, TrtllmPin, enqueue_request, first_line, follow
+from .grammar import PROCESSOR, GrammarProcessor, processor_map
+from .rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_k
     # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
     # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...,
     # logits_post_processor_map=None, ...) (R≡J L518-547; J model_runner_cpp.py from_dir sets
-    # enable_chunked_context the same way). The grammar's post-processor: runtime/trtllm_grammar.py.
+    # enable_chunked_context the same way). The grammar's post-processor: runtime/trtllm/grammar.py.
     kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
     extra = {"logits_post_processor_map": processor_map(grammar)} if grammar is not None else {}
     config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context,
@@ -224,7 +224,7 @@ class TrtllmEngine(EngineText):
         draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
         tokenizer = load_tokenizer(engine_dir / "tokenizer")
         executors: dict[str, Any] = {}
-        grammar = GrammarProcessor()  # the target's: constrained plans (runtime/trtllm_grammar.py)
+        grammar = GrammarProcessor()  # the target's: constrained plans (runtime/trtllm/grammar.py)
         try:
             for role, entry in roles.items():
                 executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],

@@ -1,9 +1,9 @@
-// The one extension module of our C++ ops (runtime/native.py builds it at install: `make install`):
+// The one extension module of our C++ ops (kernels/native.py builds it at install: `make install`):
 // torch wrappers, argument checks and threads around the kernel cores (kernels/, torch-free).
-//   q4_1_linear, q8_linear, quantize_activations: runtime/q8_dot.py
-//   int8_decode_attention: runtime/int8_attention.py
-//   int8_prefill_attention: runtime/prefill_attention.py (x86 AVX-512 VNNI + BF16 builds only)
-//   decode_layer, LayerWeights: runtime/decode_layer.py
+//   q4_1_linear, q8_linear, quantize_activations: kernels/q8_dot.py
+//   int8_decode_attention: kernels/int8_attention.py
+//   int8_prefill_attention: kernels/prefill_attention.py (x86 AVX-512 VNNI + BF16 builds only)
+//   decode_layer, LayerWeights: kernels/decode_layer.py
 //   simd, attention_simd, prefill_simd, constants: what this build runs, and the constants the
 //   Python side packs for (native.py checks them at load)
 // Every op releases the GIL while it computes (the daemon's event loop shares the process).
