@@ -16,9 +16,10 @@ under a second); where it is missing or was built for other sources, CPU or torc
 unavailable, the log says why and how to build it, and torch's ops run as before. The module's
 constants (tile sizes, block size, head sizes) are checked against what the Python side packs for.
 
-Each op's wrapper holds a `NativeLib`: its switch (ORIN_LLM_*=0 turns one op off, for A/B
-measurements), and a reason to refuse a build that did load (plain loops only, no prompt op).
-`installed()` is the module itself without any switch: what a kernel plan reads.
+Each op's wrapper holds a `NativeLib`: the name of its switch (ORIN_LLM_*=0 turns one op off, for A/B
+measurements: read once by Engine.load into the kernel plan, runtime/kernel_plan.py, never here), and
+a reason to refuse a build that did load (plain loops only, no prompt op). `installed()` is the module
+itself: what a kernel plan reads.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import fcntl
 import hashlib
 import importlib.util
 import logging
-import os
 import platform
 import sys
 import threading
@@ -168,8 +168,8 @@ def check_constants(module, expects: dict) -> Optional[str]:
 
 class NativeLib:
     """One op family's view of the module: `get()` gives the module, or None where it is not built,
-    its constants do not match `expects`, its `switch` is 0 in the environment, or `refuse(module)`
-    names a reason not to use it; `error` then says which (logged once).
+    its constants do not match `expects`, or `refuse(module)` names a reason not to use it (its
+    `switch` is the kernel plan's to read, at load); `error` then says which (logged once).
     `defines` (tests only): a build with those macros instead (ORIN_LLM_GENERIC: the reference loops),
     compiled here on first use into torch's extension cache."""
 
@@ -194,23 +194,20 @@ class NativeLib:
             return self._module
         with self._lock:
             if self._module is None and self.error is None:
-                if os.environ.get(self.switch, "1") == "0":
-                    self.error = f"turned off ({self.switch}=0)"
+                module = None
+                if self.defines:
+                    try:
+                        module = self._test_build()
+                    except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
+                        text = str(e).strip()
+                        self.error = f"{type(e).__name__}: {text.splitlines()[-1] if text else e}"
                 else:
-                    module = None
-                    if self.defines:
-                        try:
-                            module = self._test_build()
-                        except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
-                            text = str(e).strip()
-                            self.error = f"{type(e).__name__}: {text.splitlines()[-1] if text else e}"
-                    else:
-                        module, self.error = installed()
-                    if module is not None:
-                        self.error = check_constants(module, self.expects)
-                        if self.error is None and self.refuse is not None:
-                            self.error = self.refuse(module)
-                        self._module = module if self.error is None else None
+                    module, self.error = installed()
+                if module is not None:
+                    self.error = check_constants(module, self.expects)
+                    if self.error is None and self.refuse is not None:
+                        self.error = self.refuse(module)
+                    self._module = module if self.error is None else None
                 if self.error is not None:
                     log.warning("%s is not available (%s): %s", self.what, self.error, self.instead)
         return self._module
