@@ -39,7 +39,7 @@ from orin_llm.build.source import resolve_source
 from orin_llm.calibration_data import home_names, load_home, load_split
 from orin_llm.environment import prefix_messages, task_message
 from orin_llm.manifest import load_manifest
-from orin_llm.runtime.engine import EngineText, load_tokenizer
+from orin_llm.runtime.engine_files import EngineText, load_tokenizer
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--engine", default="engines/smollm2-135m-demo")

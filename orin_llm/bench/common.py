@@ -97,7 +97,7 @@ def engine_text(engine_dir: Path):
     """The engine's tokenizer and chat template without its models (either backend): what a scenario
     that talks to a daemon needs to build its prompts, e.g. a home of so many tokens."""
     from ..manifest import load_manifest
-    from ..runtime.engine import EngineText, load_tokenizer
+    from ..runtime.engine_files import EngineText, load_tokenizer
 
     text = EngineText()
     text.manifest, text.tokenizer = load_manifest(engine_dir), load_tokenizer(engine_dir / "tokenizer")

@@ -19,7 +19,7 @@ SEED_FILE = "lookup_seed.json"
 
 
 def write_lookup_seed(engine_dir: Path, split: str) -> FileEntry:
-    from ..runtime.engine import load_tokenizer
+    from ..runtime.engine_files import load_tokenizer
 
     tokenizer = load_tokenizer(engine_dir / "tokenizer")
     items = load_split(split)

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import math
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,143 +26,28 @@ from typing import Optional
 import torch
 
 from ..errors import OrinError, PromptTooLong
-from ..manifest import Manifest, ModelEntry, load_manifest, read_json_object
+from ..manifest import Manifest, load_manifest
 from .backend import Capabilities, EngineStats
 from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .decider import Decider
+from .drafters import DEFAULT_HISTORY, attach_cache, choose_drafter
+from .engine_files import BLOCK_SIZE, DTYPES, EngineText, eos_ids, load_pool, load_tokenizer, lookup_seed, pool_tokens
 from .generate import Generation, Result
 from .history_store import HistoryStore, engine_identity
+from .host import apply_thread_setting, env_int, pick_device
 from .kernel_plan import KernelSwitches
 from .kv_cache import Int8KVCache, KVCache
-from .kv_pool import KVPool, load_scales
 from .llama import Item, Llama
 from .model_runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
-from .speculative import CombinedDrafter, DraftModelDrafter, LookupDrafter
-from .tokenizer import Tokenizer
-from .weights import bound_heap, check_kernels, load_llama, release_freed_memory
+from .weights import check_kernels, load_llama, release_freed_memory
 
 log = logging.getLogger(__name__)
 
-DEFAULT_HISTORY = "chat"  # the lookup history of requests that name none (chat completions)
-BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is whole blocks (a prompt's partial last block is computed)
 
-# What "auto" means. Measured on the embedded default on CPU (docs/BENCHMARKS.md): the model-free
-# lookup drafter gives the decode speedup; a same-size INT8 draft costs about as much as the target.
-AUTO_SPECULATION = "lookup"
-
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-KV_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-# oneDNN keeps every matmul primitive it made, up to 1024 by default, and torch's ideep layer keeps
-# its own per-shape cache of them (LRU_CACHE_CAPACITY, also 1024). Prompt attention makes one per
-# block shape (its key count grows block by block), so pinning a 4k home left ~125 MB in oneDNN's
-# cache and ~100 MB more in ideep's. 64 each keep every shape a decode step and a warm request reuse:
-# same pin time, warm TTFT and decode rate, measured side by side in one process (0 made a warm 4k
-# TTFT 1.5x slower). Both are read when the first primitive is made: set before the engine loads;
-# an explicit setting wins.
-PRIMITIVE_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
-
-
-def apply_thread_setting(threads: Optional[int] = None) -> None:
-    """`threads` sets torch's intra-op threads (None: torch's own count; the daemon and the CLI pass
-    --threads or the user's ORIN_LLM_THREADS, read where they start: server/config.py). On a CPU shared
-    with other busy processes (a robot's ROS nodes, CI), fewer threads than cores avoids OpenMP barrier
-    stalls that we measured at 5-10x slower decoding on 2 cores with the second one busy. Also bounds
-    oneDNN's and ideep's primitive caches (PRIMITIVE_CACHES), and glibc's heap (bound_heap)."""
-    for name, value in PRIMITIVE_CACHES.items():
-        os.environ.setdefault(name, value)
-    bound_heap()
-    if threads is not None:
-        if threads < 1:
-            raise OrinError(f"threads={threads}: give a positive whole number")
-        torch.set_num_threads(threads)
-
-
-def pick_device(device: str) -> str:
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise OrinError(f"device {device!r} asked for, but torch sees no CUDA device")
-    return device
-
-
-def load_tokenizer(path: Path) -> Tokenizer:
-    """The engine's tokenizer directory, read without transformers (tokenizer.py: 28-31 MB less resident)."""
-    return Tokenizer(path)
-
-
-def lookup_seed(engine_dir: Path, manifest: Manifest) -> list[list[int]]:
-    """The token ids of the plans that seed the lookup drafter's history (none if not built)."""
-    if manifest.lookup_seed is None:
-        return []
-    path = engine_dir / manifest.lookup_seed.path
-    outputs = read_json_object(path).get("outputs")
-    is_ids = lambda o: isinstance(o, list) and all(isinstance(t, int) for t in o)  # noqa: E731
-    if not isinstance(outputs, list) or not all(is_ids(o) for o in outputs):
-        raise OrinError(f"{path}: outputs must be lists of token ids; rebuild the engine")
-    return outputs
-
-
-def eos_ids(tokenizer, model_dir: Path) -> set[int]:
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    gen_cfg = model_dir / "generation_config.json"
-    if gen_cfg.is_file():  # Llama 3 Instruct ends turns with <|eot_id|>, listed only here
-        eos = json.loads(gen_cfg.read_text()).get("eos_token_id")
-        ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    return ids
-
-
-class EngineText:
-    """The tokenizer side both backends share (this Engine and TrtllmEngine)."""
-
-    manifest: Manifest
-    tokenizer: object
-
-    @property
-    def name(self) -> str:
-        return self.manifest.name
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False)
-
-    def chat_text(self, messages: list[dict], add_generation_prompt: bool = True,
-                  tools: Optional[list[dict]] = None) -> str:
-        """`tools`: function tools for a chat template that renders them itself (server/tool_calls.py)."""
-        return self.tokenizer.apply_chat_template(
-            messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
-
-    def chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        return self.encode(self.chat_text(messages))
-
-
-def load_pool(engine_dir: Path, entry: ModelEntry, role: str, num_blocks: int, device: str,
-              kv_override: Optional[str]) -> KVPool:
-    dtype = DTYPES[entry.dtype]
-    kv = kv_override or entry.kv_cache.dtype
-    if kv == "int8":  # never a silent fp cache: INT8 without calibrated scales is an error
-        if not entry.kv_cache.scales:
-            raise OrinError(f"{engine_dir}: INT8 KV cache asked for, but the {role} has no calibrated "
-                            f"KV scales; run `orin-llm calibrate --engine {engine_dir}`")
-        k_scale, v_scale = load_scales(engine_dir / entry.kv_cache.scales)
-        return KVPool(entry.arch, num_blocks, BLOCK_SIZE, dtype, device, k_scale, v_scale)
-    if kv not in KV_DTYPES:
-        raise OrinError(f"KV cache dtype {kv!r} is not supported (fp32, fp16, bf16, int8)")
-    return KVPool(entry.arch, num_blocks, BLOCK_SIZE, KV_DTYPES[kv], device)
-
-
-def pool_tokens(manifest: Manifest) -> int:
-    """KV tokens the memory plan gave the target (every sequence in flight + cached prefixes); at
-    least one full-length sequence. Engines built before the plan existed get max_seq_len."""
-    limits = manifest.limits
-    plan = manifest.memory_plan or {}
-    target = plan.get("target") if isinstance(plan.get("target"), dict) else {}
-    tokens = target.get("max_kv_tokens") or plan.get("max_kv_tokens") or limits["max_seq_len"]
-    return max(int(tokens), limits["max_seq_len"])
 
 
 class Engine(EngineText):
@@ -255,7 +138,7 @@ class Engine(EngineText):
                                              positions, d.weights, switches, kv_cache or d.kv_cache.dtype)
             # torch.empty: the pool's pages cost no memory until the draft model writes them
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
-        chunk = prefill_chunk_tokens or _env_int("ORIN_LLM_PREFILL_CHUNK", 256)
+        chunk = prefill_chunk_tokens or env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
                    PagedCache(target_pool, draft_pool), draft_loader, prefill_chunk_tokens=chunk)
@@ -288,22 +171,9 @@ class Engine(EngineText):
 
     def drafter(self, speculation: str, params: SamplingParams, constraint: Optional[Constraint] = None,
                 history: str = DEFAULT_HISTORY):
-        """The drafter a request asked for; unavailable ones are an error, never plain decoding.
-        "auto" decodes sampled requests plainly: with a drafter, the random stream is consumed
-        differently as the lookup history grows, so a seed would not reproduce its output (the
-        distribution is right either way; an explicit drafter is honoured)."""
-        if speculation not in self.speculation_modes:
-            raise OrinError(f"speculation {speculation!r} is not available in engine {self.name!r} "
-                            f"(available: {', '.join(self.speculation_modes)})")
-        if speculation == "auto" and not params.greedy:
-            return None
-        mode = AUTO_SPECULATION if speculation == "auto" else speculation
-        if mode == "none":
-            return None
-        if mode == "lookup":
-            return LookupDrafter(self.histories.get(history))
-        model = DraftModelDrafter(self.load_draft(), constraint=constraint)
-        return model if mode == "draft_model" else CombinedDrafter(LookupDrafter(self.histories.get(history)), model)
+        """The drafter a request asked for (drafters.py); unavailable ones are an error."""
+        return choose_drafter(speculation, params, self.speculation_modes, self.name, self.histories.get,
+                              self.load_draft, constraint, history)
 
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
                  constraint: Optional[Constraint] = None, history: str = DEFAULT_HISTORY) -> Generation:
@@ -420,7 +290,7 @@ class Engine(EngineText):
                 "shorten the prompt"))
             return False
         if self.draft_model is not None:
-            _attach(gen.drafter, kv.draft)
+            attach_cache(gen.drafter, kv.draft)
         gen.kv = kv  # `kv.cached` tokens of its context are already computed
         if gen.admitted is None:  # first admission (a preempted request comes back here too)
             gen.admitted = time.perf_counter()
@@ -584,19 +454,3 @@ class Engine(EngineText):
 
     def close(self) -> None:
         """Nothing to free explicitly: the models and pools go with the engine's last reference."""
-
-
-def _attach(drafter, view) -> None:
-    """Give a draft-model drafter (alone or inside a combined one) the request's draft K/V."""
-    for d in (drafter, getattr(drafter, "model", None)):
-        if isinstance(d, DraftModelDrafter):
-            d.cache = view
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        return default
-    if not value.isdigit() or int(value) < 1:
-        raise OrinError(f"{name}={value!r}: give a positive whole number")
-    return int(value)

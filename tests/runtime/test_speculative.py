@@ -160,7 +160,7 @@ def test_a_broken_lookup_seed_is_a_clear_error(engine_dir, tmp_path):
     import shutil
 
     from orin_llm.manifest import load_manifest
-    from orin_llm.runtime.engine import lookup_seed
+    from orin_llm.runtime.engine_files import lookup_seed
 
     dst = tmp_path / "eng"
     shutil.copytree(engine_dir, dst, copy_function=os.link)

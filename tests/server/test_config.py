@@ -93,7 +93,7 @@ def test_the_daemon_refuses_before_claiming_its_socket(tmp_path, capsys):
 def test_threads_reach_torch_as_an_argument_not_through_the_environment(monkeypatch):
     import torch
 
-    from orin_llm.runtime.engine import apply_thread_setting
+    from orin_llm.runtime.host import apply_thread_setting
 
     before = torch.get_num_threads()
     monkeypatch.setenv("ORIN_LLM_THREADS", str(before + 1))

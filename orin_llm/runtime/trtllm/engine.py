@@ -54,7 +54,8 @@ from ...errors import OrinError, PromptTooLong
 from ...manifest import Manifest, load_manifest, read_json_object
 from ..backend import Capabilities, EngineStats, run_pin
 from ..constraint import Constraint, Vocabulary
-from ..engine import AUTO_SPECULATION, DEFAULT_HISTORY, EngineText, eos_ids, load_tokenizer, lookup_seed
+from ..drafters import AUTO_SPECULATION, DEFAULT_HISTORY
+from ..engine_files import EngineText, eos_ids, load_tokenizer, lookup_seed
 from ..generate import Result
 from ..sampling import SamplingParams
 from ..speculative import LookupDrafter
