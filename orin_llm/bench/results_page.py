@@ -55,6 +55,8 @@ def ms(x: float) -> str:
 
 
 def duration(seconds: float) -> str:
+    if seconds < 1 and seconds != int(seconds):  # a daemon's first answer: milliseconds say it
+        return f"{seconds * 1e3:.0f} ms"
     if seconds < 60:
         return f"{seconds:.0f} s" if seconds >= 10 or seconds == int(seconds) else f"{seconds:.1f} s"
     m, s = divmod(round(seconds), 60)
