@@ -27,7 +27,7 @@ import torch
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest
-from .backend import Capabilities, EngineStats
+from .backend import Capabilities, EngineStats, run_pin
 from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
@@ -350,14 +350,7 @@ class Engine(EngineText):
         """Compute `ids` (the target's K/V, and the draft's if it is loaded) and keep them cached until `unpin`:
         later prompts that start with them skip them. Steps the engine: requests in flight advance
         too. A pin that would leave no room for one full-length request is refused."""
-        gen = self.pin_request(ids)
-        self.submit(gen)
-        while not gen.done:
-            self.step()
-        if gen.error is not None:
-            raise gen.error
-        assert gen.pin is not None
-        return gen.pin
+        return run_pin(self, ids)
 
     def pin_request(self, ids: list[int]) -> Generation:
         """A request that computes `ids` and pins them when done (`gen.pin`); for a caller that
