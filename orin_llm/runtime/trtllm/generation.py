@@ -268,7 +268,7 @@ class Stepped:
 
 class TrtllmPin(Stepped):
     """A pin request: runs the prefix once on each engine (max_new_tokens=1, the draft re-reads the
-    context every step too) so that its KV blocks are stored for reuse (trtllm_engine.py's module doc:
+    context every step too) so that its KV blocks are stored for reuse (engine.py's module doc:
     whole blocks only), then records it in the engine's `pins`; its `pin` is the handle `unpin` takes.
     Without block reuse there is nothing to keep: the ids are only recorded."""
 
@@ -298,7 +298,7 @@ class TrtllmGeneration(Stepped):
                  on_done: Optional[Callable[[], None]] = None, constraint=None):
         super().__init__(engine, prompt_ids)
         self.params, self.mode = params, mode
-        self.constraint = constraint  # the plan grammar, applied by the target's post-processor (trtllm_grammar.py)
+        self.constraint = constraint  # the plan grammar, applied by the target's post-processor (grammar.py)
         self.stream = TextStream(engine.tokenizer, params.stop)
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
         self.on_done = on_done  # called once the request is over (done, failed or abandoned)
