@@ -10,7 +10,7 @@ response, or several while they decide no text). One request runs at a time (`MA
 request was served from the cache is measured from a counter of the whole executor (below), and the
 engine has one lookup history; running several at once inside the executor is a later change.
 
-Every binding call goes through `trtllm_bindings.executor_module()`; the keyword names are those
+Every binding call goes through `bindings.executor_module()`; the keyword names are those
 of `tensorrt_llm.bindings.executor` at v0.12.0 (R) / v0.12.0-jetson (J), see
 docs/trtllm-0.12-jetson.md §4. Citations "R≡J path Lx" are lines of tag v0.12.0 (28fb9aac), the
 file being unchanged on the jetson branch; "J" is read at the jetson tip (20a7cec).
