@@ -32,7 +32,7 @@ from .int8_attention import HEAD_DIMS
 from .native import NativeLib
 from .quant import QuantLinear
 
-_lib = NativeLib("decode_layer", "ORIN_LLM_FUSED_DECODE", "the fused decode layer",
+_lib = NativeLib("decode_layer", "the fused decode layer",
                  "decode steps run each layer as torch ops around the same kernels (slower, same results to rounding)",
                  expects={"HEAD_DIMS": HEAD_DIMS})
 

@@ -23,7 +23,7 @@ from .native import NativeLib
 
 HEAD_DIMS = (64, 128)  # the head sizes the op is compiled for (Llama 3.2 1B/3B, SmolLM2: 64 and 128)
 
-_lib = NativeLib("int8_attention", "ORIN_LLM_INT8_ATTN", "the INT8 decode attention op",
+_lib = NativeLib("int8_attention", "the INT8 decode attention op",
                  "decode attention runs torch's ops over converted K/V (slower, same results to rounding)",
                  expects={"HEAD_DIMS": HEAD_DIMS})
 

@@ -16,9 +16,9 @@ under a second); where it is missing or was built for other sources, CPU or torc
 unavailable, the log says why and how to build it, and torch's ops run as before. The module's
 constants (tile sizes, block size, head sizes) are checked against what the Python side packs for.
 
-Each op's wrapper holds a `NativeLib`: the name of its switch (ORIN_LLM_*=0 turns one op off, for A/B
-measurements: read once by Engine.load into the kernel plan, runtime/kernel_plan.py, never here), and
-a reason to refuse a build that did load (plain loops only, no prompt op). `installed()` is the module
+Each op's wrapper holds a `NativeLib`, with a reason to refuse a build that did load (plain loops only,
+no prompt op). The ORIN_LLM_*=0 switches that turn an op off for A/B measurements are the kernel
+plan's (runtime/kernel_plan.py SWITCH_VARIABLES), read once by Engine.load, never here. `installed()` is the module
 itself: what a kernel plan reads.
 """
 
@@ -168,14 +168,14 @@ def check_constants(module, expects: dict) -> Optional[str]:
 
 class NativeLib:
     """One op family's view of the module: `get()` gives the module, or None where it is not built,
-    its constants do not match `expects`, or `refuse(module)` names a reason not to use it (its
-    `switch` is the kernel plan's to read, at load); `error` then says which (logged once).
+    its constants do not match `expects`, or `refuse(module)` names a reason not to use it; `error` then
+    says which (logged once).
     `defines` (tests only): a build with those macros instead (ORIN_LLM_GENERIC: the reference loops),
     compiled here on first use into torch's extension cache."""
 
-    def __init__(self, stem: str, switch: str, what: str, instead: str, defines: tuple[str, ...] = (),
+    def __init__(self, stem: str, what: str, instead: str, defines: tuple[str, ...] = (),
                  refuse: Optional[Callable[[object], Optional[str]]] = None, expects: Optional[dict] = None):
-        self.stem, self.switch, self.what, self.instead, self.defines = stem, switch, what, instead, defines
+        self.stem, self.what, self.instead, self.defines = stem, what, instead, defines
         self.refuse, self.expects = refuse, expects or {}
         self._lock = threading.Lock()
         self._module = None

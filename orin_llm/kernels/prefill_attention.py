@@ -32,7 +32,7 @@ def _no_simd(module) -> Optional[str]:
     return None if module.prefill_simd() else "this CPU has no AVX-512 VNNI and BF16"
 
 
-_lib = NativeLib("prefill_attention", "ORIN_LLM_PREFILL_ATTN", "the INT8 prompt attention op",
+_lib = NativeLib("prefill_attention", "the INT8 prompt attention op",
                  "prompt attention runs as bf16 GEMMs over converted K/V (attention.py)", refuse=_no_simd,
                  expects={"HEAD_DIMS": HEAD_DIMS})
 

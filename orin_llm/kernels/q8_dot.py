@@ -49,7 +49,7 @@ def _plain_loops_only(module) -> Optional[str]:
     return None
 
 
-_lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the int8 dot-product kernels",
+_lib = NativeLib("q8_dot", "the int8 dot-product kernels",
                  "quantized layers run torch's weight-only kernels (slower on one core)", refuse=_plain_loops_only,
                  expects={"BLOCK": BLOCK, "ROWS": ROWS, "QROWS": QROWS})
 

@@ -11,5 +11,5 @@ from orin_llm.kernels.native import NativeLib
 
 @functools.cache
 def generic() -> NativeLib:
-    return NativeLib("ops", "ORIN_LLM_NATIVE_TESTS", "our C++ ops (reference loops)", "-",
+    return NativeLib("ops", "our C++ ops (reference loops)", "-",
                      defines=("ORIN_LLM_GENERIC",))

@@ -41,12 +41,12 @@ def test_the_installed_module_loads_in_a_fresh_process_without_compiling():
 def test_a_missing_or_stale_build_leaves_the_ops_off_and_says_how_to_build(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "BUILD_ROOT", tmp_path)
     monkeypatch.setattr(native, "_installed", None)
-    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
+    lib = NativeLib("q8_dot", "the kernels", "torch's kernels")
     assert lib.get() is None
     assert "not built" in lib.error and "make install" in lib.error and "orin_llm.kernels.native build" in lib.error
     (tmp_path / "orin_llm_ops_0123456789ab").mkdir()  # a build for other sources, CPU or torch
     monkeypatch.setattr(native, "_installed", None)
-    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels")
+    lib = NativeLib("q8_dot", "the kernels", "torch's kernels")
     assert lib.get() is None and "stale" in lib.error and "make install" in lib.error
 
 
@@ -61,13 +61,13 @@ def test_the_module_constants_are_the_ones_python_packs_for():
 def test_a_constant_mismatch_is_an_error_not_wrong_numbers():
     """Python packing tiles of 4 rows for a module compiled for 8 would give wrong outputs silently:
     the op is refused instead, and the reason names the constant."""
-    lib = NativeLib("q8_dot", "ORIN_LLM_Q8_DOT", "the kernels", "torch's kernels",
+    lib = NativeLib("q8_dot", "the kernels", "torch's kernels",
                     expects={"BLOCK": 32, "ROWS": 4, "QROWS": 8})
     assert lib.get() is None
     assert lib.error.startswith("constant mismatch (ROWS is 8 in the module, 4 in Python)"), lib.error
-    lib = NativeLib("x", "ORIN_LLM_X", "the op", "-", expects={"HEAD_DIMS": (64, 96)})
+    lib = NativeLib("x", "the op", "-", expects={"HEAD_DIMS": (64, 96)})
     assert lib.get() is None and "HEAD_DIMS is (64, 128) in the module, (64, 96) in Python" in lib.error
-    assert NativeLib("x", "ORIN_LLM_X", "the op", "-", expects={"HEAD_DIMS": (64, 128)}).get() is not None
+    assert NativeLib("x", "the op", "-", expects={"HEAD_DIMS": (64, 128)}).get() is not None
 
 
 def test_the_build_step_is_a_no_op_once_built():
