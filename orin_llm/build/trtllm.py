@@ -423,3 +423,30 @@ def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, d
                             "regenerate the calib split with python calibration/generate.py")
     run_steps(steps, out, quiet=quiet)
     return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m orin_llm.build.trtllm --profile P [--out DIR]`: the commands a TensorRT-LLM build of the
+    profile runs, as `orin-llm build --dry-run` prints them but without the memory plan and with ``--out``
+    as given (jetson/first-contact.sh --dry-run shows them; its golden test pins them)."""
+    import argparse
+    import sys
+
+    from ..profile import load_profile
+
+    ap = argparse.ArgumentParser(prog="python -m orin_llm.build.trtllm", description=main.__doc__.split("\n")[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--out", help="the engine directory (default engines/<profile name>)")
+    a = ap.parse_args(argv)
+    try:
+        profile = load_profile(a.profile)
+        steps = trtllm_steps(profile, Path(a.out or f"engines/{profile.name}"), profile_dir=Path(a.profile).parent)
+    except OrinError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(format_steps(steps), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
