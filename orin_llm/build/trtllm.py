@@ -28,7 +28,11 @@ from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
 from ..runtime.trtllm.rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
+from .calib_prompts import write_calib_dataset
 from .source import profile_path
+
+__all__ = ["CALIB_SIZE", "Step", "build_trtllm", "check_trtllm_profile", "format_steps", "run_steps",
+           "trtllm_steps", "write_calib_dataset"]
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
 DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
@@ -259,56 +263,6 @@ def format_steps(steps: Sequence[Step]) -> str:
     def note(s: Step) -> str:
         return f"; {MODELOPT_NOTE}" if any(a.endswith("/quantize.py") for a in s.argv[1:2]) else ""
     return "".join(f"# {s.name} (log: logs/{s.log}{note(s)})\n{shlex.join(s.argv)}\n" for s in steps)
-
-
-# ---------------------------------------------------------------------------
-# Calibration data
-
-
-def _interleave_homes(items: list) -> list:
-    by_home: dict[str, list] = {}
-    for it in items:
-        by_home.setdefault(it.home, []).append(it)
-    queues = list(by_home.values())
-    ordered = []
-    for i in range(max((len(q) for q in queues), default=0)):
-        ordered += [q[i] for q in queues if i < len(q)]
-    return ordered
-
-
-def write_calib_dataset(out: Path, max_items: int | None = None, root: Path | str | None = None) -> Path:
-    """Write ``<out>/calib_dataset/train.jsonl``: one ``{"text": prompt}`` per calibration item.
-
-    quantize.py reads a local directory's train split, "text" column (doc §2.1); the directory holds
-    just this one file (the doc leaves mixed file types in one directory unverified). Rows are
-    interleaved by home so the first rows, which are the ones calibration uses, cover every home.
-    """
-    from ..calibration_data import load_home, load_split
-    from ..environment import prefix_messages, task_message
-
-    items = _interleave_homes(load_split("calib", root))
-    if max_items is not None:
-        items = items[:max_items]
-    if not items:
-        raise OrinError("the calib split is empty; run python calibration/generate.py to regenerate it")
-    directory = Path(out) / "calib_dataset"
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    path = directory / "train.jsonl"
-    homes: dict[str, Any] = {}
-    with open(path, "w", encoding="utf-8") as f:
-        for it in items:
-            if it.home not in homes:
-                homes[it.home] = load_home(it.home, root)
-            # The prompt the planner sends, as plain text: the chat messages' contents joined with
-            # blank lines. The tokenizer's chat template (and its special tokens) is not available
-            # without the model, and quantize.py applies no template itself (doc §2.1), so the
-            # calibration sees the same words and structure, without the header tokens.
-            messages = prefix_messages(homes[it.home]) + [task_message(it.task)]
-            text = "\n\n".join(m["content"] for m in messages)
-            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    return path
 
 
 # ---------------------------------------------------------------------------
