@@ -27,6 +27,7 @@ writes its traceback's last line to the log and returns exit code 1 (argparse er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import struct
@@ -99,7 +100,14 @@ def convert_checkpoint(argv: list[str]) -> None:
     p.add_argument("--meta_ckpt_dir", type=str, default=None)
     p.add_argument("--tp_size", type=int, default=1)
     p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--moe_tp_size", type=int, default=-1)
+    p.add_argument("--moe_ep_size", type=int, default=-1)
     p.add_argument("--dtype", type=str, default="float16", choices=["float32", "bfloat16", "float16"])
+    for flag, kind, default in (("vocab_size", int, 32000), ("n_positions", int, 2048), ("n_layer", int, 32),
+                                ("n_head", int, 32), ("n_kv_head", int, None), ("n_embd", int, 4096),
+                                ("inter_size", int, 11008), ("multiple_of", int, None),
+                                ("ffn_dim_multiplier", float, None), ("rms_norm_eps", float, 1e-06)):
+        p.add_argument(f"--{flag}", type=kind, default=default)
     p.add_argument("--use_weight_only", default=False, action="store_true")
     p.add_argument("--disable_weight_only_quant_plugin", default=False, action="store_true")
     p.add_argument("--weight_only_precision", const="int8", type=str, nargs="?", default="int8",
@@ -111,12 +119,23 @@ def convert_checkpoint(argv: list[str]) -> None:
     p.add_argument("--int8_kv_cache", default=False, action="store_true")
     p.add_argument("--fp8_kv_cache", default=False, action="store_true")
     p.add_argument("--quant_ckpt_path", type=str, default=None)
+    p.add_argument("--use_fp8_rowwise", action="store_true", default=False)
     p.add_argument("--per_group", default=False, action="store_true")
     p.add_argument("--load_by_shard", action="store_true")
+    p.add_argument("--hidden_act", type=str, default="silu")
+    p.add_argument("--rotary_base", type=float, default=10000.0)
     p.add_argument("--group_size", type=int, default=128)
     p.add_argument("--load_model_on_cpu", action="store_true")
+    p.add_argument("--use_parallel_embedding", action="store_true", default=False)
+    p.add_argument("--embedding_sharding_dim", type=int, default=0, choices=[0, 1])
+    p.add_argument("--use_embedding_sharing", action="store_true", default=False)
     p.add_argument("--output_dir", type=str, default="tllm_checkpoint")
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--moe_num_experts", default=0, type=int)
+    p.add_argument("--moe_top_k", default=0, type=int)
+    p.add_argument("--moe_renorm_mode", default=1, type=int)
+    p.add_argument("--save_config_only", action="store_true", default=False)
+    p.add_argument("--remove_duplicated_kv_heads", action="store_true", default=False)
     p.add_argument("--log_level", type=str, default="info")
     a = p.parse_args(argv)
     model_dir = Path(a.model_dir)
@@ -209,7 +228,8 @@ def run(argv: list[str], stdout, stderr=None, check: bool = False) -> subprocess
     name, args = (("trtllm-build", argv[1:]) if Path(argv[0]).name == "trtllm-build"
                   else (Path(argv[1]).name, argv[2:]))
     try:
-        TOOLS[name](list(args))
+        with contextlib.redirect_stderr(stdout):  # the real tools' stderr goes to the step's log too
+            TOOLS[name](list(args))
         code = 0
     except SystemExit as e:  # argparse
         code = e.code if isinstance(e.code, int) else 2

@@ -114,3 +114,17 @@ def test_a_matching_gptq_checkpoint_passes(tmp_path):
     (d / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "gptq", "bits": 4,
                                                                        "group_size": 128}}))
     check_model_dir("target", ModelSpec(model=str(d), weights="int4_gptq"), d)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--weight_only_precision", "int4_awq"], "invalid choice: 'int4_awq'"),  # AWQ is quantize.py's (L158-162)
+    (["--kv_cache_dtype", "int8"], "unrecognized arguments: --kv_cache_dtype"),  # quantize.py's flag
+    (["--max_output_len", "64"], "unrecognized arguments: --max_output_len"),
+])
+def test_the_fake_converter_refuses_as_0_12s_argparse(tmp_path, argv, words):
+    log = tmp_path / "log"
+    with open(log, "w") as f:
+        proc = tools.run(["python3", "/x/examples/llama/convert_checkpoint.py", "--model_dir", str(tmp_path), *argv],
+                         stdout=f)
+    assert proc.returncode == 2
+    assert words in log.read_text()  # argparse's message, in the step's log as the real tool's would be
