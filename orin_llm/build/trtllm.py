@@ -102,15 +102,17 @@ def check_trtllm_profile(profile: Profile) -> None:
                 f"{role}: weights = 'int4_gptq' with kv_cache = 'int8': a GPTQ checkpoint goes through "
                 "convert_checkpoint.py, whose --int8_kv_cache calibrates only on a downloaded Hugging Face "
                 "dataset (docs/trtllm-0.12-jetson.md §1); set kv_cache = \"fp16\"")
+    # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
+    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
+    # Before the calibration check: no calibration setting fixes a combination 0.12 refuses.
+    refusal = profile_refusal(profile)
+    if refusal is not None:
+        raise OrinError(refusal)
+    for role, spec in _models(profile):
         if _needs_calibration(spec) and profile.calibration == "none":
             raise OrinError(
                 f"{role} needs calibration ({spec.weights} weights, {spec.kv_cache} KV cache) but the "
                 "profile sets calibration = \"none\"; set calibration = \"calib\"")
-    # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
-    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
-    refusal = profile_refusal(profile)
-    if refusal is not None:
-        raise OrinError(refusal)
     limits = profile.limits
     if profile.draft is not None:
         k = limits.draft_len
