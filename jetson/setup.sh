@@ -43,6 +43,10 @@ CUSPARSELT_URL="https://raw.githubusercontent.com/pytorch/pytorch/9b424aac1d70f3
 SWAPFILE="/swapfile"
 MIN_SWAP_GB=8
 CONSTRAINTS="$REPO/jetson/constraints-0.12-jetson.txt"
+# JetPack 6.1's CUDA torch, the wheel v0.12.0-jetson's requirements-jetson.txt names (L19); its version is
+# the one the constraints file pins. PyPI's aarch64 torch is CPU-only.
+JETPACK_TORCH_URL="https://developer.download.nvidia.cn/compute/redist/jp/v61/pytorch/torch-2.5.0a0+872d972e41.nv24.08.17622132-cp310-cp310-linux_aarch64.whl"
+JETPACK_TORCH_VERSION="2.5.0a0+872d972e41.nv24.08.17622132"
 
 DRY_RUN=0
 SWAP_GB=""
@@ -192,6 +196,11 @@ if [[ "$(venv_version numpy)" == "1.26.1" ]]; then
 else
     run "$VENV/bin/python" -m pip install --upgrade pip
     run "$VENV/bin/python" -m pip install numpy  # the version: the constraints file (README4Jetson's 1.26.1)
+fi
+if [[ "$(venv_version torch)" == "$JETPACK_TORCH_VERSION" ]]; then
+    note "torch $JETPACK_TORCH_VERSION (JetPack 6.1's CUDA build) already installed"
+else
+    run "$VENV/bin/python" -m pip install "torch @ $JETPACK_TORCH_URL"
 fi
 
 # ---------------------------------------------------------------------------------------------

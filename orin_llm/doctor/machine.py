@@ -128,7 +128,23 @@ def check_software(report: Report, p: Probe) -> Optional[str]:
         hint = ("; not an NVIDIA JetPack build (their versions carry 'nv'): check it is CUDA-enabled, "
                 "TensorRT-LLM's quantize.py needs CUDA torch" if report.jetson and "nv" not in torch else "")
         report.add("software", INFO, f"torch {torch}{hint}")
+    if report.jetson:
+        check_pins(report, p)
     return version
+
+
+def check_pins(report: Report, p: Probe) -> None:
+    """On the Orin: what is installed against jetson/constraints-0.12-jetson.txt (a package installed before
+    the constraints, or by hand, can differ). Skipped where the file is not there (a wheel install)."""
+    from .pins import CONSTRAINTS
+    from .pins import check_pins as pins
+
+    if not CONSTRAINTS.is_file():
+        return
+    for pin in pins(CONSTRAINTS, p.dist_version):
+        if not pin.ok:
+            report.add("software", WARN, f"{pin.name} {pin.installed} is installed; {CONSTRAINTS.name} pins "
+                                         f"{pin.name}{pin.spec}: rerun jetson/setup.sh (PIP_CONSTRAINT holds the pins)")
 
 
 

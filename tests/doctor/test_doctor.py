@@ -31,7 +31,7 @@ CLOCKS_PINNED = ("SOC family:tegra234  Machine:NVIDIA Jetson AGX Orin Developer 
                  "EMC MinFreq=204000000 MaxFreq=3199000000 CurrentFreq=3199000000 FreqOverride=1\n"
                  "NV Power Mode: MAXN\n")
 CLOCKS_FREE = CLOCKS_PINNED.replace("GPU MinFreq=1300500000", "GPU MinFreq=306000000")
-ORIN_VERSIONS = {"tensorrt_llm": "0.12.0", "tensorrt": "10.3.0", "torch": "2.5.0a0+872d972e41.nv24.08"}
+ORIN_VERSIONS = {"tensorrt_llm": "0.12.0", "tensorrt": "10.3.0", "torch": "2.5.0a0+872d972e41.nv24.08.17622132"}
 
 
 def commands(nvpmodel: str = "NV Power Mode: MAXN\n0\n", clocks: Optional[str] = CLOCKS_PINNED,
@@ -343,3 +343,10 @@ def test_import_version_runs_a_child_python():
     assert import_version("json")[1] is None
     version, error = import_version("orin_llm_no_such_module")
     assert version is None and error == "ModuleNotFoundError: No module named 'orin_llm_no_such_module'"
+
+
+def test_on_the_orin_a_version_off_the_pins_is_a_warning_with_the_fix(tmp_path):
+    report = diagnose(probe=orin(tmp_path, versions={**ORIN_VERSIONS, "transformers": "4.57.1", "numpy": "1.26.1"}))
+    warn = messages(report.lines(), "WARN")
+    assert "transformers 4.57.1 is installed; constraints-0.12-jetson.txt pins transformers==4.43.4" in warn
+    assert "numpy" not in warn and report.exit_code == 1

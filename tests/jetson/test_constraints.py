@@ -84,3 +84,11 @@ def test_the_module_exits_1_on_a_difference(tmp_path, capsys):
     proc = subprocess.run([sys.executable, "-m", "orin_llm.doctor.pins", str(tmp_path / "missing.txt")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot read the constraints file" in proc.stderr
+
+
+def test_setup_installs_the_torch_the_constraints_pin():
+    text = SETUP.read_text()
+    version = re.search(r'JETPACK_TORCH_VERSION="([^"]+)"', text).group(1)
+    url = re.search(r'JETPACK_TORCH_URL="([^"]+)"', text).group(1)
+    assert dict(read_pins(CONSTRAINTS))["torch"] == f"=={version}"
+    assert url.rsplit("/", 1)[1].startswith(f"torch-{version}-cp310-cp310-linux_aarch64")
