@@ -50,6 +50,12 @@ def test_untie_adds_the_embedding_as_lm_head(tmp_path):
         assert list(f.keys()) == ["lm_head.weight"]
         head, emb = f.get_tensor("lm_head.weight"), g.get_tensor("model.embed_tokens.weight")
     assert head.dtype == np.float16 and np.array_equal(head, emb)
+    # as 0.12's ModelWeightsLoader opens it: framework="pt", get_slice (model_weights_loader.py L155, L176)
+    import torch
+
+    with safe_open(str(out / HEAD_FILE), framework="pt", device="cpu") as f:
+        sliced = f.get_slice("lm_head.weight")
+        assert sliced.get_shape() == [7, 5] and torch.equal(sliced[:], torch.from_numpy(emb))
     # what the fake 0.12 converter (the unified loader's glob of *.safetensors) now converts
     tools.convert_checkpoint(["--model_dir", str(out), "--output_dir", str(tmp_path / "ckpt"),
                               "--use_weight_only", "--weight_only_precision", "int4"])
