@@ -26,7 +26,7 @@ ROS_VENV = Path(os.environ.get("ORIN_LLM_ROS_VENV", ROOT / ".venv-ros"))
 NODE_SOURCE = ROOT / "jetson" / "ros2" / "orin_llm_ros"
 INTERFACES = ROOT / "jetson" / "ros2" / "orin_llm_interfaces"
 HARNESS = Path(__file__).with_name("harness.py")
-SETUP_LOG = ROOT / "build" / "ros-setup.log"
+SETUP_LOG = ROOT / "build" / "ros-setup.log"  # written by `make ros`
 
 
 def ros_python() -> Path:

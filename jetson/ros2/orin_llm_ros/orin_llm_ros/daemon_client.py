@@ -1,4 +1,5 @@
-"""HTTP over the planning daemon's Unix socket, with the standard library only.
+"""
+HTTP over the planning daemon's Unix socket, with the standard library only.
 
 The node needs nothing rosdep does not install: this is the whole client. It does not validate
 what it sends; the daemon answers a bad request with a 4xx whose message says what to fix, and
@@ -24,7 +25,7 @@ DEFAULT_SOCKET = '/run/orin-llm/planner.sock'
 
 
 class DaemonError(Exception):
-    """The daemon answered with an error (status: the HTTP status, None for a broken connection)."""
+    """The daemon answered with an error (status: HTTP status; None: a broken connection)."""
 
     def __init__(self, status, message):
         super().__init__(f'{message} (HTTP {status})' if status else message)
@@ -74,14 +75,14 @@ class DaemonClient:
         self.timeout_s = float(timeout_s)
 
     def health(self, timeout_s=None):
-        """The /health body; 503 (loading, failed, stopping) answers with a body too."""
+        """Return the /health body; 503 (loading, failed, stopping) answers with one too."""
         status, _, body = self.request('GET', '/health', timeout_s=timeout_s, accept=(503,))
         if not isinstance(body, dict):
             raise DaemonError(status, f'/health answered {body!r}')
         return body
 
     def request(self, method, path, body=None, headers=None, timeout_s=None, accept=()):
-        """(status, headers, JSON body); raise DaemonError for a status >= 400 not in accept."""
+        """Return (status, headers, JSON body); a status >= 400 not in accept: DaemonError."""
         conn = _UnixConnection(self.socket_path, timeout_s or self.timeout_s)
         head = {'Accept': 'application/json', **(headers or {})}
         data = None
@@ -107,7 +108,7 @@ class DaemonClient:
         return response.status, response.headers, parsed
 
     def plan_stream(self, body):
-        """A PlanStream of POST /v1/plan with stream: true (not yet connected)."""
+        """Return a PlanStream of POST /v1/plan with stream: true (not yet connected)."""
         return PlanStream(self.socket_path, self.timeout_s, {**body, 'stream': True})
 
 
@@ -171,7 +172,7 @@ class PlanStream:
 
 
 def error_message(raw):
-    """The message of the daemon's error body ({"error": {"message"}}), else the text."""
+    """Return the message of the daemon's error body ({"error": {"message"}}), else the text."""
     text = raw.decode('utf-8', 'replace') if isinstance(raw, bytes) else str(raw)
     try:
         return json.loads(text)['error']['message']
@@ -180,7 +181,7 @@ def error_message(raw):
 
 
 def reason(e):
-    """Why a connection failed, in words a robot's operator can act on."""
+    """Say why a connection failed, in words a robot's operator can act on."""
     text = str(e)
     if isinstance(e, FileNotFoundError) or 'No such file' in text:
         return 'no such socket'

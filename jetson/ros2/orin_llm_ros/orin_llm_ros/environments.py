@@ -1,4 +1,5 @@
-"""The environment services: set_environment, get_environment, list_environments.
+"""
+The environment services: set_environment, get_environment, list_environments.
 
 A home's text goes to the daemon as it is (JSON, else YAML with Content-Type application/yaml):
 the daemon validates it, and its 4xx message is the service's answer.
@@ -15,7 +16,7 @@ from .goal_runner import unreachable
 
 
 def environment_services(node):
-    """(type, name, callback) of each service, for node.create_service."""
+    """Return (type, name, callback) of each service, for node.create_service."""
     return [(SetEnvironment, 'set_environment', lambda q, r: set_environment(node, q, r)),
             (GetEnvironment, 'get_environment', lambda q, r: get_environment(node, q, r)),
             (ListEnvironments, 'list_environments', lambda q, r: list_environments(node, q, r))]
@@ -40,7 +41,7 @@ def _version(headers):
 
 
 def set_environment(node, request, response):
-    """PUT the home (If-Match when if_version >= 0)."""
+    """Put the home (If-Match when if_version >= 0)."""
     text = request.environment
     try:
         json.loads(text)
@@ -69,7 +70,7 @@ def set_environment(node, request, response):
 
 
 def get_environment(node, request, response):
-    """GET one home as JSON, with its version."""
+    """Get one home as JSON, with its version."""
     try:
         _, headers, body = node.client().request('GET', _path(request.name))
         response.success, response.message = True, ''
@@ -82,7 +83,7 @@ def get_environment(node, request, response):
 
 
 def list_environments(node, request, response):
-    """The default home ('') and the named ones."""
+    """List the default home ('') and the named ones."""
     try:
         _, _, body = node.client().request('GET', '/v1/environments')
         response.environments = [

@@ -1,4 +1,5 @@
-"""One Plan goal against the daemon, without ROS: the request it sends, and its run to an outcome.
+"""
+One Plan goal against the daemon, without ROS: the request it sends, and its run to an outcome.
 
 planner_node.py maps messages onto these plain values and back; this module holds what can go
 wrong between a goal and the daemon, and is tested off ROS (tests/test_ros_bridge.py) as well as
@@ -36,7 +37,8 @@ class Outcome:
 
 
 def request_body(goal, max_tokens, deadline_s):
-    """The POST /v1/plan body for a goal given as a dict of the action's goal fields.
+    """
+    Return the POST /v1/plan body for a goal given as a dict of the action's goal fields.
 
     max_tokens and deadline_s are the node's defaults for goals that leave theirs at 0.
     """
@@ -65,7 +67,7 @@ def request_body(goal, max_tokens, deadline_s):
 
 
 def run_goal(client, body, on_step=None, on_delta=None, is_cancelled=None, poll_s=0.05):
-    """Run one plan request to its Outcome; never raises."""
+    """Run one plan request to its Outcome; never raise."""
     try:
         return _run(client, body, on_step or _ignore, on_delta or _ignore,
                     is_cancelled or _never, poll_s)
@@ -132,7 +134,7 @@ def _read(stream, events):
 
 
 def describe(e, client, deadline_s, tokens):
-    """A failure in words: what happened, and what to do."""
+    """Word a failure: what happened, and what to do."""
     if isinstance(e, DaemonUnavailable):
         return unreachable(e)
     if isinstance(e, DaemonError):
@@ -152,7 +154,7 @@ def describe(e, client, deadline_s, tokens):
 
 
 def unreachable(e):
-    """'the planner daemon at <socket> is not reachable (<why>); <what to do>'."""
+    """Word an unreachable daemon: where, why, and what to do."""
     return (f'{e.message}; start it (sudo systemctl start orin-llm, or orin-llm serve) or point '
             "the node's socket_path parameter at its socket")
 

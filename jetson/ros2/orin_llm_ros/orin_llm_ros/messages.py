@@ -17,10 +17,10 @@ def _int(description, low, high, read_only=False):
 
 
 def parameters():
-    """name -> (default, descriptor). Ranges are checked by rclpy when a value is set."""
+    """Return name -> (default, descriptor); rclpy checks the ranges when a value is set."""
     return {
         'socket_path': ('/run/orin-llm/planner.sock', ParameterDescriptor(
-            description="The daemon's Unix socket; '' = $ORIN_LLM_SOCKET, else orin-llm's default")),
+            description="The daemon's Unix socket; '' = $ORIN_LLM_SOCKET, else the default")),
         'timeout_s': (120.0, _float('Longest wait for any answer of the daemon, queue included',
                                     0.1, 3600.0)),
         'max_tokens': (256, _int('Plan length cap for goals that send max_tokens 0', 1, 32768)),
@@ -41,7 +41,7 @@ def parameters():
 
 
 def to_step(step):
-    """A Step message from the daemon's {"index", "action", "args"}."""
+    """Make a Step message of the daemon's {"index", "action", "args"}."""
     msg = Step()
     msg.action = str(step['action'])
     msg.args = [str(a) for a in step.get('args', [])]
@@ -50,7 +50,7 @@ def to_step(step):
 
 
 def to_result(outcome):
-    """A Plan result from a goal_runner Outcome (the daemon's answer, or why not)."""
+    """Make a Plan result of a goal_runner Outcome (the daemon's answer, or why not)."""
     result = Plan.Result()
     result.success = bool(outcome.success)
     result.error = outcome.error

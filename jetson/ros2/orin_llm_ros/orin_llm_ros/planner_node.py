@@ -1,4 +1,5 @@
-"""ROS 2 planner node in front of the orin-llm planning daemon (runs on Humble and Kilted).
+"""
+ROS 2 planner node in front of the orin-llm planning daemon (runs on Humble and Kilted).
 
 Serves the ``plan`` action (orin_llm_interfaces/action/Plan: typed steps as feedback, cancel,
 deadline), the services ``set_environment``, ``get_environment`` and ``list_environments``, the
@@ -26,12 +27,13 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from .daemon_client import DaemonClient, DaemonError, DaemonUnavailable
-from .goal_runner import request_body, run_goal, unreachable
 from .environments import environment_services
+from .goal_runner import request_body, run_goal, unreachable
 from .messages import parameters, to_result, to_step
 from .policy import GoalSlots
 
 NODE_NAME = 'orin_llm_planner'
+POLICIES = ('parallel', 'preempt', 'reject_if_busy')
 CANCEL_STATE_WAIT_S = 1.0  # a cancel callback runs just before the goal turns CANCELING
 HEALTH_TIMEOUT_S = 2.0
 
@@ -75,7 +77,7 @@ class PlannerNode(Node):
         from rcl_interfaces.msg import SetParametersResult
 
         for p in params:
-            if p.name == 'goal_policy' and p.value not in ('parallel', 'preempt', 'reject_if_busy'):
+            if p.name == 'goal_policy' and p.value not in POLICIES:
                 return SetParametersResult(successful=False, reason=(
                     f'goal_policy {p.value!r}: use parallel, preempt or reject_if_busy'))
             if p.name == 'health_period_s' and hasattr(self, '_timer'):
@@ -85,7 +87,7 @@ class PlannerNode(Node):
         return SetParametersResult(successful=True)
 
     def client(self, timeout_s=None):
-        """A socket client for one call (the socket_path parameter as it is now)."""
+        """Return a socket client for one call (the socket_path parameter as it is now)."""
         return DaemonClient(self._param('socket_path') or None,
                             timeout_s or float(self._param('timeout_s')))
 
@@ -132,8 +134,10 @@ class PlannerNode(Node):
         env = health.get('environment', {})
         values = {'socket_path': socket_path, 'status': health.get('status', 'unreachable'),
                   'engine': health.get('engine', ''), 'goals_running': running,
-                  'queue_depth': queue.get('depth', ''), 'daemon_running': queue.get('running', ''),
-                  'environment': env.get('name', ''), 'environment_version': env.get('version', ''),
+                  'queue_depth': queue.get('depth', ''),
+                  'daemon_running': queue.get('running', ''),
+                  'environment': env.get('name', ''),
+                  'environment_version': env.get('version', ''),
                   'goal_policy': self._param('goal_policy')}
         status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
         array = DiagnosticArray()
@@ -279,4 +283,3 @@ def main(args=None):
 
 if __name__ == '__main__':
     main()
-

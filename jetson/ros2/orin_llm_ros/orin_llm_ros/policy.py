@@ -13,12 +13,13 @@ class GoalSlots:
         self._pending = 0  # accepted, not yet executing
 
     def count(self):
-        """Goals accepted and not finished."""
+        """Count the goals accepted and not finished."""
         with self._lock:
             return len(self._running) + self._pending
 
     def admit(self, policy, limit):
-        """'' if a new goal may start now (it is then counted), else why not.
+        """
+        Return '' if a new goal may start now (it is then counted), else why not.
 
         parallel: up to limit goals at once; preempt: the new goal stops the running ones (they
         end aborted, 'preempted'); reject_if_busy: only when none runs.
@@ -38,7 +39,7 @@ class GoalSlots:
             return ''
 
     def start(self, key):
-        """An accepted goal begins: its stop event."""
+        """Begin an accepted goal; return its stop event."""
         with self._lock:
             self._pending = max(0, self._pending - 1)
             event = self._running[key] = threading.Event()
@@ -52,12 +53,12 @@ class GoalSlots:
             event.set()
 
     def preempted(self, key):
-        """Whether a newer goal stopped this one."""
+        """Tell whether a newer goal stopped this one."""
         with self._lock:
             return key in self._preempted
 
     def finish(self, key):
-        """A goal ended."""
+        """Forget a goal that ended."""
         with self._lock:
             self._running.pop(key, None)
             self._preempted.discard(key)
