@@ -87,7 +87,7 @@ def declared_parameters() -> dict[str, object]:
     tree = ast.parse((NODE_PKG / "orin_llm_ros" / "messages.py").read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "parameters")
     table = next(n.value for n in ast.walk(fn) if isinstance(n, ast.Return))
-    return {ast.literal_eval(k): ast.literal_eval(v.elts[0]) for k, v in zip(table.keys, table.values)}
+    return {ast.literal_eval(k): ast.literal_eval(v.elts[0]) for k, v in zip(table.keys, table.values, strict=True)}
 
 
 def test_the_params_file_sets_every_parameter_with_its_type():
