@@ -103,9 +103,16 @@ class Harness(Node):
     def op_wait(self, cmd):
         entry = self.goals[cmd['id']]
         response = self.wait_future(entry['result_future'], cmd.get('timeout', 120))
+        waited = time.monotonic() - entry['sent']
+        # feedback (a topic) and the result (a service) are separate channels: the result can
+        # overtake the last feedback messages, so wait until they stop coming
+        end, count = time.monotonic() + 2.0, -1
+        while count != len(entry['feedback']) and time.monotonic() < end:
+            count = len(entry['feedback'])
+            time.sleep(0.2)
         return {'status': STATUS.get(response.status, str(response.status)),
                 'result': to_dict(response.result), 'feedback': entry['feedback'],
-                'waited_s': time.monotonic() - entry['sent']}
+                'waited_s': waited}
 
     def op_until(self, cmd):
         entry = self.goals[cmd['id']]

@@ -91,6 +91,15 @@ def test_token_feedback_on_request(rc):
     deltas = [f for f in end["feedback"] if f["kind"] == TOKENS]
     assert "".join(f["delta"] for f in deltas).strip() == end["result"]["plan"]
     assert [f["tokens_so_far"] for f in deltas] == list(range(1, len(deltas) + 1))
+    # or for every goal, by the node's parameter
+    node = f"/{NS}/orin_llm_planner"
+    assert rc.ask("params", node=node, set={"token_feedback": True})["results"][0]["successful"]
+    try:
+        assert rc.ask("send", id="t2", goal={"task": "Open the fridge.", "max_tokens": 16})["accepted"]
+        end = rc.ask("wait", id="t2")
+        assert end["status"] == "SUCCEEDED" and any(f["kind"] == TOKENS for f in end["feedback"]), end
+    finally:
+        rc.ask("params", node=node, set={"token_feedback": False})
 
 
 def test_cancel_of_a_running_goal_stops_the_daemon(rc, client):

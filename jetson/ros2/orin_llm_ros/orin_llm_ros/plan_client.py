@@ -56,18 +56,26 @@ def main(argv=None):
     client = ActionClient(node, Plan, args.action, feedback_sub_qos_profile=QoSProfile(
         depth=100, reliability=ReliabilityPolicy.RELIABLE))
     out = sys.stdout
+    started_steps = set()
+
+    def start(step):  # where a robot would start executing the step
+        if step.index in started_steps:
+            return
+        started_steps.add(step.index)
+        if args.json:
+            out.write(json.dumps({'step': {'index': step.index, 'action': step.action,
+                                           'args': list(step.args)}}) + '\n')
+        else:
+            out.write(f'step {step.index}: {step_text(step)}\n')
+        out.flush()
 
     def on_feedback(msg):
         fb = msg.feedback
         if fb.kind == Plan.Feedback.STEP:
-            if args.json:
-                out.write(json.dumps({'step': {'index': fb.step.index, 'action': fb.step.action,
-                                               'args': list(fb.step.args)}}) + '\n')
-            else:
-                out.write(f'step {fb.step.index}: {step_text(fb.step)}\n')
+            start(fb.step)
         elif args.tokens and not args.json:
             out.write(fb.delta)
-        out.flush()
+            out.flush()
 
     try:
         if not client.wait_for_server(timeout_sec=args.wait):
@@ -95,6 +103,8 @@ def main(argv=None):
             rclpy.spin_until_future_complete(node, result_future)
         response = result_future.result()
         result, state = response.result, STATES.get(response.status, str(response.status))
+        for step in result.steps:  # the result can overtake the last feedback: it has every step
+            start(step)
         if args.json:
             out.write(json.dumps({'state': state, 'success': result.success,
                                   'error': result.error, 'steps': [

@@ -36,6 +36,7 @@ NODE_NAME = 'orin_llm_planner'
 POLICIES = ('parallel', 'preempt', 'reject_if_busy')
 CANCEL_STATE_WAIT_S = 1.0  # a cancel callback runs just before the goal turns CANCELING
 HEALTH_TIMEOUT_S = 2.0
+UNKNOWN_BATCH = 8  # goals at once when the daemon's /health names no batch size
 
 
 class PlannerNode(Node):
@@ -148,7 +149,8 @@ class PlannerNode(Node):
     def _batch_size(self):
         with self._health_lock:
             scheduler = self._daemon['health'].get('scheduler') or {}
-        return int(scheduler.get('max_running') or 1)
+        # the TensorRT-LLM backend batches inside its executor and does not say how many
+        return int(scheduler.get('max_running') or UNKNOWN_BATCH)
 
     # -- the action ---------------------------------------------------------------------
 
