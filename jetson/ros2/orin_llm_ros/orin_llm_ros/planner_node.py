@@ -36,6 +36,7 @@ NODE_NAME = 'orin_llm_planner'
 POLICIES = ('parallel', 'preempt', 'reject_if_busy')
 CANCEL_STATE_WAIT_S = 1.0  # a cancel callback runs just before the goal turns CANCELING
 HEALTH_TIMEOUT_S = 2.0
+SHUTDOWN_WAIT_S = 2.0  # for running goals to end once stopped
 UNKNOWN_BATCH = 8  # goals at once when the daemon's /health names no batch size
 
 
@@ -254,6 +255,10 @@ class PlannerNode(Node):
         except Exception as e:  # noqa: B902 (already terminal: nothing left to do)
             self.get_logger().warning(f'could not {how} the goal: {e}')
 
+    def stop_goals(self):
+        """Stop the running goals: each ends aborted, and its stream is closed."""
+        self._slots.stop_all()
+
     def _publish_last_plan(self, request, result):
         msg = PlanSteps()
         msg.task = request.task
@@ -267,7 +272,7 @@ class PlannerNode(Node):
 def main(args=None):
     """Spin the planner node on a multi-threaded executor until shutdown."""
     init(args=args)
-    node = None
+    node = executor = None
     try:
         node = PlannerNode()
         # each running goal holds a thread: room for the most goals, the timer and the services
@@ -278,6 +283,10 @@ def main(args=None):
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        if node is not None:
+            node.stop_goals()  # their streams close: the daemon stops decoding them
+        if executor is not None:
+            executor.shutdown(timeout_sec=SHUTDOWN_WAIT_S)
         if node is not None:
             node.destroy_node()
         try_shutdown()

@@ -62,3 +62,9 @@ class GoalSlots:
         with self._lock:
             self._running.pop(key, None)
             self._preempted.discard(key)
+
+    def stop_all(self):
+        """Stop every running goal (the node is shutting down)."""
+        with self._lock:
+            for event in self._running.values():
+                event.set()
