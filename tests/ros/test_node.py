@@ -51,12 +51,19 @@ def client(daemon):
         yield c
 
 
+def quiet(client) -> bool:
+    """Nothing running or queued (the KV cache may hold more than the default home by now: the named
+    home and the conversation of the tests above stay pinned or cached)."""
+    queue = client.health()["queue"]
+    return not queue["running"] and queue["depth"] == 0
+
+
 def steps_of(result: dict) -> list[tuple[str, list[str], int]]:
     return [(s["action"], s["args"], s["index"]) for s in result["steps"]]
 
 
 def settle(rc, client, policy: str = "parallel", max_goals: int = 0) -> None:
-    assert wait_until(lambda: idle(client), 30)
+    assert wait_until(lambda: quiet(client), 30)
     answer = rc.ask("params", node=f"/{NS}/orin_llm_planner", set={"goal_policy": policy, "max_goals": max_goals})
     assert all(r["successful"] for r in answer["results"]), answer
 
@@ -261,7 +268,7 @@ def test_a_node_stopped_mid_goal_exits_and_the_daemon_stops_decoding(ros, daemon
     node = ros.node("robot3", daemon.socket, health_period_s=0.5)
     rc3 = ros.client("robot3")
     rc3.ask("diag", contains="ready:", timeout=60)
-    assert wait_until(lambda: idle(client), 30)
+    assert wait_until(lambda: quiet(client), 30)
     cancelled = metric(client.metrics(), "orin_llm_requests_total", 'endpoint="plan",outcome="cancelled"')
     assert rc3.ask("send", id="s1", goal={"task": LONG, "max_tokens": 1000, "constrained": False,
                                           "token_feedback": True})["accepted"]
@@ -272,4 +279,4 @@ def test_a_node_stopped_mid_goal_exits_and_the_daemon_stops_decoding(ros, daemon
     assert time.monotonic() - t0 < 8
     assert wait_until(lambda: metric(client.metrics(), "orin_llm_requests_total",
                                      'endpoint="plan",outcome="cancelled"') == cancelled + 1)
-    assert wait_until(lambda: idle(client))
+    assert wait_until(lambda: quiet(client))
