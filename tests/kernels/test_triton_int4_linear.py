@@ -61,9 +61,26 @@ def test_leading_dims_and_prefill_tile(device):
     assert (y - ref).abs().max().item() <= TOLERANCE[torch.float32] * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("split_k", [2, 3, 8])
+def test_split_k(device, split_k):
+    """The inputs split in ranges (5 groups: uneven splits, and more splits than steps): the same sums."""
+    qweight, scales, mins = q4_1_blocks(72, 160, seed=3)
+    p = q4_repack(qweight.to(device), scales.to(device), mins.to(device))
+    x = torch.randn(4, 160, device=device, dtype=torch.float16)
+    y = int4_linear(x, p, block_g=1, split_k=split_k)
+    ref = reference.int4_linear(x, qweight.to(device), scales.to(device), mins.to(device))
+    assert y.dtype == torch.float16
+    assert (y.float() - ref).abs().max().item() <= TOLERANCE[torch.float16] * ref.abs().max().item()
+    # a row's sums do not depend on the other rows of the call (same tile and split)
+    batch = int4_linear(x, p, block_g=1, split_k=split_k, out_dtype=torch.float32)
+    assert torch.equal(batch[:1], int4_linear(x[:1], p, block_g=1, split_k=split_k, out_dtype=torch.float32))
+
+
 def test_bad_blocks():
     qweight, scales, mins = q4_1_blocks(8, 64)
     with pytest.raises(ValueError, match="Q4_1 blocks"):
         q4_repack(qweight, scales[:, :1], mins)
+    with pytest.raises(ValueError, match="split_k"):
+        int4_linear(torch.randn(1, 64), q4_repack(qweight, scales, mins), split_k=0)
     with pytest.raises(ValueError, match="inputs"):
         int4_linear(torch.randn(1, 32), q4_repack(qweight, scales, mins))

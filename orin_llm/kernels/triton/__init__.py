@@ -67,10 +67,12 @@ def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -
 
 
 def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
-                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
-    """x [..., K] @ W.T for a repacked Q4_1 W → [..., N] (x's dtype unless out_dtype)."""
+                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
+                split_k: int = 1) -> torch.Tensor:
+    """x [..., K] @ W.T for a repacked Q4_1 W → [..., N] (x's dtype unless out_dtype); split_k: the
+    inputs in that many ranges, partial sums added in a fixed order (deterministic), for decode GEMVs."""
     from .int4_linear import int4_linear as run
-    return run(x, packed, out, block_m, block_n, block_g, out_dtype)
+    return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k)
 
 
 def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out: Optional[torch.Tensor] = None,

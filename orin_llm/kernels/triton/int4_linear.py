@@ -9,10 +9,11 @@ coalesced and unpacks without shuffles:
   operands whose inputs are two contiguous runs of x.
 - scales, mins: float16 [K/32, N]. A GGUF stores them as float16, so this keeps their values exactly;
   they add 4 bytes per 32 weights to the codes' 16.
-Each program computes a [BLOCK_M, BLOCK_N] tile of y over all of K: codes, scales and mins
-dequantized in registers to x's dtype, two tensor-core dots per step, float32 sums. No split over K
-and no atomics: a row's result does not depend on the other rows, as long as the tile sizes are the
-same (keep `block_m` fixed across the decode and verify buckets: batch invariance).
+Each program computes a [BLOCK_M, BLOCK_N] tile of y over its range of K (all of it, or one of
+`split_k` ranges whose float32 partial sums a second kernel adds in order: never atomics): codes,
+scales and mins dequantized in registers to x's dtype, two tensor-core dots per step, float32 sums.
+A row's result does not depend on the other rows, as long as the tile sizes and split are the same
+(keep them fixed across the decode and verify buckets: batch invariance).
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -
 
 
 @triton.jit
-def _int4_linear(X, W, S, MN, Y, M, N, K, stride_xm, stride_w, stride_s, stride_ym,
+def _int4_linear(X, W, S, MN, Y, M, N, K, stride_xm, stride_w, stride_s, stride_ym, stride_split,
+                 groups_per_split,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_G: tl.constexpr, DOT: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)  # this program's share of the input groups (split_k)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mmask = rm < M
@@ -72,9 +75,11 @@ def _int4_linear(X, W, S, MN, Y, M, N, K, stride_xm, stride_w, stride_s, stride_
     k_lo = (r // 16) * 32 + r % 16  # the inputs of their low nibbles (high: + 16)
     x_rows = X + rm[:, None].to(tl.int64) * stride_xm
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for g0 in range(0, K // 32, BLOCK_G):
+    g_first = pid_k * groups_per_split
+    g_end = tl.minimum(K // 32, g_first + groups_per_split)
+    for g0 in range(g_first, g_end, BLOCK_G):
         rows = g0 * 16 + r
-        kmask = rows < K // 2
+        kmask = (g0 + r // 16) < g_end
         wmask = kmask[:, None] & nmask[None, :]
         w = tl.load(W + rows[:, None].to(tl.int64) * stride_w + rn[None, :], mask=wmask, other=0)
         grp = (g0 + r // 16)[:, None].to(tl.int64) * stride_s + rn[None, :]
@@ -88,28 +93,54 @@ def _int4_linear(X, W, S, MN, Y, M, N, K, stride_xm, stride_w, stride_s, stride_
         x_hi = tl.load(x_rows + (xk + 16)[None, :], mask=xmask, other=0.0)
         acc += dot(x_lo, operand(lo, x_lo.dtype, DOT), DOT)
         acc += dot(x_hi, operand(hi, x_hi.dtype, DOT), DOT)
-    tl.store(Y + rm[:, None].to(tl.int64) * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty),
+    tl.store(Y + pid_k * stride_split + rm[:, None].to(tl.int64) * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty),
              mask=mmask[:, None] & nmask[None, :])
 
 
+@triton.jit
+def _sum_splits(P, Y, count, splits, BLOCK: tl.constexpr):
+    """Y = Σ_s P[s] elementwise, in split order (torch's sum picks its order by shape: not batch invariant)."""
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < count
+    acc = tl.zeros([BLOCK], tl.float32)
+    for s in range(0, splits):
+        acc += tl.load(P + s * count + i, mask=mask, other=0.0)
+    tl.store(Y + i, acc.to(Y.dtype.element_ty), mask=mask)
+
+
 def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
-                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
+                split_k: int = 1) -> torch.Tensor:
     """y = x @ W.T for a repacked Q4_1 weight: x [..., K] (float16, bfloat16 or float32) → [..., N] in
     `out_dtype` (x's by default). block_m/block_n/block_g: the tile (rows, outputs, groups of 32
-    inputs per step); the defaults suit decode's 1-8 rows, a prefill of hundreds takes block_m 64."""
+    inputs per step); the defaults suit decode's 1-8 rows, a prefill of hundreds takes block_m 64.
+    split_k > 1: the inputs in that many ranges, each program writing float32 partial sums that a
+    second kernel adds in split order (no atomics: deterministic): more programs for a decode GEMV whose
+    outputs alone give too few tiles to fill the GPU."""
     check_float("x", x)
     k, n = packed.in_features, packed.out_features
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} inputs, the weight {k}")
+    if split_k < 1:
+        raise ValueError(f"split_k must be at least 1, not {split_k}")
     flat = x.reshape(-1, k)
     if flat.stride(1) != 1:
         flat = flat.contiguous()
     m = flat.shape[0]
+    dtype = out_dtype or x.dtype
     if out is None:
-        out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
+        out = torch.empty(m, n, dtype=dtype, device=x.device)
+    elif out.shape != (m, n) or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous [{m}, {n}] tensor, not {tuple(out.shape)}")
     if m:
-        _int4_linear[(triton.cdiv(m, block_m), triton.cdiv(n, block_n))](
-            flat, packed.codes, packed.scales, packed.mins, out, m, n, k, flat.stride(0), packed.codes.stride(0),
-            packed.scales.stride(0), out.stride(0), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g,
-            DOT=dot_mode(x.dtype))
+        groups = k // GROUP
+        per_split = triton.cdiv(triton.cdiv(groups, split_k), block_g) * block_g  # whole steps per split
+        splits = triton.cdiv(groups, per_split)
+        dest = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+        _int4_linear[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), splits)](
+            flat, packed.codes, packed.scales, packed.mins, dest, m, n, k, flat.stride(0), packed.codes.stride(0),
+            packed.scales.stride(0), dest.stride(-2), dest.stride(0) if splits > 1 else 0, per_split,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g, DOT=dot_mode(x.dtype))
+        if splits > 1:
+            _sum_splits[(triton.cdiv(m * n, 1024),)](dest, out, m * n, splits, BLOCK=1024)
     return out.view(*x.shape[:-1], n)
