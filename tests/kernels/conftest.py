@@ -12,9 +12,9 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-DEVICE = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
+from tests.kernels.paged import device_name  # noqa: E402  (after the variable: it imports no triton, but reads it)
 
 
 @pytest.fixture
 def device() -> str:
-    return DEVICE
+    return device_name()

@@ -3,6 +3,8 @@ the layout and the INT8 quantization are the runtime's, not a copy of them."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from orin_llm.arch import Arch
@@ -10,6 +12,11 @@ from orin_llm.runtime.kv_pool import KVPool, PagedView
 
 BLOCK = 4  # small blocks: a few tokens cross several of them, partial last blocks included
 TOLERANCE = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}  # × the outputs' scale
+
+
+def device_name() -> str:
+    """Where the kernels run: the CPU in Triton's interpreter (conftest sets it without a GPU), else CUDA."""
+    return "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 
 
 def arch(heads: int = 6, kv_heads: int = 2, head_dim: int = 32, layers: int = 2) -> Arch:
@@ -41,8 +48,8 @@ def fill(p: KVPool, lengths: list[int], max_blocks: int, seed: int = 0):
         tables[b, :len(blocks)] = torch.tensor(blocks, dtype=torch.int32)
         view = PagedView(p, blocks)
         for layer in range(a.num_layers):
-            k = torch.randn(n, a.num_kv_heads, a.head_dim, generator=g).to(p.dtype)
-            v = torch.randn(n, a.num_kv_heads, a.head_dim, generator=g).to(p.dtype)
+            k = torch.randn(n, a.num_kv_heads, a.head_dim, generator=g).to(p.device, p.dtype)
+            v = torch.randn(n, a.num_kv_heads, a.head_dim, generator=g).to(p.device, p.dtype)
             view.write(layer, 0, k, v)
         view.length = n
         views.append(view)

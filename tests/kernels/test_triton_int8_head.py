@@ -42,6 +42,15 @@ def test_matches_reference(device, dtype, per):
         assert torch.equal(logits.argmax(-1), ref.argmax(-1))
 
 
+def test_strided_scales(device):
+    """Scales that are a view (a column of a wider tensor) are read as their values, not their storage."""
+    q = torch.randint(-127, 128, (V, K), dtype=torch.int8, generator=torch.Generator().manual_seed(4)).to(device)
+    wide = torch.rand(V, 3, generator=torch.Generator().manual_seed(5)).to(device) * 0.01
+    x = torch.randn(2, K, device=device)
+    ref = reference.int8_head(x, q, wide[:, 1])
+    assert (int8_head(x, q, wide[:, 1]) - ref).abs().max().item() <= TOLERANCE[torch.float32] * ref.abs().max().item()
+
+
 def test_bad_scales(device):
     q = torch.zeros(V, K, dtype=torch.int8, device=device)
     with pytest.raises(ValueError, match=r"\[V\] or \[V, K/group\]"):

@@ -54,6 +54,11 @@ def pow2(n: int, least: int = MIN_DOT) -> int:
     return max(least, triton.next_power_of_2(n))
 
 
+def dense_rows(table: torch.Tensor) -> torch.Tensor:
+    """A [rows, n] table whose rows may be strided (an expanded row: stride 0) but whose entries are adjacent."""
+    return table if table.stride(-1) == 1 else table.contiguous()
+
+
 def check_float(name: str, t: torch.Tensor) -> None:
     if t.dtype not in FLOAT_DTYPES:
         raise ValueError(f"{name} is {t.dtype}; the kernels take float16, bfloat16 or float32")

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dot, dot_mode, operand, pow2
+from .common import check_float, dense_rows, dot, dot_mode, operand, pow2
 
 SPLIT_BLOCKS = 16  # logical KV blocks per split (256 tokens of a 16-token block)
 BLOCK_N = 32  # keys per tile
@@ -135,6 +135,10 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         raise ValueError(f"a float cache must be in q's dtype ({q.dtype}), not {k_cache.dtype}")
     if k_cache.stride(2) != 1 or v_cache.stride(2) != 1 or q.stride(2) != 1:
         raise ValueError("q and the cache need a contiguous head_dim")
+    # the kernel steps through these densely (no copy when they already are: views of the pool's scales are)
+    block_tables, seq_lens = dense_rows(block_tables), seq_lens.contiguous()
+    if scaled:
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     if out is None:
         out = torch.empty_like(q)
     sm_scale = d ** -0.5 if sm_scale is None else sm_scale

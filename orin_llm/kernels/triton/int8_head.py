@@ -60,6 +60,7 @@ def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out:
     if scales.shape[0] != v or (not per_row and (scales.dim() != 2 or k % scales.shape[1])):
         raise ValueError(f"scales must be [V] or [V, K/group]; got {tuple(scales.shape)} for a [{v}, {k}] head")
     group = k if per_row else k // scales.shape[1]
+    scales = scales.contiguous()  # (a column of a larger tensor: the kernel steps through it densely)
     flat = x.reshape(-1, k)
     if flat.stride(1) != 1:
         flat = flat.contiguous()

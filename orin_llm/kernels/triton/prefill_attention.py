@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dot, dot_mode, operand, pow2
+from .common import check_float, dense_rows, dot, dot_mode, operand, pow2
 
 BLOCK_M = 32  # query rows per program
 BLOCK_N = 32  # keys per tile
@@ -106,6 +106,11 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         raise ValueError(f"a float cache must be in q's dtype ({q.dtype}), not {k_cache.dtype}")
     if k_cache.stride(2) != 1 or v_cache.stride(2) != 1 or q.stride(2) != 1:
         raise ValueError("q and the cache need a contiguous head_dim")
+    # the kernel steps through these densely (no copy when they already are: views of the pool's scales are)
+    block_tables, seq_lens = dense_rows(block_tables), seq_lens.contiguous()
+    q_start = q_start.contiguous()
+    if scaled:
+        k_scale, v_scale = k_scale.contiguous(), v_scale.contiguous()
     if out is None:
         out = torch.empty_like(q)
     if max_q_len is None:
