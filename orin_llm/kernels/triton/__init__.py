@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 if TYPE_CHECKING:
-    from .int4_linear import Q4Packed
+    from .q4_linear import Q4Packed
 
 
 def available() -> Optional[str]:
@@ -61,8 +61,8 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> Q4Packed:
     """quant.recover_q4_1's blocks (codes [N, K/2] uint8, scales and mins [N, K/32]) → the kernel's
-    layout (int4_linear.py's doc): once, at load, on the weight's device."""
-    from .int4_linear import q4_repack as run
+    layout (q4_linear.py's doc): once, at load, on the weight's device."""
+    from .q4_linear import q4_repack as run
     return run(qweight, scales, mins)
 
 
@@ -71,7 +71,7 @@ def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] =
                 split_k: int = 1) -> torch.Tensor:
     """x [..., K] @ W.T for a repacked Q4_1 W → [..., N] (x's dtype unless out_dtype); split_k: the
     inputs in that many ranges, partial sums added in a fixed order (deterministic), for decode GEMVs."""
-    from .int4_linear import int4_linear as run
+    from .q4_linear import int4_linear as run
     return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k)
 
 
@@ -79,5 +79,5 @@ def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out:
               block_m: int = 16, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
     """Logits [..., V] float32 of x [..., K] over int8 codes [V, K] with scales [V] (per row,
     quant.quantize_int8) or [V, K/32] (a Q8_0 matrix, quant.recover_q8_0: the GGUF's own values)."""
-    from .int8_head import int8_head as run
+    from .head_int8 import int8_head as run
     return run(x, qweight, scales, out, block_m, block_n, block_k)
