@@ -22,6 +22,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
+LAUNCH_OPTIONS = ("num_warps", "num_stages")  # keywords of a launch that are options, not constexprs
 TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int8: "i8",
          torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64"}
 
@@ -77,7 +78,7 @@ def every_launch() -> None:
         x = torch.zeros(3, 1024, dtype=dtype)
         kt.int4_linear(x, packed)
         kt.int4_linear(x, packed, split_k=4)
-        kt.int4_linear(x, packed, block_m=64, block_n=128)
+        kt.int4_linear(x, packed, block_m=64, block_n=128, num_warps=8, num_stages=4)
         codes = torch.zeros(100, 1024, dtype=torch.int8)
         kt.int8_head(x, codes, torch.ones(100))
         kt.int8_head(x, codes, torch.ones(100, 32, dtype=torch.float16))
@@ -85,17 +86,19 @@ def every_launch() -> None:
 
 def main(archs: list[int]) -> int:
     failed, seen = 0, set()
-    for fn, args, constexprs in record_launches(every_launch):
+    for fn, args, kwargs in record_launches(every_launch):
+        options = {k: kwargs[k] for k in LAUNCH_OPTIONS if k in kwargs}
+        constexprs = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
         sig = signature(fn, args, constexprs)
-        key = (fn.__name__, tuple(sig.items()), tuple(sorted(constexprs.items())))
+        key = (fn.__name__, tuple(sig.items()), tuple(sorted(constexprs.items())), tuple(sorted(options.items())))
         if key in seen:
             continue
         seen.add(key)
         types = ",".join(v for v in sig.values() if v != "constexpr")
         for arch in archs:
             try:
-                triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32))
-                print(f"ok sm_{arch} {fn.__name__} {constexprs} ({types})")
+                triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
+                print(f"ok sm_{arch} {fn.__name__} {constexprs} {options} ({types})")
             except Exception as e:  # noqa: BLE001  (any compiler error is the finding)
                 failed += 1
                 print(f"FAIL sm_{arch} {fn.__name__} {constexprs} ({types}): {type(e).__name__}: {e}")

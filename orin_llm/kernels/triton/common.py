@@ -6,6 +6,7 @@ Written for triton 3.6 (the GPU image's) through 3.9 (CI's interpreter): only `t
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 import torch
 import triton
@@ -52,6 +53,12 @@ def dot_mode(dtype: torch.dtype) -> int:
 
 def pow2(n: int, least: int = MIN_DOT) -> int:
     return max(least, triton.next_power_of_2(n))
+
+
+def launch_options(num_warps: Optional[int], num_stages: Optional[int]) -> dict:
+    """Triton's launch options where the caller tunes them (None: Triton's defaults)."""
+    opts = {"num_warps": num_warps, "num_stages": num_stages}
+    return {k: v for k, v in opts.items() if v is not None}
 
 
 def dense_rows(table: torch.Tensor) -> torch.Tensor:

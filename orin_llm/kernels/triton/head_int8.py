@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dot, dot_mode, operand
+from .common import check_float, dot, dot_mode, launch_options, operand
 
 
 @triton.jit
@@ -48,7 +48,8 @@ def _int8_head(X, W, S, Y, M, N, K, stride_xm, stride_w, stride_s, stride_ym,
 
 
 def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out: Optional[torch.Tensor] = None,
-              block_m: int = 16, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
+              block_m: int = 16, block_n: int = 64, block_k: int = 128, num_warps: Optional[int] = None,
+              num_stages: Optional[int] = None) -> torch.Tensor:
     """x [..., K] (float16, bfloat16 or float32); qweight [V, K] int8; scales [V] (per row) or [V, K/group]
     (per block, group a power of two ≥ 16 dividing block_k... or any divisor of K). Returns [..., V] float32."""
     check_float("x", x)
@@ -71,5 +72,5 @@ def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out:
         _int8_head[(triton.cdiv(m, block_m), triton.cdiv(v, block_n))](
             flat, qweight, scales, out, m, v, k, flat.stride(0), qweight.stride(0),
             scales.stride(0), out.stride(0), GROUP=group, PER_ROW=per_row, BLOCK_M=block_m, BLOCK_N=block_n,
-            BLOCK_K=block_k, DOT=dot_mode(x.dtype))
+            BLOCK_K=block_k, DOT=dot_mode(x.dtype), **launch_options(num_warps, num_stages))
     return out.view(*x.shape[:-1], v)

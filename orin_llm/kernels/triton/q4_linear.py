@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dot, dot_mode, operand
+from .common import check_float, dot, dot_mode, launch_options, operand
 
 GROUP = 32  # weights per Q4_1 block (quant.GGUF_BLOCK)
 
@@ -58,6 +58,22 @@ def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -
     packed = codes[:, :, :16] | (codes[:, :, 16:] << 4)  # [N, groups, 16]
     packed = packed.reshape(n, half).T.contiguous()
     return Q4Packed(packed, scales.T.to(torch.float16).contiguous(), mins.T.to(torch.float16).contiguous())
+
+
+def quantize_q4_1(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A float weight [N, K] → Q4_1 blocks as quant.recover_q4_1 gives them (codes [N, K/2] uint8, column
+    2j in byte j's low nibble; scales and mins [N, K/32] float32, each exact in float16 as a GGUF's):
+    llama.cpp's rounding, the block's min at code 0 and its max at 15. For a matrix that is not Q4_1
+    already (an LM head run through int4_linear: a second quantization, unlike recover_q4_1)."""
+    n, k = w.shape
+    if k % GROUP:
+        raise ValueError(f"{k} input columns are not whole Q4_1 blocks of {GROUP}")
+    g = w.float().view(n, k // GROUP, GROUP)
+    mins = g.amin(dim=2).half().float()
+    scales = ((g.amax(dim=2) - mins) / 15).half().float()
+    step = torch.where(scales > 0, scales, torch.ones_like(scales))[..., None]
+    q = torch.round((g - mins[..., None]) / step).clamp(0, 15).to(torch.uint8).view(n, k)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous(), scales.contiguous(), mins.contiguous()
 
 
 @triton.jit
@@ -110,7 +126,7 @@ def _sum_splits(P, Y, count, splits, BLOCK: tl.constexpr):
 
 def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
                 block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
-                split_k: int = 1) -> torch.Tensor:
+                split_k: int = 1, num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """y = x @ W.T for a repacked Q4_1 weight: x [..., K] (float16, bfloat16 or float32) → [..., N] in
     `out_dtype` (x's by default). block_m/block_n/block_g: the tile (rows, outputs, groups of 32
     inputs per step); the defaults suit decode's 1-8 rows, a prefill of hundreds takes block_m 64.
@@ -140,7 +156,8 @@ def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] =
         _int4_linear[(triton.cdiv(m, block_m), triton.cdiv(n, block_n), splits)](
             flat, packed.codes, packed.scales, packed.mins, dest, m, n, k, flat.stride(0), packed.codes.stride(0),
             packed.scales.stride(0), dest.stride(-2), dest.stride(0) if splits > 1 else 0, per_split,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g, DOT=dot_mode(x.dtype))
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_G=block_g, DOT=dot_mode(x.dtype),
+            **launch_options(num_warps, num_stages))
         if splits > 1:
             _sum_splits[(triton.cdiv(m * n, 1024),)](dest, out, m * n, splits, BLOCK=1024)
     return out.view(*x.shape[:-1], n)
