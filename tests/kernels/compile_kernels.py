@@ -79,6 +79,9 @@ def every_launch() -> None:
         kt.int4_linear(x, packed)
         kt.int4_linear(x, packed, split_k=4)
         kt.int4_linear(x, packed, block_m=64, block_n=128, num_warps=8, num_stages=4)
+        if dtype == torch.bfloat16:  # scales in x's type: the dequantization by bits
+            kt.int4_linear(x, kt.q4_repack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
+                                           torch.zeros(256, 32), dtype=dtype))
         codes = torch.zeros(100, 1024, dtype=torch.int8)
         kt.int8_head(x, codes, torch.ones(100))
         kt.int8_head(x, codes, torch.ones(100, 32, dtype=torch.float16))

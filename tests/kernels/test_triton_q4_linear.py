@@ -51,6 +51,19 @@ def test_matches_the_dequantized_weight(device, dtype, rows):
     assert err <= TOLERANCE[dtype] * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scales_in_the_activations_dtype(device, dtype):
+    """Repacked with scales in x's dtype (the dequantization by bits on a GPU; float16 is the default):
+    the blocks' values up to the scales' rounding."""
+    qweight, scales, mins = q4_1_blocks(64, 128, seed=4)
+    p = q4_repack(qweight.to(device), scales.to(device), mins.to(device), dtype=dtype)
+    assert p.scales.dtype == dtype and p.mins.dtype == dtype
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(6)).to(device, dtype)
+    ref = reference.int4_linear(x, qweight.to(device), scales.to(device), mins.to(device))
+    y = int4_linear(x, p)
+    assert (y.float() - ref).abs().max().item() <= TOLERANCE[dtype] * ref.abs().max().item()
+
+
 def test_leading_dims_and_prefill_tile(device):
     qweight, scales, mins = q4_1_blocks(64, 128, seed=2)
     p = q4_repack(qweight.to(device), scales.to(device), mins.to(device))

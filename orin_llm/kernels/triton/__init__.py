@@ -60,11 +60,13 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                max_q_len, out)
 
 
-def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> Q4Packed:
+def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+              dtype: torch.dtype = torch.float16) -> Q4Packed:
     """quant.recover_q4_1's blocks (codes [N, K/2] uint8, scales and mins [N, K/32]) → the kernel's
-    layout (q4_linear.py's doc): once, at load, on the weight's device."""
+    layout (q4_linear.py's doc): once, at load, on the weight's device. dtype: the scales' (float16:
+    exact; the activations' dtype, e.g. bfloat16, for the fast dequantization)."""
     from .q4_linear import q4_repack as run
-    return run(qweight, scales, mins)
+    return run(qweight, scales, mins, dtype)
 
 
 def quantize_q4_1(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
