@@ -6,11 +6,13 @@ TRITON_INTERPRET (the kernels must be defined as compiled functions):
     python -m tests.kernels.compile_kernels 87 90
 
 Prints one line per kernel configuration and architecture ("ok ..." or "FAIL ..."); exits 1 on a failure.
+A configuration that reads codes by their bits fails if its PTX holds any int-to-float conversion.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -54,6 +56,17 @@ def signature(fn, args, constexprs) -> dict:
             raise TypeError(f"{fn.__name__}: argument {name} = {a!r}")
     sig.update({name: "constexpr" for name in constexprs})
     return {n: sig[n] for n in fn.arg_names}
+
+
+def int_to_float(ptx: str) -> int:
+    """How many int-to-float conversions (cvt.rn.f16/bf16/f32 from s/u 8-32) the PTX holds."""
+    return len(re.findall(r"cvt\.rn\.(?:f16|bf16|f32)(?:x2)?\.[su](?:8|16|32)\b", ptx))
+
+
+def by_bits(constexprs: dict) -> bool:
+    """Whether this configuration reads its codes as 16-bit floats by their bits (the kernels' docs):
+    then its PTX must hold no int-to-float conversion at all."""
+    return constexprs.get("MAGIC", 0) != 0 or constexprs.get("FAST") is True or constexprs.get("DOT") == 3
 
 
 def every_launch() -> None:
@@ -100,7 +113,11 @@ def main(archs: list[int]) -> int:
         types = ",".join(v for v in sig.values() if v != "constexpr")
         for arch in archs:
             try:
-                triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32), options=options)
+                kernel = triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32),
+                                        options=options)
+                converts = int_to_float(kernel.asm["ptx"])
+                if converts and by_bits(constexprs):
+                    raise AssertionError(f"{converts} int-to-float conversions where codes are read by their bits")
                 print(f"ok sm_{arch} {fn.__name__} {constexprs} {options} ({types})")
             except Exception as e:  # noqa: BLE001  (any compiler error is the finding)
                 failed += 1
