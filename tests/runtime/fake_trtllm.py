@@ -421,6 +421,7 @@ class Executor:
         self.is_shut_down = False
         self.processor_threads: set[int] = set()  # threads the logits post-processor was called on
         self.max_running_seen = 0  # the most requests one iteration ran
+        self.polls_of_cancelled = 0  # await_responses calls naming a cancelled request
         self.iteration_stats: list[IterationStats] = []
         self._next_id = 1
         self._iter = 0
@@ -521,6 +522,7 @@ class Executor:
                 self._cond.wait_for(lambda: any(self._ready.values()), seconds)
                 return [r for i in sorted(self._ready) for r in self._take(i)]
             ids = target if isinstance(target, list) else [target]
+            self.polls_of_cancelled += sum(i in self.cancelled for i in ids)
             for i in ids:
                 run = self.runs.get(i)
                 if run is not None and run.final_delivered and not self._ready[i]:
