@@ -59,10 +59,15 @@ ACTIVATION_ELEMENTS_PER_HIDDEN = 16
 HOME_TOKENS = 6144
 
 # Loading. What an engine holds for a moment while it loads, on top of what it keeps:
-# - torch: the int8 head's requantization and error check (runtime/head.py _requantize) runs over
-#   HEAD_CHECK_ROWS rows of the head at a time, with these float64 temporaries of rows × hidden alive at
-#   once (the rows, their kept values, the difference). runtime/head.py LOAD_ROWS is the same number
-#   (tests/build/test_memory.py checks); the weights themselves are read once, into what is kept.
+# - torch (a q4_1 target): the tensors as read from the files (runtime/weights.py _read copies them out of
+#   the memory map) live next to what they become while the layers are packed, the float32 embedding
+#   among them until the int8 head replaces the tied float32 head, and the int8 head's requantization and
+#   error check (runtime/head.py _requantize) runs over HEAD_CHECK_ROWS rows at a time with these float64
+#   temporaries of rows × hidden alive at once (the rows, their kept values, the difference);
+#   runtime/head.py LOAD_ROWS is the same number (tests/build/test_memory.py checks). Counted: the
+#   weights once more, the float32 embedding, the check's temporaries. Measured on a Llama-3.2-3B-shaped
+#   engine (orin_llm/bench/shaped.py): the load peaked 4.93 GB above what it kept (9.04 GB RSS while the
+#   head was made, 4.11 GB after); this counts 5.6 GB for that shape.
 # - trtllm: 0.12's executor reads the whole engine file into a host buffer before TensorRT deserializes
 #   it (utils::loadEngine, cpp/tensorrt_llm/runtime/utils/sessionUtils.cpp of the 0.11/0.12 series: a
 #   std::vector<uint8_t> of the file's size), and on the Orin host and device share one memory: loading
@@ -260,9 +265,11 @@ def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
         return 0, f"no load-time temporaries known for {models[0][1].weights} weights"
     a, m = max(checked, key=lambda am: am[0].hidden_size)
     rows = min(HEAD_CHECK_ROWS, a.vocab_size)
-    extra = HEAD_CHECK_TEMPORARIES * rows * a.hidden_size * 8
-    return extra, (f"the int8 head's check: {HEAD_CHECK_TEMPORARIES} float64 temporaries of {rows:,} rows × "
-                   f"{a.hidden_size:,} ({m.model})")
+    check = HEAD_CHECK_TEMPORARIES * rows * a.hidden_size * 8
+    embedding = a.vocab_size * a.hidden_size * 4
+    return sum(p.weights_bytes for _, p in checked) + embedding + check, (
+        f"the weights as read while they are packed, the float32 embedding and the int8 head's check "
+        f"({HEAD_CHECK_TEMPORARIES} float64 temporaries of {rows:,} rows × {a.hidden_size:,}; {m.model})")
 
 
 def deployment(profile: Profile) -> Deployment:
