@@ -3,7 +3,7 @@
 0.12's executor calls a named Python callback on every iteration that decides tokens for a request that
 names it (`ExecutorConfig(logits_post_processor_map={name: fn})`, `Request(logits_post_processor_name=name)`;
 R≡J cpp/tensorrt_llm/pybind/executor/bindings.cpp L518-547 and L226-264, docs/trtllm-0.12-jetson.md
-§4, §11). Its arguments: the executor's request id, the iteration's logits (a torch tensor on the GPU,
+§4, §13). Its arguments: the executor's request id, the iteration's logits (a torch tensor on the GPU,
 the vocabulary last: one row per position it decides, i.e. 1 + the request's draft tokens when it
 verifies external drafts), the request's token ids per beam (prompt and output so far; the drafts are
 not among them), the CUDA stream the executor runs on (an int: pybind's StreamPtr caster), and the
@@ -24,7 +24,7 @@ that request id, the request is ended at once (only end_id is left allowed), and
 owns the id fails with the reason (generation.py `_run`). The callback never raises into the executor.
 
 Cost: every call is timed (`calls`, `rows`, `seconds`): the Python callback under the GIL, the
-matcher's mask, and the mask's copy to the logits' device; docs/trtllm-0.12-jetson.md §11 has the
+matcher's mask, and the mask's copy to the logits' device; docs/trtllm-0.12-jetson.md §13 has the
 figures measured through the fake.
 """
 

@@ -238,7 +238,7 @@ def trtllm_deployment(profile) -> Deployment:
     # Constrained requests speculate as the others do: drafts are cut on the host at the first token the
     # grammar forbids and the target verifies them under its logits post-processor, which 0.12 calls with
     # the logits of every position it decides (runtime/trtllm/generation.py; docs/trtllm-0.12-jetson.md
-    # §11), so constrained_speculation is the same list.
+    # §13), so constrained_speculation is the same list.
     speculation = ["none"]
     if pair and reuse:
         speculation += ["lookup", "draft_model", "combined"]
