@@ -21,7 +21,7 @@ from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm.bindings import set_executor_module
 from orin_llm.runtime.trtllm.engine import TrtllmEngine
-from orin_llm.runtime.trtllm.generation import POLL
+from orin_llm.runtime.trtllm.responses import POLL
 from tests.conftest import tiny_fixture
 
 from .test_trtllm_engine import install_models, make_engine_dir

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.generation import POLL
+from orin_llm.runtime.trtllm.responses import POLL
 from tests.conftest import tiny_fixture
 
 from . import test_trtllm_engine

@@ -67,8 +67,9 @@ from ..generate import Result
 from ..sampling import SamplingParams
 from ..speculative import LookupDrafter
 from .bindings import executor_module
-from .generation import STEP_WAIT, Mailbox, Stepped, TrtllmGeneration, TrtllmPin, enqueue_request, first_line, follow
+from .generation import Stepped, TrtllmGeneration, TrtllmPin
 from .grammar import PROCESSOR, GrammarProcessor, processor_map
+from .responses import STEP_WAIT, Mailbox, enqueue_request, first_line, follow
 from .rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
 
 log = logging.getLogger(__name__)
