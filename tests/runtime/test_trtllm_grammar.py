@@ -157,3 +157,21 @@ def test_a_chat_answer_schema_is_masked_on_the_orin_too(eng, fake):
     request = target_executor(fake).requests[-1]
     assert request.logits_post_processor_name == PROCESSOR
     assert json.loads(result.text)["room"] in ("kitchen", "hall")  # the scripted model, held to the schema
+
+
+def test_a_late_step_of_a_released_request_ends_it_and_an_unknown_client_is_an_error(eng):
+    """After a cancel the executor may still decide one step: nobody owns it, it is ended; a client id the
+    engine never gave out is an error against that request id."""
+    import torch
+
+    planner = Planner(eng, SMALL_HOME)
+    grammar = eng.grammar
+    client = grammar.register(planner.prefix.grammar.constraint(), 3)
+    grammar.bind(client, 77)
+    grammar.release(client, [])
+    logits = torch.zeros(1, 64)
+    grammar(77, logits, [[1, 2, 3]], 0, client)
+    assert grammar.error(77) is None and int(logits.argmax()) == eng.end_id
+    assert torch.isinf(logits).sum() == logits.numel() - 1
+    grammar(78, torch.zeros(1, 64), [[1, 2, 3]], 0, 10_000)
+    assert "client_id 10000 is not a request of this engine" in grammar.error(78)

@@ -45,6 +45,10 @@ PROCESSOR = "orin_llm_grammar"  # the name requests give in logits_post_processo
 BIND_WAIT_S = 0.05
 
 
+class _Ended(Exception):
+    """A late step of a released request: ended, nothing to report."""
+
+
 @dataclass
 class _State:
     constraint: Constraint
@@ -109,7 +113,10 @@ class GrammarProcessor:
                 self._lock.wait_for(lambda: request_id in self._clients, BIND_WAIT_S)
                 client_id = self._clients.get(request_id)
             state = self._requests.get(client_id) if client_id is not None else None
+            late = state is None and client_id is not None and 0 < client_id < self._next
             try:
+                if late:  # a step of a request already released (cancelled): no owner left, just end it
+                    raise _Ended
                 if state is None:
                     why = ("the call came without a client_id and for a request id not enqueued by this engine"
                            if client_id is None else f"client_id {client_id} is not a request of this engine")
@@ -123,7 +130,8 @@ class GrammarProcessor:
                     raise LookupError(f"{n} rows of logits but {len(state.draft)} draft tokens registered")
                 allowed = state.constraint.masks(state.draft[:n - 1]) if n > 1 else state.constraint.allowed()[None]
             except Exception as e:  # never into the executor: the request ends, its owner fails
-                self._errors[request_id] = f"{type(e).__name__}: {e}"
+                if not late:
+                    self._errors[request_id] = f"{type(e).__name__}: {e}"
                 allowed = torch.zeros(1, max(self.end_id + 1, 1), dtype=torch.bool)
                 allowed[0, self.end_id] = True
                 allowed = allowed.expand(rows.shape[0], -1)
