@@ -17,37 +17,64 @@ import uuid
 from typing import Optional
 
 from ..environment import Environment
-from ..home.steps import StepStream
 from ..runtime.generate import Result
-from ..runtime.planner import Planner
+from ..runtime.planner import Plan, Planner
 from ..runtime.sampling import SamplingParams
 from .errors import RequestError
 from .schemas import ChatRequest, PlanRequest
+from .step_events import FeasibleSteps
 from .structured import Answer, GrammarCache
 from .tool_calls import CallParser, chat_messages, parse_answer
 from .worker import JobStart
 
 
 def plan_job(req: PlanRequest, params: SamplingParams):
+    """A plan: its goal, its one-off state and its feasibility mode are checked against the home on
+    this thread (a goal naming things the home lacks: 422), as the planner starts it."""
     def begin(planner: Planner) -> JobStart:
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
         gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
-                            req.environment)
-        steps = StepStream(prefix.environment)  # {"step": ...} events for a streamed plan
+                            req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state)
+        steps = FeasibleSteps(prefix.environment, gen.world if req.feasibility != "off" else None)
 
         def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
-                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s)}
+                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s),
+                   **feasibility_fields(plan)}
             if req.environment:
                 out["environment"] = req.environment
             if conv is not None:
                 out["conversation"] = {"id": conv.id, "turn": conv.turns}
             return out
         return JobStart(gen, finish, steps)
+    return begin
+
+
+def feasibility_fields(plan: Plan) -> dict:
+    """What the simulation says of a plan: the mode, the violated steps, the predicted final state,
+    and, with a goal, whether it is reached, what is missing and how the plan was found."""
+    final = plan.final_state
+    return {"feasibility": plan.feasibility, "violations": [v.as_dict() for v in plan.violations],
+            "final_state": final.model_dump(mode="json") if final is not None else None,
+            "goal_reached": plan.goal_reached, "goal_missing": list(plan.goal_missing), "search": plan.search}
+
+
+def state_job(update: dict, home: Optional[str]):
+    """A state change of a home (None: the default one), checked against the home (422, nothing
+    changes) and rendered after its pinned static prefix; plans already running keep their state."""
+    def begin(planner: Planner) -> JobStart:
+        if home not in planner.homes:
+            raise RequestError(404, f"no environment named {home!r}; GET /v1/environments lists them")
+        change = planner.set_state(update, home)
+
+        def finish(queue_s: float) -> dict:
+            return {"state": change.state.model_dump(mode="json"), "environment_version": change.version,
+                    "computed_tokens": change.computed_tokens, **({"environment": home} if home else {})}
+        return JobStart(change.generation, finish)
     return begin
 
 

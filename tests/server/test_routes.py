@@ -128,6 +128,12 @@ def test_a_failed_load_is_reported_by_health_and_the_gate():
     ({"task": "x", "max_tokens": "8"}, 'max_tokens: Input should be a valid integer, got "8" (a string)'),
     ({"task": "x", "colour": "red"}, "colour: unknown field (allowed: "),
     ([1], "the body must be a JSON object, got a list"),
+    ({"task": "x", "feasibility": "strict"}, "feasibility: Input should be 'enforce', 'report' or 'off'"),
+    ({"task": "x", "goal": "at(mug, sink)"}, 'goal: Input should be a valid list, got "at(mug, sink)" (a string)'),
+    ({"task": "x", "goal": []}, "goal: List should have at least 1 item"),
+    ({"task": "x", "goal": [""]}, "goal.0: String should have at least 1 character"),
+    ({"task": "x", "goal": ["said"] * 65}, "goal: List should have at most 64 items"),
+    ({"task": "x", "state": ["robot_at", "kitchen"]}, "state: Input should be a valid dictionary"),
 ])
 def test_plan_validation_says_what_to_fix_and_never_reaches_the_worker(body, message):
     worker = StubWorker()
