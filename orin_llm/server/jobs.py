@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Optional
 
 from ..environment import Environment
+from ..environment.state import HomeState
+from ..environment.world import World
 from ..runtime.generate import Result
 from ..runtime.planner import Plan, Planner
 from ..runtime.sampling import SamplingParams
 from .errors import RequestError
+from .plan_calls import CheckedCalls, checked_message, plan_tools
 from .schemas import ChatRequest, PlanRequest
 from .step_events import FeasibleSteps
 from .structured import Answer, GrammarCache
@@ -78,10 +82,23 @@ def state_job(update: dict, home: Optional[str]):
     return begin
 
 
+@dataclass
+class PlanCheck:
+    """A chat answer whose calls are steps of the default home (server/plan_calls.py): the world
+    its calls start from, set by the job on the engine's thread, read by the stream's checker too."""
+
+    feasibility: str
+    world: Optional[World] = None
+
+    def checker(self) -> Optional[CheckedCalls]:
+        return CheckedCalls(self.world, self.feasibility) if self.world is not None else None
+
+
 def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answer, grammars: GrammarCache,
-             native_tools: bool):
+             native_tools: bool, check: Optional[PlanCheck] = None):
     """`answer`: what the answer must be (server/structured.py); `native_tools`: the chat template renders
-    tools itself (server/tool_calls.py). Tool messages that answer no earlier call: 422, here."""
+    tools itself (server/tool_calls.py); `check`: the calls are checked against the default home's
+    state (when its tools are the home's actions). Tool messages that answer no earlier call: 422, here."""
     messages, tools = chat_messages(req.messages, req.tools, native_tools)
 
     def begin(planner: Planner) -> JobStart:
@@ -89,12 +106,16 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
         ids = planner.prompt_ids(messages, tools=tools)  # reuses the pinned prefix when the chat starts with it
         grammar = grammars.for_answer(answer, planner.engine)  # compiled once per distinct shape (422 if bad)
         extra = {"constraint": grammar.constraint()} if grammar is not None else {}
+        if check is not None and check.feasibility != "off":
+            env = planner.home().prefix.environment
+            if plan_tools(answer, env):
+                check.world = World.start(env, home_state(planner, None))
         gen = planner.engine.generate(ids, params, req.speculation, **extra)
         gen.started = started
 
         def finish(queue_s: float) -> dict:
             assert gen.result is not None
-            return chat_completion(meta, gen.result, queue_s, answer)
+            return chat_completion(meta, gen.result, queue_s, answer, check.checker() if check else None)
         return JobStart(gen, finish)
     return begin
 
@@ -131,6 +152,11 @@ def remove_environment_job(home: str):
     return begin
 
 
+def home_state(planner: Planner, home: Optional[str]) -> HomeState:
+    """The state plans in that home start from: its own, as the robot last reported it."""
+    return planner.current_state(home)
+
+
 def stats(result: Result, queue_s: float) -> dict:
     t = result.timings
     timings = {**t.as_dict(), "queue_ms": ms(queue_s), "ttft_since_arrival_ms": ms(queue_s + t.ttft_s),
@@ -146,13 +172,22 @@ def chat_meta(model: str) -> dict:
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
 
 
-def chat_completion(meta: dict, result: Result, queue_s: float, answer: Optional[Answer] = None) -> dict:
+def chat_completion(meta: dict, result: Result, queue_s: float, answer: Optional[Answer] = None,
+                    checker: Optional[CheckedCalls] = None) -> dict:
+    """`checker`: the calls are steps of the home, simulated (server/plan_calls.py); the answer then
+    says `violations`."""
     message, finish_reason = {"role": "assistant", "content": result.text}, result.finish_reason
+    violations: Optional[list[dict]] = None
     if answer is not None and answer.parser_mode is not None:
-        message, finish_reason = answer_message(parse_answer(result.text, answer.parser_mode), finish_reason)
+        parsed = parse_answer(result.text, answer.parser_mode)
+        message, finish_reason = answer_message(parsed, finish_reason)
+        if checker is not None:
+            message, finish_reason, violations = checked_message(message, finish_reason, parsed.complete_calls,
+                                                                 checker)
     return {**meta, "object": "chat.completion",
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
-            "usage": usage(result), **stats(result, queue_s)}
+            "usage": usage(result), **stats(result, queue_s),
+            **({"violations": violations} if checker is not None else {})}
 
 
 def answer_message(parsed: CallParser, finish_reason: str) -> tuple[dict, str]:

@@ -261,6 +261,11 @@ class ChatRequest(Sampling):
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
         None, description="none, auto (the default with tools), required, or one named function.")
     parallel_tool_calls: Optional[bool] = Field(None, description="false: at most one call (default true).")
+    feasibility: Literal["enforce", "report", "off"] = Field(
+        "enforce", description="When every function of tools is an action of the home, the calls are steps of a "
+                               "plan, simulated from the home's state: enforce (the default) returns the calls up "
+                               "to the first whose preconditions fail; report returns them all; both list "
+                               "violations. off: no check.")
 
     @field_validator("stop")
     @classmethod
