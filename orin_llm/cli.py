@@ -205,12 +205,13 @@ def plan(
     from .runtime.engine import Engine
     from .runtime.planner import Planner
     from .server.cli import summary
+    from .server.jobs import feasibility_fields
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
     planner = Planner(Engine.load(engine, threads=env_threads()), env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
-    gen = planner.start(task, params, observation, speculation)
+    gen = planner.start(task, params, observation, speculation, **plan_opts)
     for delta in planner.engine.deltas(gen):
         if stream and not as_json:
             sys.stdout.write(delta)
@@ -218,7 +219,8 @@ def plan(
     res = planner.finish(gen, prefix)
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
-           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict()}
+           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict(),
+           **feasibility_fields(res)}
     if as_json:
         typer.echo(json.dumps(out))
         return

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..environment import Environment
-from ..environment.state import HomeState
 from ..environment.world import World
 from ..runtime.generate import Result
 from ..runtime.planner import Plan, Planner
@@ -32,15 +31,19 @@ from .tool_calls import CallParser, chat_messages, parse_answer
 from .worker import JobStart
 
 
-def plan_job(req: PlanRequest, params: SamplingParams):
+def plan_job(req: PlanRequest, params: SamplingParams, arrived: float):
     """A plan: its goal, its one-off state and its feasibility mode are checked against the home on
-    this thread (a goal naming things the home lacks: 422), as the planner starts it."""
+    this thread (a goal or state naming things the home lacks: 422), as the planner starts it. A
+    goal's search ends within the request's deadline (`arrived`: time.monotonic() at its arrival)."""
     def begin(planner: Planner) -> JobStart:
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
+        left_s = req.deadline_ms / 1e3 - (time.monotonic() - arrived) if req.deadline_ms else None
         gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
-                            req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state)
-        steps = FeasibleSteps(prefix.environment, gen.world if req.feasibility != "off" else None)
+                            req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state,
+                            deadline_s=left_s)
+        # with a goal the plan may be another candidate's or the search's: its steps are sent once chosen
+        steps = FeasibleSteps(prefix.environment, gen.world, hold=bool(req.goal))
 
         def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
@@ -109,7 +112,7 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
         if check is not None and check.feasibility != "off":
             env = planner.home().prefix.environment
             if plan_tools(answer, env):
-                check.world = World.start(env, home_state(planner, None))
+                check.world = World.start(env, planner.current_state(None))
         gen = planner.engine.generate(ids, params, req.speculation, **extra)
         gen.started = started
 
@@ -150,11 +153,6 @@ def remove_environment_job(home: str):
         planner.remove(home)
         return JobStart(None, lambda queue_s: {"removed": home})
     return begin
-
-
-def home_state(planner: Planner, home: Optional[str]) -> HomeState:
-    """The state plans in that home start from: its own, as the robot last reported it."""
-    return planner.current_state(home)
 
 
 def stats(result: Result, queue_s: float) -> dict:

@@ -8,6 +8,11 @@ preconditions do not hold. Under `enforce` the constraint lets the model write o
 this check never fires there; under `report` the first step that fails ends the events (the final
 answer lists it in `violations`), as a robot could not carry out what follows it either; under
 `off` (world None) the steps are only typed, as before.
+
+With a goal the answer may be another plan than the one being decoded (a sampled candidate, or the
+classical search's: runtime/goal_search.py), so no step is sent while it is decoded (`hold`): the
+chosen plan's steps are sent once it is known, before the final answer (`final_steps`), checked
+by the same rule.
 """
 
 from __future__ import annotations
@@ -24,17 +29,17 @@ if TYPE_CHECKING:
 class FeasibleSteps:
     """StepStream's feed/finish, each step checked against the simulated state before it is sent."""
 
-    def __init__(self, env: Environment, world: Optional[World]):
+    def __init__(self, env: Environment, world: Optional[World], hold: bool = False):
         self.typed = StepStream(env)
-        self.world = world
+        self.world, self.hold = world, hold
         self.sent: list[dict] = []
         self.stopped = False  # a step failed its preconditions: no more events
 
     def feed(self, delta: str) -> list[dict]:
-        return self._checked(self.typed.feed(delta))
+        return [] if self.hold else self._checked(self.typed.feed(delta))
 
     def finish(self) -> list[dict]:
-        return self._checked(self.typed.finish())
+        return [] if self.hold else self._checked(self.typed.finish())
 
     def _checked(self, steps: list[dict]) -> list[dict]:
         out = []
@@ -43,10 +48,16 @@ class FeasibleSteps:
                 break
             if self.world is not None:
                 args = tuple(step["args"])
-                if self.world.check(step["action"], args) is not None:
+                if self.world.check(step["action"], args, index=step["index"]) is not None:
                     self.stopped = True
                     break
                 self.world = self.world.apply(step["action"], args)
             self.sent.append(step)
             out.append(step)
         return out
+
+
+def final_steps(answer: dict) -> list[dict]:
+    """A held-back plan's step events, from its final answer: its steps up to the first violation."""
+    first_bad = min((v["index"] for v in answer.get("violations") or ()), default=len(answer.get("steps", ())))
+    return [{"index": i, **s} for i, s in enumerate(answer.get("steps", ())) if i < first_bad]

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...environment.state import HomeState
 from ..errors import RequestError
 from ..jobs import state_job
 from ..schemas import StateChange, check_utf8
@@ -60,8 +61,12 @@ def current_state(state: AppState, name: Optional[str]) -> Response:
     home = state.planner.homes.get(name)
     if home is None:
         raise RequestError(404, f"no environment named {name!r}; GET /v1/environments lists them")
-    return JSONResponse(state.planner.current_state(name).model_dump(mode="json"),
-                        headers={"ETag": f'"{home.prefix.version}"'})
+    env = home.prefix.environment
+    if env.is_text:
+        raise RequestError(422, f"environment {env.name!r} is plain text: it has no state; give it rooms and actions")
+    # what plans start from: the robot's last report, else the home's own state:, else only an empty hand
+    current = state.planner.current_state(name) or HomeState()
+    return JSONResponse(current.model_dump(mode="json"), headers={"ETag": f'"{home.prefix.version}"'})
 
 
 async def change_state(state: AppState, request: Request, update: dict[str, Any], name: Optional[str]) -> Response:
