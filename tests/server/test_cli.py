@@ -100,3 +100,37 @@ def test_environment_show_and_push(capped_daemon, tmp_path):
     bad.write_text("name: h\nrooms: [\n")
     proc = run_cli("environment", "push", str(bad), "--socket", sock, check=False)
     assert proc.returncode == 2 and f"{bad}: YAML syntax error" in proc.stderr  # checked before it is sent
+
+
+def test_plan_with_a_goal_says_whether_it_is_reached_and_what_is_missing(capped_daemon):
+    """--goal (repeatable) and --feasibility reach the daemon; the summary says what the simulation found."""
+    sock = str(capped_daemon.socket)
+    proc = run_cli("plan", "--socket", sock, "--goal", "at(milk, coffee_table)", "--goal", "robot_at(coffee_table)",
+                   "--feasibility", "report", "Bring the milk to the coffee table.")
+    assert "-- goal reached (plan from the " in proc.stderr, proc.stderr
+    answer = json.loads(run_cli("plan", "--socket", sock, "--goal", "on(tv)", "--json", "--state",
+                                '{"robot_at": "sofa", "on": {"tv": false}}', "Switch on the tv.").stdout)
+    assert answer["goal_reached"] is True and answer["final_state"]["on"]["tv"] is True
+    bad = run_cli("plan", "--socket", sock, "--feasibility", "strict", TASK, check=False)
+    assert bad.returncode == 2 and "--feasibility 'strict': choose enforce, report or off" in bad.stderr
+    bad = run_cli("plan", "--socket", sock, "--goal", "at(mug, garage)", TASK, check=False)
+    assert bad.returncode == 2 and "'garage' is not a room or place of this home" in bad.stderr
+
+
+def test_state_show_and_update(capped_daemon):
+    sock = str(capped_daemon.socket)
+    before = json.loads(run_cli("state", "show", "--socket", sock).stdout)
+    proc = run_cli("state", "update", "--socket", sock, '{"robot_at": "sofa", "holding": "remote"}')
+    after = json.loads(proc.stdout)
+    assert (after["robot_at"], after["holding"]) == ("sofa", "remote")
+    assert "tokens computed for the change" in proc.stderr
+    assert json.loads(run_cli("state", "show", "--socket", sock).stdout) == after
+    bad = run_cli("state", "update", "--socket", sock, '{"holding": "unicorn"}', check=False)
+    assert bad.returncode == 2 and "'unicorn' is not an object of this home" in bad.stderr
+    assert "nothing was changed" in bad.stderr
+    bad = run_cli("state", "show", "--socket", sock, "--environment", "attic", check=False)
+    assert bad.returncode == 2 and "no environment named 'attic'" in bad.stderr
+    restore = {k: before[k] for k in ("robot_at", "holding", "object_at", "open", "on", "said", "done")}
+    restore["object_at"] = {**{o: None for o in after["object_at"]}, **before["object_at"]}
+    run_cli("state", "update", "--socket", sock, json.dumps(restore))
+    assert json.loads(run_cli("state", "show", "--socket", sock).stdout) == before
