@@ -95,3 +95,29 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
     for split in ("heldout", "hard"):
         assert data["summary"][split]["enforce"]["executability"] == 1, data["summary"][split]["enforce"]
         assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
+
+
+def _made_up_summary(enforce_exec: float, grammar_exec: float, goal_given: float) -> dict:
+    def mode(executability, success, plan_s):
+        return {"executability": executability, "goal_success": success, "goal_condition_recall": 0.5,
+                "length_ratio_successful": 1.25, "plan_s_median": plan_s, "plan_s_max": plan_s,
+                "cut_by_max_tokens": 0, "violation_kinds": {"precondition": 3, "unknown": 1}, "search_sources": {}}
+    split = {"tasks": 4, "off": mode(0.1, 0.0, 1.0), "grammar": mode(grammar_exec, 0.25, 2.0),
+             "enforce": mode(enforce_exec, 0.75, 3.0), "enforce+goal": mode(1.0, goal_given, 4.0)}
+    return {"modes": list(MODES), "summary": {"heldout": split, "hard": split}}
+
+
+def test_the_results_page_reads_each_mode_into_its_cell() -> None:
+    from orin_llm.bench.results_page import plan_quality_modes, plan_quality_rows
+
+    rows = plan_quality_rows(_made_up_summary(enforce_exec=1.0, grammar_exec=0.4, goal_given=0.5))
+    first = rows[0]
+    assert (first.ours, first.anchor, first.met) == ("100%", "40%", True)
+    assert rows[1].ours == "75%" and rows[1].met is True  # the held-out split's ≥ 60 % goal
+    assert rows[2].ours == "50%" and rows[2].met is False  # not every goal reached with the goal given
+    assert rows[3].ours == "3,000 ms (4,000 ms)" and rows[3].anchor == "2,000 ms"
+    assert rows[5].met is None  # the hard home has no success goal from the task text alone
+    short = plan_quality_rows(_made_up_summary(enforce_exec=0.9, grammar_exec=0.4, goal_given=1.0))
+    assert short[0].met is False and short[2].met is True
+    table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0))
+    assert "| `grammar` | 40% | 25% | 0.50 | 1.25× | 2,000 ms | 1 / 0 / 3 |" in table
