@@ -19,9 +19,11 @@ from typing import Optional
 
 from ..environment import Environment
 from ..environment.world import World
+from ..runtime.feasibility import narrowed
 from ..runtime.generate import Result
 from ..runtime.planner import Plan, Planner
 from ..runtime.sampling import SamplingParams
+from .call_narrowing import CallSets
 from .errors import RequestError
 from .plan_calls import CheckedCalls, checked_message, plan_tools
 from .schemas import ChatRequest, PlanRequest
@@ -113,6 +115,10 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
             env = planner.home().prefix.environment
             if plan_tools(answer, env):
                 check.world = World.start(env, planner.current_state(None))
+                if check.feasibility == "enforce" and answer.calls == "must" and "constraint" in extra:
+                    # calls only: narrowed as a plan's steps are (an answer that may be text: checked after)
+                    extra["constraint"] = narrowed(extra["constraint"], CallSets(env, answer), check.world,
+                                                   planner.engine.vocabulary())
         gen = planner.engine.generate(ids, params, req.speculation, **extra)
         gen.started = started
 

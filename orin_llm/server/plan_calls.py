@@ -2,13 +2,13 @@
 the home (same name, one string argument per action argument), its calls are steps of a plan, and
 they are held to the home's state as /v1/plan's steps are.
 
-What differs from /v1/plan: there the constraint narrows each step while it is decoded; here the
-answer is decoded under the tools' JSON grammar and each call is simulated once complete
-(environment/world.py, from the home's current state). `feasibility` "enforce" (the default) ends
-the calls at the first one whose preconditions do not hold (it and the calls after it are not
-returned, a streamed answer holds each call back until it is complete and checked); "report"
-returns every call and lists the violations; "off" checks nothing. The answer carries
-`violations` either way (an extension field, as `timings`).
+An answer that must call is also narrowed while decoded, as /v1/plan's steps are
+(server/call_narrowing.py); one that may be text is not, and only this check holds it. Each
+complete call is simulated (environment/world.py, from the home's current state): `feasibility`
+"enforce" (the default) ends the calls at the first one whose preconditions do not hold (it and the
+calls after it are not returned, a streamed answer holds each call back until it is complete and
+checked); "report" returns every call and lists the violations; "off" checks nothing. The answer
+carries `violations` either way (an extension field, as `timings`).
 """
 
 from __future__ import annotations

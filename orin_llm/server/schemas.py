@@ -263,9 +263,10 @@ class ChatRequest(Sampling):
     parallel_tool_calls: Optional[bool] = Field(None, description="false: at most one call (default true).")
     feasibility: Literal["enforce", "report", "off"] = Field(
         "enforce", description="When every function of tools is an action of the home, the calls are steps of a "
-                               "plan, simulated from the home's state: enforce (the default) returns the calls up "
-                               "to the first whose preconditions fail; report returns them all; both list "
-                               "violations. off: no check.")
+                               "plan, simulated from the home's state: enforce (the default) decodes only calls "
+                               "that can run when the answer must call, and returns the calls up to the first "
+                               "whose preconditions fail; report returns them all; both list violations. off: no "
+                               "check.")
 
     @field_validator("stop")
     @classmethod

@@ -164,3 +164,22 @@ def test_chat_tool_calls_of_the_homes_actions_are_checked_against_its_state(plan
     assert len(enforced["violations"]) <= 1  # the call that ended them, if one did
     reported = planner.chat(**body, feasibility="report")
     assert reported["violations"] == [v.as_dict() for v in simulate(HOME, calls_of(reported), start)[1]]
+
+
+def test_a_streamed_answers_calls_of_the_homes_actions_come_whole_and_checked(planner):
+    tools = [{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {arg: {"type": "string", "enum": HOME.names(kind)}},
+        "required": [arg], "additionalProperties": False}}} for name, arg, kind in (
+        ("go_to", "place", "place"), ("pick", "object", "object"), ("open", "place", "place"))]
+    body = {"messages": [{"role": "user", "content": "Get the milk from the fridge."}], "tools": tools,
+            "tool_choice": "required", "max_tokens": 96}
+    whole = planner.chat(**body)
+    chunks = list(planner._stream("/v1/chat/completions", {**body, "stream": True}))
+    entries = [e for c in chunks for ch in c["choices"] for e in ch["delta"].get("tool_calls", [])]
+    assert all(json.loads(e["function"]["arguments"]) for e in entries)  # each call whole, never a piece
+    assert [e["index"] for e in entries] == list(range(len(entries)))
+    expected = [(c["function"]["name"], c["function"]["arguments"])
+                for c in whole["choices"][0]["message"].get("tool_calls", [])]
+    assert [(e["function"]["name"], e["function"]["arguments"]) for e in entries] == expected  # greedy: the same
+    finish = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
+    assert finish == [whole["choices"][0]["finish_reason"]]
