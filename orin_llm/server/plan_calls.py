@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 def plan_tools(answer: Answer, env: Environment) -> bool:
     """Whether the calls the answer may make are steps of the home: each function an action of it
-    taking as many arguments as the action."""
+    taking as many arguments as the action, and an argument that lists its values (`enum`) lists
+    only things of the home of the action's argument type (a go_to whose enum names rooms of some
+    other home is not this home's go_to)."""
     if env.is_text or not answer.functions:
         return False
     for _, fn in answer.functions:
@@ -33,6 +35,10 @@ def plan_tools(answer: Answer, env: Environment) -> bool:
         props = (fn.parameters or {}).get("properties", {})
         if action is None or not isinstance(props, dict) or len(props) != len(action.args):
             return False
+        for schema, kind in zip(props.values(), action.args, strict=True):
+            values = schema.get("enum") if isinstance(schema, dict) else None
+            if kind != "text" and isinstance(values, list) and not set(values) <= set(env.names(kind)):
+                return False
     return True
 
 

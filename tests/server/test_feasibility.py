@@ -183,3 +183,20 @@ def test_a_streamed_answers_calls_of_the_homes_actions_come_whole_and_checked(pl
     assert [(e["function"]["name"], e["function"]["arguments"]) for e in entries] == expected  # greedy: the same
     finish = [ch["finish_reason"] for c in chunks for ch in c["choices"] if ch["finish_reason"]]
     assert finish == [whole["choices"][0]["finish_reason"]]
+
+
+@pytest.mark.parametrize("speculation", ["lookup", "draft_model"])
+def test_narrowed_calls_are_the_same_with_each_drafter(planner, speculation):
+    """Drafts are cut at the first token the narrowed constraint forbids: greedy answers do not move."""
+    tools = [{"type": "function", "function": {"name": name, "parameters": {
+        "type": "object", "properties": {arg: {"type": "string", "enum": HOME.names(kind)}},
+        "required": [arg], "additionalProperties": False}}} for name, arg, kind in (
+        ("go_to", "place", "place"), ("pick", "object", "object"), ("open", "place", "place"))]
+    body = {"messages": [{"role": "user", "content": "Open the fridge and take the milk."}], "tools": tools,
+            "tool_choice": "required", "max_tokens": 96}
+    plain = planner.chat(**body, speculation="none")
+    drafted = planner.chat(**body, speculation=speculation)
+    assert drafted["choices"][0]["message"].get("tool_calls", []) and plain["speculation"]["drafter"] == "none"
+    strip = [(c["function"]["name"], c["function"]["arguments"]) for c in plain["choices"][0]["message"]["tool_calls"]]
+    assert [(c["function"]["name"], c["function"]["arguments"])
+            for c in drafted["choices"][0]["message"]["tool_calls"]] == strip

@@ -4,6 +4,8 @@ written here in the grammar's format (server/tool_calls.py)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
@@ -44,6 +46,12 @@ def test_only_tools_that_are_the_homes_actions_make_a_plan():
     assert not plan_tools(answer(tools=[*HOME_TOOLS, tool("dock")]), HOME)  # not an action of the home
     assert not plan_tools(answer(tools=[tool("go_to", "place", "speed")]), HOME)  # go_to takes one argument
     assert not plan_tools(answer(tool_choice="none"), HOME)  # no call possible
+    other_home = {"type": "function", "function": {"name": "go_to", "parameters": {
+        "type": "object", "properties": {"room": {"type": "string", "enum": ["kitchen", "living room"]}}}}}
+    assert not plan_tools(answer(tools=[other_home]), HOME)  # "living room" is not a place of this home
+    this_home = copy.deepcopy(other_home)
+    this_home["function"]["parameters"]["properties"]["room"]["enum"] = ["kitchen", "living_room"]
+    assert plan_tools(answer(tools=[this_home]), HOME)
 
 
 @pytest.mark.parametrize("feasibility, kept, finish", [
