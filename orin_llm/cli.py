@@ -301,8 +301,8 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon", "policy", "traffic", "agents", "throughput",
-             "restart")
+SCENARIOS = ("prefix", "kv", "speculative", "constrained", "plan_quality", "daemon", "policy", "traffic", "agents",
+             "throughput", "restart")
 
 
 @app.command()

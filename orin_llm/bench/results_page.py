@@ -233,8 +233,8 @@ def constrained_rows(d: dict) -> list[Row]:
     share, speed = d["executable_share"], d["decode_tokens_per_s"]
     ratio = d["constrained_over_unconstrained_decode"]
     return [
-        Row("plans whose every line is a step of the home", "—", f"{share['constrained']:.0%}",
-            f"{share['unconstrained']:.0%}"),
+        Row("plans whose every line is a step of the home (the grammar alone: whether the steps can run, "
+            "plan quality)", "—", f"{share['constrained']:.0%}", f"{share['unconstrained']:.0%}"),
         Row("plain decode, tokens/s", "≥ 0.9× unconstrained", f"{speed['constrained']:.1f} ({ratio:.2f}×)",
             f"{speed['unconstrained']:.1f}", ratio >= 0.9),
         Row("lookup decode, tokens/s", "—", f"{speed['constrained/lookup']:.1f}",
@@ -244,6 +244,55 @@ def constrained_rows(d: dict) -> list[Row]:
         Row("greedy output identical with every drafter", "yes", "yes" if all(d["identical_greedy"].values()) else "no",
             "—", all(d["identical_greedy"].values())),
     ]
+
+
+def _pct(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def plan_quality_rows(d: dict) -> list[Row]:
+    """`enforce` (and `enforce+goal`) against the grammar alone, per split, with the issue's goals."""
+    rows = []
+    for split, label in (("heldout", "held-out homes"), ("hard", "hard home")):
+        s = d["summary"].get(split)
+        if not s or "enforce" not in s:
+            continue
+        e, g, goal = s["enforce"], s["grammar"], s["enforce+goal"]
+        rows += [
+            Row(f"{label}: executable plans, `enforce`", "100 %", _pct(e["executability"]),
+                _pct(g["executability"]), e["executability"] == 1),
+            Row(f"{label}: goal reached from the task text, `enforce`", "≥ 60 %" if split == "heldout" else "—",
+                _pct(e["goal_success"]), _pct(g["goal_success"]),
+                e["goal_success"] >= 0.6 if split == "heldout" else None),
+            Row(f"{label}: goal reached with the goal given", "100 %", _pct(goal["goal_success"]),
+                _pct(g["goal_success"]), goal["goal_success"] == 1),
+            Row(f"{label}: time to plan, median, `enforce` (with the goal)", "—",
+                f"{ms(e['plan_s_median'] * 1e3)} ({ms(goal['plan_s_median'] * 1e3)})", ms(g["plan_s_median"] * 1e3)),
+        ]
+    return rows
+
+
+def plan_quality_modes(d: dict) -> list[str]:
+    """Every mode's figures, a table per split."""
+    lines = []
+    for split, label in (("heldout", "Held-out homes"), ("hard", "The hard home (own action names, no examples)")):
+        s = d["summary"].get(split)
+        if not s:
+            continue
+        lines += [f"{label}, {s['tasks']} tasks:", "",
+                  "| mode | executable | goal reached | goal-condition recall | length / reference (reached) "
+                  "| time to plan, median | errors (unknown / affordance / precondition) |",
+                  "|---|---|---|---|---|---|---|"]
+        for mode in d["modes"]:
+            m = s[mode]
+            ratio = m["length_ratio_successful"]
+            kinds = m["violation_kinds"]
+            errors = " / ".join(str(kinds.get(k, 0)) for k in ("unknown", "affordance", "precondition"))
+            lines.append(f"| `{mode}` | {_pct(m['executability'])} | {_pct(m['goal_success'])} | "
+                         f"{m['goal_condition_recall']:.2f} | {'—' if ratio is None else f'{ratio:.2f}×'} | "
+                         f"{ms(m['plan_s_median'] * 1e3)} | {errors} |")
+        lines.append("")
+    return lines[:-1]
 
 
 def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
@@ -452,6 +501,17 @@ def page(root: Path = ROOT) -> str:
         f"{cons.data['tasks']} held-out tasks, greedy, up to {cons.data['max_tokens']} tokens, under the home's "
         "grammar (forced tokens emitted without a model step). Anchor: the same tasks unconstrained.",
         cons, "unconstrained", constrained_rows(cons.data), png="constrained.png")
+    if (root / BENCH / "plan_quality.json").is_file():
+        quality = run("plan_quality.json")
+        lines += section(
+            root, "Plans that work in the home (issue #32)",
+            f"Greedy plans, up to {quality.data['max_tokens']} tokens, simulated from each home's state "
+            "(`docs/HOMES.md`): executable when every step's preconditions hold; the goal is what the task's "
+            "reference plan makes true. Modes: `off` (free text), `grammar` (the home's grammar only), `enforce` "
+            "(the grammar narrowed by the state at each step) and `enforce+goal` (the goal given: candidates "
+            "checked, then a search). Anchor: the grammar only.",
+            quality, "grammar only", plan_quality_rows(quality.data), extra=plan_quality_modes(quality.data),
+            png="plan_quality.png")
     lines += ["", "## The previous runtime (stale)", "",
               *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
                      "`orin-llm bench --scenario prefix,kv,daemon`"), "",
