@@ -12,8 +12,11 @@ Each action has a kind (model.KINDS) and each kind a rule (docs/HOMES.md):
 - say(text): always.
 
 "At p": at the place p; at a room: anywhere in it; at a device of its own (not a place): in its
-room; at an object: where the object lies. A fact that is not known never blocks a step. A World
-is immutable: apply() gives a new one, so a decoder can keep one per prefix of a plan.
+room; at an object: where the object lies. A fact that is not known never blocks a step. A
+navigate or `other` step right after the same step changes nothing and is refused (a precondition),
+so that a decoder held to the feasible steps cannot repeat it until max_tokens; the other kinds
+cannot repeat anyway (the hand, open/closed, on/off). A World is immutable: apply() gives a new
+one, so a decoder can keep one per prefix of a plan.
 
 Violations are sorted as the Embodied Agent Interface sorts plan errors: `unknown` (the step names
 an action or a thing the home does not have, or the wrong number of arguments: a hallucination),
@@ -86,13 +89,16 @@ def _index(env: Environment) -> _Index:
 class World:
     """A home in a state. start() it, check() a step, apply() it; feasible() lists what can run now."""
 
-    __slots__ = ("_ix", "robot_at", "holding", "_object_at", "_open", "_on", "said", "done", "_key", "_feasible")
+    __slots__ = ("_ix", "robot_at", "holding", "_object_at", "_open", "_on", "said", "done", "_last", "_key",
+                 "_feasible")
 
     def __init__(self, ix: _Index, robot_at: Optional[str], holding: Optional[str], object_at: dict[str, str],
-                 open_: dict[str, bool], on: dict[str, bool], said: bool, done: tuple[tuple[str, str], ...]):
+                 open_: dict[str, bool], on: dict[str, bool], said: bool, done: tuple[tuple[str, str], ...],
+                 last: Optional[tuple[str, tuple[str, ...]]] = None):
         self._ix = ix
         self.robot_at, self.holding, self._object_at, self._open, self._on = robot_at, holding, object_at, open_, on
         self.said, self.done = said, done
+        self._last = last  # the step just run, when a navigate or an `other` (those may not repeat at once)
         self._key: Optional[tuple] = None
         self._feasible: dict[str, Optional[list[tuple[str, ...]]]] = {}
 
@@ -166,7 +172,7 @@ class World:
         """Hashable; equal for worlds where the same steps can run (what is said or done is left out)."""
         if self._key is None:
             self._key = (self.robot_at, self.holding, frozenset(self._object_at.items()),
-                         frozenset(self._open.items()), frozenset(self._on.items()))
+                         frozenset(self._open.items()), frozenset(self._on.items()), self._last)
         return self._key
 
     # ------------------------------------------------------------------ rules
@@ -181,7 +187,11 @@ class World:
         for arg, t in zip(args, types, strict=True):
             if t != "text" and arg not in ix.names[t]:
                 return "unknown", f"{arg!r} is not a {t} of this home"
-        if kind in ("navigate", "say"):
+        if kind == "say":
+            return None
+        if self._last == (action, tuple(args)):  # navigate, other: only a change of state could make it do more
+            return "precondition", f"{format_call(action, list(args))} was just done: again changes nothing"
+        if kind == "navigate":
             return None
         if kind == "pick":
             return self._why_pick(args[0])
@@ -191,7 +201,7 @@ class World:
             return self._why_open(kind, args[0])
         if kind in ("switch_on", "switch_off"):
             return self._why_switch(kind, args[0])
-        first = args[0] if args and types[0] != "text" else None  # other
+        first = args[0] if args and types[0] != "text" else None
         return self._not_at(first) if first is not None and first in ix.places else None
 
     def _not_at(self, thing: str) -> Optional[tuple[str, str]]:
@@ -283,7 +293,8 @@ class World:
         else:
             first = next((a for a, t in zip(args, types, strict=True) if t != "text"), "")
             done = (*done, (action, first))
-        return World(ix, robot_at, holding, object_at, open_, on, said, done)
+        last = (action, tuple(args)) if kind in ("navigate", "other") else None
+        return World(ix, robot_at, holding, object_at, open_, on, said, done, last)
 
     def feasible(self, action: str) -> Optional[list[tuple[str, ...]]]:
         """The argument tuples with which `action` can run now, in home order; [] when none can (or

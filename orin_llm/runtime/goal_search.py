@@ -4,7 +4,8 @@ the request's deadline.
 
 The first candidate is the request as asked (greedy by default); the next ones are sampled (other
 seeds, temperature SAMPLE_TEMPERATURE when the request was greedy), each checked by simulation
-(environment/world.py) against the goal (environment/goals.py). When they fail, the search
+(environment/world.py) against the goal (environment/goals.py); one starts only when the last one's
+time fits before the quarter of the budget kept for the search. When they fail, the search
 (environment/search.py) runs from the same state for the time that is left. The answer is the
 first plan that reaches the goal, or the first candidate with why none was found (a fact no step
 can make true is named).
@@ -13,16 +14,20 @@ can make true is named).
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Optional
 
+from ..environment.goals import parse_goal as parse_facts
+from ..environment.search import search
+from ..environment.state import HomeState
 from ..environment.world import World, simulate
 from ..home.steps import check_steps
 from .feasibility import plan_lines
+from .sampling import SamplingParams
 
-# the planner's Plan, PlanRun and Prefix, and the Planner: this module is below planner.py (it calls
-# back into it for more candidates), so it names them by what it uses, not by their types
-Plan = PlanRun = Prefix = Planner = Any
+# the planner's Plan and Prefix, and the Planner: this module is below planner.py (it calls back into
+# it for more candidates), so it names them by what it uses, not by their types
+Plan = Prefix = Planner = Any
 
 GOAL_BUDGET_S = 10.0  # a goal's search when the request names no deadline
 MODEL_CANDIDATES = 3  # plans asked of the model before the classical search
@@ -30,11 +35,27 @@ SEARCH_RESERVE = 0.25  # of the budget kept for the classical search: no new mod
 SAMPLE_TEMPERATURE = 0.7
 
 
+@dataclass
+class PlanRun:
+    """A plan request beyond its tokens: what finish() checks it against and searches with."""
+
+    task: str
+    observations: Optional[list[str]]
+    params: SamplingParams
+    speculation: str
+    constrained: bool
+    home: Optional[str]
+    feasibility: str
+    state: Optional[HomeState]  # the state the plan starts in
+    world: Optional[World]  # the same, simulated (None: "off" or a plain-text home)
+    goal: Optional[Any] = None  # environment/goals.py Goal
+    deadline: float = 0.0  # perf_counter() by which a goal search ends
+    started: float = 0.0  # perf_counter() when the request began
+
+
 def parse_goal(facts: list[str], env):
     """The goal's facts against the home (OrinError naming a fact the home cannot have)."""
-    from ..environment.goals import parse_goal as parse
-
-    return parse(list(facts), env)
+    return parse_facts(list(facts), env)
 
 
 def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
@@ -54,12 +75,14 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
     """`first` if it reaches the goal; else the next model candidate or the search's plan that does;
     else `first`, its search saying why none was found."""
     tried = 1
-    if first.goal_reached:
+    # a plan that breaks a precondition ("report") does not count, even when its final state has the facts
+    if first.goal_reached and not first.violations:
         first.search = {"candidates": tried, "source": "model", "reason": "the model's plan reaches the goal"}
         return first
-    # a plan that breaks a precondition does not count, even when its final state has the facts
     reserve = SEARCH_RESERVE * (run.deadline - run.started)
-    while tried < MODEL_CANDIDATES and time.perf_counter() < run.deadline - reserve:
+    took = time.perf_counter() - run.started  # what a candidate costs: the last one's time
+    while tried < MODEL_CANDIDATES and time.perf_counter() + took < run.deadline - reserve:
+        began = time.perf_counter()
         if planner.home(run.home).prefix is not prefix:
             break  # the home changed meanwhile: its new version is another request's
         params = run.params
@@ -70,6 +93,7 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
         gen.planning = replace(gen.planning, goal=run.goal)
         cand = planner.finish_one(gen, prefix)
         tried += 1
+        took = time.perf_counter() - began
         if cand.goal_reached and not cand.violations:
             cand.search = {"candidates": tried, "source": "model",
                            "reason": f"model candidate {tried} (sampled) reaches the goal"}
@@ -79,8 +103,6 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
     if left <= 0:
         reason, expanded = f"the deadline passed after {tried} model candidate(s), before the search", 0
     else:
-        from ..environment.search import search
-
         env = prefix.environment
         found = search(env, World.start(env, run.state), run.goal, left)
         if found.steps is not None:

@@ -37,6 +37,8 @@ from .cache import Pin
 from .constraint import Grammar
 from .feasibility import StepSets, narrowed, whole_steps
 from .generate import Generation, Result
+from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
+from .home_state import StateChange, StatePart, ids_after_part, state_part
 from .sampling import SamplingParams
 
 FEASIBILITY = ("enforce", "report", "off")
@@ -68,55 +70,6 @@ class Prefix:
     messages: tuple[dict[str, str], ...]  # rendered once: every request starts with them
     grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
     steps: Optional[StepSets] = None  # the feasible steps per simulated state, made as plans meet them
-
-
-@dataclass(frozen=True)
-class StatePart:
-    """A state rendered after the static prefix: the chat text from the prefix's end up to the task
-    (the user turn's head and the state's lines) and its ids, which follow the prefix's ids."""
-
-    state: HomeState
-    text: str
-    ids: tuple[int, ...]
-
-
-@dataclass
-class StateChange:
-    """What set_state did: the new state, the home's version, and the request (a pin of the prefix and
-    the state's tokens) that computes the state's part; None when the home renders no state."""
-
-    state: HomeState
-    version: int
-    generation: Optional[Any] = None
-    state_version: int = 0
-
-    @property
-    def computed_tokens(self) -> int:
-        """Tokens the state change computed (the engine's count: the state's part, and the part of the
-        prefix's last block the cache cannot share, whole blocks only)."""
-        gen = self.generation
-        return gen.timings.computed_prompt_tokens if gen is not None and gen.timings is not None else 0
-
-    def __iter__(self):  # (state, version), as the contract reads it
-        return iter((self.state, self.version))
-
-
-@dataclass
-class PlanRun:
-    """A plan request beyond its tokens: what finish() checks it against and searches with."""
-
-    task: str
-    observations: Optional[list[str]]
-    params: SamplingParams
-    speculation: str
-    constrained: bool
-    home: Optional[str]
-    feasibility: str
-    state: Optional[HomeState]  # the state the plan starts in
-    world: Optional[World]  # the same, simulated (None: "off" or a plain-text home)
-    goal: Optional[Any] = None  # environment/goals.py Goal
-    deadline: float = 0.0  # perf_counter() by which a goal search ends
-    started: float = 0.0  # perf_counter() when the request began
 
 
 @dataclass
@@ -253,25 +206,24 @@ class Planner:
 
     # ------------------------------------------------------------------ state over time
 
-    def current_state(self, home: Optional[str] = None) -> Optional[HomeState]:
+    def current_state(self, home: Optional[str] = None) -> HomeState:
         """The state plans of home `home` start in: the robot's last report, else the home's own
-        `state:`; None for a home that declares none and was never reported (nothing is rendered)."""
+        `state:`, else nothing known but an empty hand. OrinError for a plain-text home."""
+        state = self._known_state(home)
+        if state is None and self.home(home).prefix.environment.is_text:
+            raise OrinError(f"environment {self.home(home).prefix.environment.name!r} is plain text: it has no "
+                            "state; give rooms and actions")
+        return state if state is not None else HomeState()
+
+    def _known_state(self, home: Optional[str]) -> Optional[HomeState]:
+        """The state to render before a task: None for a home that declares none and was never reported."""
         h = self.home(home)
-        env = h.prefix.environment
-        if env.is_text:
+        if h.prefix.environment.is_text:
             return None
-        return h.state if h.state is not None else env.state
+        return h.state if h.state is not None else h.prefix.environment.state
 
     def _part(self, prefix: Prefix, state: HomeState) -> Optional[StatePart]:
-        """`state` rendered after `prefix`: the text between the prefix and the task, and its ids."""
-        block = state_text(state)
-        full = self.engine.chat_text(list(prefix.messages) + [task_message("x", None, block)])
-        rest = full[len(prefix.text):]
-        at = rest.find(block)
-        if not full.startswith(prefix.text) or at < 0:
-            return None  # a chat template that rewrites the prefix: plans render afresh
-        text = rest[:at + len(block) + 2]  # through the blank line before "Task:"
-        return StatePart(state, text, tuple(self.engine.encode(text)))
+        return state_part(self.engine, prefix.text, prefix.messages, state)
 
     def set_state(self, update: Any, home: Optional[str] = None, run: bool = False) -> StateChange:
         """Change home `home`'s state: `update` is a partial state (environment/state.py apply_update:
@@ -287,7 +239,7 @@ class Planner:
             new = update
             new.check(env)
         else:
-            new = apply_update(self.current_state(home) or HomeState(), update, env)
+            new = apply_update(self.current_state(home), update, env)
         part = self._part(h.prefix, new)
         gen = self.engine.pin_request(list(h.prefix.ids) + list(part.ids)) if part is not None else None
         h.state, h.part = new, part
@@ -354,12 +306,9 @@ class Planner:
         return self.prompt_ids(messages, home), full
 
     def _state_ids(self, messages: list[dict], prefix: Prefix, part: StatePart, home: Optional[str]) -> list[int]:
-        """A task's ids after a state part: the prefix's ids, the part's, then the rest encoded."""
-        full = self.engine.chat_text(messages)
-        rest = full[len(prefix.text):]
-        if not full.startswith(prefix.text) or not rest.startswith(part.text):
-            return self.prompt_ids(messages, home)
-        return list(prefix.ids) + list(part.ids) + self.engine.encode(rest[len(part.text):])
+        """A task's ids after a state part (the prefix's, the part's, the rest's), or rendered afresh."""
+        ids = ids_after_part(self.engine, messages, prefix.text, prefix.ids, part)
+        return ids if ids is not None else self.prompt_ids(messages, home)
 
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constrained: bool = True,
@@ -375,8 +324,6 @@ class Planner:
         must make true (environment/goals.py); finish() searches for a plan that does, within
         `deadline_s` of now (GOAL_BUDGET_S when None). `state`: this request's state (a partial
         update of the home's current one, or a HomeState), the home's stays as it is."""
-        from .goal_search import GOAL_BUDGET_S, parse_goal
-
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         if feasibility not in FEASIBILITY:
             raise OrinError(f"feasibility {feasibility!r}: choose enforce, report or off")
@@ -391,7 +338,7 @@ class Planner:
         if goal and feasibility == "off":
             raise OrinError("a goal is checked by simulating the plan, and feasibility \"off\" simulates nothing; "
                             "send \"enforce\" or \"report\"")
-        current = self.current_state(home)
+        current = self._known_state(home)
         if state is None:
             run_state = current
         elif isinstance(state, HomeState):
@@ -415,6 +362,8 @@ class Planner:
             part = h.part if state is None and h.part is not None and h.part.state == run_state else None
             if part is None and run_state is not None:
                 part = self._part(prefix, run_state)
+                if state is None and h.state is None:
+                    h.part = part  # the home's own state: rendered once per version
             ids = (self._state_ids(messages, prefix, part, home) if part is not None
                    else self.prompt_ids(messages, home))
         else:
@@ -441,8 +390,6 @@ class Planner:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran
         on; simulated from its state (feasibility), and with a goal, searched on until one is reached
         (further model candidates run here, stepping the engine: requests in flight advance too)."""
-        from .goal_search import reach_goal
-
         plan = self.finish_one(generation, prefix)
         run: Optional[PlanRun] = getattr(generation, "planning", None)
         if run is not None and run.goal is not None and run.world is not None:
@@ -451,8 +398,6 @@ class Planner:
 
     def finish_one(self, generation: Generation, prefix: Prefix) -> Plan:
         """finish() without the goal's search: this request's plan, checked and simulated."""
-        from .goal_search import check_plan
-
         result = generation.result if generation.result is not None else self.engine.run(generation)
         constrained = generation.constraint is not None
         if constrained and result.finish_reason == "length":

@@ -235,3 +235,15 @@ def test_steps_lists_every_ground_step_that_can_run(flat) -> None:
     assert ("put", ("book", "sofa")) in got and ("announce", ("hi",)) in got
     assert ("put", ("book", "sink")) not in got and ("grab", ("remote",)) not in got
     assert all(w.check(a, list(args)) is None for a, args in got)
+
+
+def test_a_navigate_or_other_step_right_after_itself_is_refused(flat) -> None:
+    w = at(flat, robot_at="sofa")
+    moved = w.apply("walk_to", ["sink"])
+    assert why(moved, "walk_to", "sink") == ("precondition", "walk_to(sink) was just done: again changes nothing")
+    assert ("sink",) not in moved.feasible("walk_to") and ("sofa",) in moved.feasible("walk_to")
+    wiped = moved.apply("wipe", ["sink"])
+    assert why(wiped, "wipe", "sink") == ("precondition", "wipe(sink) was just done: again changes nothing")
+    assert why(wiped.apply("grab", ["mug"]), "wipe", "sink") is None  # after another step: again
+    assert why(w, "walk_to", "sofa") is None  # going where the robot is, as a first step: allowed
+    assert wiped.key != wiped.apply("grab", ["mug"]).apply("put", ["mug", "kitchen"]).key
