@@ -182,6 +182,8 @@ def plan(
     stream: bool = typer.Option(False, "--stream", help="Print the plan as it is decoded."),
     timeout_s: float = typer.Option(120.0, help="Give up waiting for the daemon after this long."),
     goal: Optional[list[str]] = typer.Option(None, metavar="FACT", help=GOAL_HELP),
+    deadline_ms: Optional[int] = typer.Option(None, help="Give up after this long (the daemon answers 504); a "
+                                              "goal's search ends within it (default 10 s for the search)."),
     feasibility: str = typer.Option("enforce", help=FEASIBILITY_HELP),
     state: Optional[str] = typer.Option(None, metavar="JSON", help="A change to the home's state for this plan "
                                         "only, as JSON: '{\"robot_at\": \"kitchen\"}' (the keys `orin-llm state "
@@ -192,6 +194,8 @@ def plan(
     from .server.cli import feasibility_options
 
     plan_opts = feasibility_options(goal, feasibility, state)
+    if deadline_ms is not None and deadline_ms < 1:
+        raise OrinError(f"--deadline-ms must be at least 1, got {deadline_ms}")
     if engine is None:
         if environment is not None:
             raise OrinError(f"--environment applies in-process (with --engine); the daemon has its own home: "
@@ -199,7 +203,7 @@ def plan(
         from .server.cli import plan_command
 
         plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s,
-                     speculation, plan_opts)
+                     speculation, {**plan_opts, "deadline_ms": deadline_ms})
         return
     from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
@@ -211,7 +215,8 @@ def plan(
     planner = Planner(Engine.load(engine, threads=env_threads()), env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
-    gen = planner.start(task, params, observation, speculation, **plan_opts)
+    deadline_s = deadline_ms / 1e3 if deadline_ms is not None else None
+    gen = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s)
     for delta in planner.engine.deltas(gen):
         if stream and not as_json:
             sys.stdout.write(delta)
