@@ -6,9 +6,9 @@ The first candidate is the request as asked (greedy by default); the next ones a
 seeds, temperature SAMPLE_TEMPERATURE when the request was greedy), each checked by simulation
 (environment/world.py) against the goal (environment/goals.py); one starts only when the last one's
 time fits before the quarter of the budget kept for the search. When they fail, the search
-(environment/search.py) runs from the same state for the time that is left. The answer is the
-first plan that reaches the goal, or the first candidate with why none was found (a fact no step
-can make true is named).
+(environment/search.py) runs from the same state for the time that is left (SEARCH_MIN_S at least:
+a model candidate cannot be cut short). The answer is the first plan that reaches the goal, or the
+first candidate with why none was found (a fact no step can make true is named).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ Plan = Prefix = Planner = Any
 GOAL_BUDGET_S = 10.0  # a goal's search when the request names no deadline
 MODEL_CANDIDATES = 3  # plans asked of the model before the classical search
 SEARCH_RESERVE = 0.25  # of the budget kept for the classical search: no new model candidate in it
+# the search runs even when a model candidate overran the deadline (a model step cannot be cut short
+# here): it takes milliseconds on a home, and a plan a little late beats none
+SEARCH_MIN_S = 0.5
 SAMPLE_TEMPERATURE = 0.7
 
 
@@ -99,22 +102,20 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
                            "reason": f"model candidate {tried} (sampled) reaches the goal"}
             return cand
     left = run.deadline - time.perf_counter()
-    unreachable: list[str] = []
-    if left <= 0:
-        reason, expanded = f"the deadline passed after {tried} model candidate(s), before the search", 0
-    else:
-        env = prefix.environment
-        found = search(env, World.start(env, run.state), run.goal, left)
-        if found.steps is not None:
-            text = plan_lines(found.steps, env)
-            steps, rejected = check_steps(text, env)
-            plan = replace(first, text=text, steps=steps, rejected=rejected)
-            check_plan(plan, run, prefix)
-            plan.search = {"candidates": tried, "source": "search", "expanded": found.expanded,
-                           "reason": f"no model candidate of {tried} reached the goal; the search found "
-                                     f"{len(steps)} step(s)" + (f" ({found.reason})" if found.reason else "")}
-            return plan
-        reason, expanded, unreachable = found.reason, found.expanded, list(found.unreachable)
+    late = "" if left >= SEARCH_MIN_S else (f" (the deadline passed during {tried} model candidate(s): the search "
+                                            f"had its minimum {SEARCH_MIN_S:g} s)")
+    env = prefix.environment
+    found = search(env, World.start(env, run.state), run.goal, max(left, SEARCH_MIN_S))
+    if found.steps is not None:
+        text = plan_lines(found.steps, env)
+        steps, rejected = check_steps(text, env)
+        plan = replace(first, text=text, steps=steps, rejected=rejected)
+        check_plan(plan, run, prefix)
+        plan.search = {"candidates": tried, "source": "search", "expanded": found.expanded,
+                       "reason": f"no model candidate of {tried} reached the goal; the search found "
+                                 f"{len(steps)} step(s)" + (f" ({found.reason})" if found.reason else "") + late}
+        return plan
+    reason, expanded, unreachable = found.reason + late, found.expanded, list(found.unreachable)
     first.search = {"candidates": tried, "source": "none", "reason": reason, "expanded": expanded,
                     "unreachable": unreachable}
     return first
