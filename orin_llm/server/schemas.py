@@ -337,13 +337,15 @@ class PlanResponse(BaseModel):
     steps: list[StepOut] = Field(description="The lines that call a declared action with things of the home of "
                                              "the right types.")
     rejected_lines: list[RejectedLine] = Field(description="The other lines, each with why (an unconstrained "
-                                                           "plan, or the last line of a plan cut by max_tokens).")
+                                                           "plan's; a constrained plan cut by max_tokens ends at its "
+                                                           "last whole step).")
     constrained: bool = Field(description="Whether the plan was decoded under the home's grammar.")
     finish_reason: Literal["stop", "length"]
     timings: dict[str, float] = Field(description=(
         "Engine figures from when the worker began the request: ttft_ms, total_ms, decode_tokens_per_s; "
         "prompt_tokens, cached_prompt_tokens (served from the KV cache, not computed), computed_prompt_tokens, "
-        "completion_tokens, forced_tokens (emitted by the grammar without a model step); queue_ms (the wait "
+        "completion_tokens, forced_tokens (emitted by the grammar without a model step), mask_ms (the "
+        "constraint's masks), feasibility_ms (of which narrowing by the simulated state), masks; queue_ms (the wait "
         "from arrival), ttft_since_arrival_ms and total_since_arrival_ms (what the client waited)."))
     speculation: dict[str, Any] = Field(description="drafter, drafted, accepted, acceptance_rate, "
                                                     "mean_accepted_length")
