@@ -33,10 +33,13 @@ from .tool_calls import CallParser, chat_messages, parse_answer
 from .worker import JobStart
 
 
-def plan_job(req: PlanRequest, params: SamplingParams, arrived: float):
+def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] = None):
     """A plan: its goal, its one-off state and its feasibility mode are checked against the home on
     this thread (a goal or state naming things the home lacks: 422), as the planner starts it. A
-    goal's search ends within the request's deadline (`arrived`: time.monotonic() at its arrival)."""
+    goal's search ends within the request's deadline (`arrived`: time.monotonic() at its arrival;
+    default: now)."""
+    arrived = time.monotonic() if arrived is None else arrived
+
     def begin(planner: Planner) -> JobStart:
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None

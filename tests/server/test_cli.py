@@ -28,14 +28,15 @@ def run_cli(*args: str, check: bool = True):
 
 
 def test_plan_prints_the_plan_and_a_summary(daemon, client, capsys):
-    expected = client.plan(TASK, max_tokens=4)
-    plan(daemon)
+    expected = client.plan(TASK, max_tokens=16)
+    assert expected["plan"]  # at least one whole step
+    plan(daemon, max_tokens=16)
     out, err = capsys.readouterr()
     assert out.strip() == expected["plan"] and "prompt tokens" in err
     assert "queued " in err and "since arrival: TTFT" in err  # the wait for the engine is printed
-    plan(daemon, stream=True)
-    out, err = capsys.readouterr()
-    assert out.strip() == expected["plan"] and f"environment v{expected['environment_version']}" in err
+    plan(daemon, stream=True, max_tokens=16)
+    out, err = capsys.readouterr()  # the text as decoded: a cut plan's answer ends at its last whole step
+    assert out.strip().startswith(expected["plan"]) and f"environment v{expected['environment_version']}" in err
 
 
 def test_plan_speculation(daemon, capsys):
@@ -51,9 +52,9 @@ def test_plan_speculation(daemon, capsys):
 
 
 def test_plan_json(daemon, client, capsys):
-    plan(daemon, as_json=True, observations=["the fridge is closed"])
+    plan(daemon, as_json=True, observations=["the fridge is closed"], max_tokens=16)
     result = json.loads(capsys.readouterr().out)
-    assert result["plan"] and result["timings"]["completion_tokens"] <= 4
+    assert result["steps"] and result["timings"]["completion_tokens"] <= 16
     plan(daemon, as_json=True, stream=True)
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert all("delta" in e for e in lines[:-1]) and "steps" in lines[-1]
