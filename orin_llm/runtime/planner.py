@@ -42,6 +42,7 @@ from .home_state import StateChange, StatePart, ids_after_part, state_part
 from .sampling import SamplingParams
 
 FEASIBILITY = ("enforce", "report", "off")
+CURRENT = object()  # messages(): the home's current state
 
 
 @dataclass
@@ -199,8 +200,11 @@ class Planner:
             del self.conversations[key]
 
     def messages(self, task: str, observations: Optional[list[str]] = None, home: Optional[str] = None,
-                 state: Optional[HomeState] = None) -> list[dict[str, str]]:
-        """The prefix's messages and the task's turn (with `state`'s lines, when the home has a state)."""
+                 state: Any = CURRENT) -> list[dict[str, str]]:
+        """The prefix's messages and the task's turn, headed by `state`'s lines (by default the home's
+        current state, when it has one; None: no state)."""
+        if state is CURRENT:
+            state = self._known_state(home)
         block = state_text(state) if state is not None else None
         return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations, block)]
 
