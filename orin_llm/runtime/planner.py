@@ -263,16 +263,14 @@ class Planner:
         pin = getattr(gen, "pin", None)
         if pin is None or gen.error is not None:
             return
-        if h.part is None or self.homes.get(self._name_of(h)) is not h or \
-                tuple(pin.ids if hasattr(pin, "ids") else pin) != h.prefix.ids + h.part.ids:
+        ids = tuple(getattr(pin, "ids", pin))  # torch's Pin holds its ids; TensorRT-LLM's handle is them
+        current = any(x is h for x in self.homes.values()) and h.part is not None
+        if not current or ids != h.prefix.ids + h.part.ids:
             self.engine.unpin(pin)
             return
         if h.state_pin is not None:
             self.engine.unpin(h.state_pin)
         h.state_pin = pin
-
-    def _name_of(self, h: Home) -> Optional[str]:
-        return next((n for n, x in self.homes.items() if x is h), "\0gone")
 
     def prompt_ids(self, messages: list[dict], home: Optional[str] = None,
                    tools: Optional[list[dict]] = None) -> list[int]:
