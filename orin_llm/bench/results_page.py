@@ -521,6 +521,8 @@ def page(root: Path = ROOT) -> str:
               "- Anything on a GPU or the Orin: `jetson/bench.sh` runs every scenario there.",
               "- The speculative, constrained and policy scenarios on today's engine (the sections above say which",
               "  engine and runtime they ran on), and the policy's cost to a planner on a quiet machine."]
+    if (root / BENCH / "plan_quality.json").is_file() and "--quick" in run("plan_quality.json").data["command"]:
+        lines += ["- Plan quality on every held-out task and the whole hard home (the run above is `--quick`)."]
     return "\n".join(lines) + "\n"
 
 

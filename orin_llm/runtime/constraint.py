@@ -56,7 +56,7 @@ class Vocabulary:
         self._enders: Optional[list[int]] = None
 
     def token_bytes(self) -> list[bytes]:
-        """Each token's bytes (a special token's: its text), made on first use (~10 ms for 49k)."""
+        """Each token's bytes (a special token's: its text), made on first use."""
         if self._bytes is None:
             self._bytes = [self.lltok.decode_bytes([i]) for i in range(self.vocab_size)]
         return self._bytes

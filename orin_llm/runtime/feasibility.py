@@ -38,7 +38,10 @@ import torch
 from ..environment import Environment, format_call, parse_call
 from .constraint import Constraint
 
-MAX_WORLDS = 4096  # StepSets kept per home version (each: a few thousand short byte strings)
+# StepSets kept per home version: each holds every prefix of its lines, so their number bounds the
+# daemon's memory; a plan meets a few dozen states, and a miss only costs remaking one
+MAX_WORLDS = 256
+MAX_AFTER = 1024  # (world, step) -> next world, kept per home version
 MAX_TUPLES = 10_000  # argument tuples tried for an action with a text argument (its things before the text)
 
 
@@ -109,7 +112,7 @@ class StepSets:
         else:
             return None
         self._after[key] = nxt
-        if len(self._after) > MAX_WORLDS:
+        if len(self._after) > MAX_AFTER:
             self._after.popitem(last=False)
         return nxt
 

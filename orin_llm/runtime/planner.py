@@ -42,6 +42,7 @@ from .home_state import StateChange, StatePart, ids_after_part, state_part
 from .sampling import SamplingParams
 
 FEASIBILITY = ("enforce", "report", "off")
+CURRENT = object()  # messages(): the home's current state
 
 
 @dataclass
@@ -199,8 +200,11 @@ class Planner:
             del self.conversations[key]
 
     def messages(self, task: str, observations: Optional[list[str]] = None, home: Optional[str] = None,
-                 state: Optional[HomeState] = None) -> list[dict[str, str]]:
-        """The prefix's messages and the task's turn (with `state`'s lines, when the home has a state)."""
+                 state: Any = CURRENT) -> list[dict[str, str]]:
+        """The prefix's messages and the task's turn, headed by `state`'s lines (by default the home's
+        current state, when it has one; None: no state)."""
+        if state is CURRENT:
+            state = self._known_state(home)
         block = state_text(state) if state is not None else None
         return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations, block)]
 
@@ -259,16 +263,14 @@ class Planner:
         pin = getattr(gen, "pin", None)
         if pin is None or gen.error is not None:
             return
-        if h.part is None or self.homes.get(self._name_of(h)) is not h or \
-                tuple(pin.ids if hasattr(pin, "ids") else pin) != h.prefix.ids + h.part.ids:
+        ids = tuple(getattr(pin, "ids", pin))  # torch's Pin holds its ids; TensorRT-LLM's handle is them
+        current = any(x is h for x in self.homes.values()) and h.part is not None
+        if not current or ids != h.prefix.ids + h.part.ids:
             self.engine.unpin(pin)
             return
         if h.state_pin is not None:
             self.engine.unpin(h.state_pin)
         h.state_pin = pin
-
-    def _name_of(self, h: Home) -> Optional[str]:
-        return next((n for n, x in self.homes.items() if x is h), "\0gone")
 
     def prompt_ids(self, messages: list[dict], home: Optional[str] = None,
                    tools: Optional[list[dict]] = None) -> list[int]:
