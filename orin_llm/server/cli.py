@@ -19,7 +19,7 @@ def serve_command(config: DaemonConfig) -> None:
     serve(config)
 
 
-FEASIBILITY = ("enforce", "report", "off")
+FEASIBILITY = ("enforce", "report", "off")  # runtime/planner.py's, here without importing torch
 
 
 def feasibility_options(goal: Optional[list[str]], feasibility: str, state: Optional[str]) -> dict:
