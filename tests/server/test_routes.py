@@ -247,3 +247,16 @@ def test_the_worker_constructor_returns_while_the_planner_loads():
     finally:
         release.set()
         worker.stop()
+
+
+def test_the_feasibility_modes_are_the_planners_everywhere():
+    from typing import get_args
+
+    from orin_llm.runtime.planner import FEASIBILITY
+    from orin_llm.server import cli
+    from orin_llm.server.schemas import ChatRequest, PlanRequest
+
+    assert cli.FEASIBILITY == FEASIBILITY
+    for model in (PlanRequest, ChatRequest):
+        assert get_args(model.model_fields["feasibility"].annotation) == FEASIBILITY
+        assert model.model_fields["feasibility"].default == FEASIBILITY[0] == "enforce"
