@@ -168,8 +168,14 @@ class World:
                          on=dict(self._on), said=self.said, done=list(self.done))
 
     @property
+    def facts_key(self) -> tuple:
+        """Hashable; equal for worlds with the same facts (what is said or done is left out)."""
+        return self.key[:-1]
+
+    @property
     def key(self) -> tuple:
-        """Hashable; equal for worlds where the same steps can run (what is said or done is left out)."""
+        """Hashable; equal for worlds where the same steps can run: the facts, and the last step when
+        it may not repeat at once (what is said or done is left out)."""
         if self._key is None:
             self._key = (self.robot_at, self.holding, frozenset(self._object_at.items()),
                          frozenset(self._open.items()), frozenset(self._on.items()), self._last)
