@@ -16,6 +16,7 @@ How it meets the decode loop (generate.py):
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
@@ -50,6 +51,27 @@ class Vocabulary:
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id in eos_ids else min(eos_ids)
         self.lltok = llg.LLTokenizer(tokenizer.json, n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
+        self._bytes: Optional[list[bytes]] = None
+        self._special: Optional[frozenset[int]] = None
+        self._enders: Optional[list[int]] = None
+
+    def token_bytes(self) -> list[bytes]:
+        """Each token's bytes (a special token's: its text), made on first use."""
+        if self._bytes is None:
+            self._bytes = [self.lltok.decode_bytes([i]) for i in range(self.vocab_size)]
+        return self._bytes
+
+    def special_ids(self) -> frozenset[int]:
+        """The special tokens (the end of the turn among them): they write no text of a plan."""
+        if self._special is None:
+            self._special = frozenset(i for i in range(self.vocab_size) if self.lltok.is_special_token(i))
+        return self._special
+
+    def line_enders(self) -> list[int]:
+        """The tokens that can end a line of a plan: a newline in their bytes, or a special token."""
+        if self._enders is None:
+            self._enders = sorted({i for i, b in enumerate(self.token_bytes()) if b"\n" in b} | self.special_ids())
+        return self._enders
 
 
 class Grammar:
@@ -87,13 +109,19 @@ class Constraint:
         # one bit per token, 32 to an int32, as llguidance.torch.allocate_token_bitmask lays it out
         self._bits = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)
         self.forced_tokens = 0  # tokens emitted without a model step (jump-forward)
+        self.mask_s = 0.0  # time spent computing masks (the request's timings report it)
+        self.masks_computed = 0
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
+        t0 = time.perf_counter()
         # what llguidance.torch.fill_next_token_bitmask does: the matcher writes the mask in place
         self.m.unsafe_compute_mask_ptr(self._bits.data_ptr(), self._bits.numel() * self._bits.element_size())
         bits = (self._bits.unsqueeze(-1) >> _SHIFTS) & 1
-        return bits.flatten()[: self.vocab_size].bool()
+        out = bits.flatten()[: self.vocab_size].bool()
+        self.mask_s += time.perf_counter() - t0
+        self.masks_computed += 1
+        return out
 
     def accept(self, token: int) -> None:
         if not self.m.consume_token(token):
@@ -110,9 +138,13 @@ class Constraint:
         for _i, tok in enumerate(draft):
             self.accept(tok)
             rows.append(self.allowed())
-        if draft:
-            self.m.rollback(len(draft))
+        self.rollback(len(draft))
         return torch.stack(rows)
+
+    def rollback(self, n: int) -> None:
+        """Undo the last `n` accepted tokens."""
+        if n > 0:
+            self.m.rollback(n)
 
     def forced(self) -> Optional[int]:
         """The one token the grammar allows now, if only one is allowed."""
