@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from orin_llm.environment import EXAMPLE_HOME_PATH
-from orin_llm.server.schemas import PlanRequest
 
 from ..server.conftest import start_daemon  # noqa: F401 (a fixture used here)
 from ..server.test_cancel import LONG, idle
@@ -252,8 +251,6 @@ def test_a_conversation_over_two_goals(rc):
     assert turns[1]["cached_prompt_tokens"] >= turns[0]["prompt_tokens"]
 
 
-@pytest.mark.xfail("goal" not in PlanRequest.model_fields, strict=True,
-                   reason="the plan's goal facts (issue 32) are not in this daemon's /v1/plan yet")
 def test_goal_facts_reach_the_daemon_and_come_back(rc):
     assert rc.ask("send", id="f1", goal={"task": TASK, "goal": ["at(mug, sofa)"], "feasibility": "enforce",
                                          "max_tokens": 96})["accepted"]
