@@ -61,13 +61,16 @@ class Grammar:
         if error:
             raise GrammarError(f"{what} does not compile: {' '.join(error.split())}")
         self.vocab, self.what = vocab, what
+        self.lark: Optional[str] = None  # the Lark text it came from, for a remote engine (runtime/remote)
         self._template = llg.LLMatcher(vocab.lltok, grammar)
         if self._template.is_error():
             raise GrammarError(f"{what} does not compile: {self._template.get_error()}")
 
     @classmethod
     def lark(cls, vocab: Vocabulary, text: str, what: str = "grammar") -> Grammar:
-        return cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar = cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar.lark = text
+        return grammar
 
     @classmethod
     def json_schema(cls, vocab: Vocabulary, schema: dict, what: str = "json_schema") -> Grammar:
@@ -78,7 +81,9 @@ class Grammar:
         return cls(vocab, grammar, what)
 
     def constraint(self) -> Constraint:
-        return Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c = Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c.lark = self.lark
+        return c
 
 
 class Constraint:
@@ -87,6 +92,7 @@ class Constraint:
         # one bit per token, 32 to an int32, as llguidance.torch.allocate_token_bitmask lays it out
         self._bits = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)
         self.forced_tokens = 0  # tokens emitted without a model step (jump-forward)
+        self.lark: Optional[str] = None  # the grammar's Lark text, where it has one (Grammar.lark)
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
