@@ -266,7 +266,8 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                       bf16_prompt=why[BF16_PROMPT] is None, int8_decode=why[INT8_DECODE] is None,
                       int8_prompt=why[INT8_PROMPT] is None, fused_decode=why[FUSED] is None,
                       int4_cuda=why[INT4_CUDA] is None, cuda_graphs=why[GRAPHS] is None,
-                      torch_compile=why[COMPILE] is None, why_not=tuple((k, v) for k, v in why.items() if v is not None))
+                      torch_compile=why[COMPILE] is None,
+                      why_not=tuple((k, v) for k, v in why.items() if v is not None))
 
 
 def compute_dtype(device: str | torch.device, weights: str, built: torch.dtype) -> torch.dtype:

@@ -127,7 +127,8 @@ def test_the_fixed_shape_step_matches_the_engines_own_decode_step(fixed_engine, 
     for eng in (torch_engine, fixed_engine):
         eng.clear_cache()
         seen = []
-        hook = eng.model.layers[0].self_attn.o_proj.register_forward_hook(lambda m, i, o: seen.append(i[0]))
+        hook = eng.model.layers[0].self_attn.o_proj.register_forward_hook(
+            lambda m, i, o, seen=seen: seen.append(i[0]))
         kv = eng.cache.admit(ids, len(ids) + 1)
         try:
             eng.cache.grow(kv, len(ids) - 3)
