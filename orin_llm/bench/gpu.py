@@ -375,8 +375,17 @@ def hf_run(path: Path, device: str, smoke: bool) -> None:
 
     def timed(batch: int) -> float:
         ids = torch.randint(1000, 40000, (batch, 64), generator=g).to(device)
-        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static")
-        model.generate(ids, **kw)  # warm-up (and compilation)
+        # disable_compile: transformers compiles a static-cache forward by itself; here only the explicit
+        # torch.compile below does, so "eager" is eager
+        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static",
+                  attention_mask=torch.ones_like(ids), pad_token_id=0, disable_compile=True)
+        try:
+            model.generate(ids, **kw)  # warm-up (and compilation)
+        except (TypeError, ValueError) as e:  # a transformers without disable_compile
+            if "disable_compile" not in str(e):
+                raise
+            kw.pop("disable_compile")
+            model.generate(ids, **kw)
         _sync()
         start = time.perf_counter()
         model.generate(ids, **kw)
