@@ -95,3 +95,113 @@ class Int4PackLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4 (CUDA)"
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> Optional[str]:
+    err = (got.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
+    return None if err <= TOLERANCE else f"{what} disagrees with its torch reference (relative error {err:.3g})"
+
+
+def _split_k(out_features: int, device: torch.device) -> int:
+    """Input ranges for the Triton int4 GEMV: enough programs to fill the GPU at decode's few rows. Fixed
+    per layer (by its outputs alone), so a row's sums never depend on how many rows share the call."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    tiles = -(-out_features // 64)
+    return max(1, min(8, -(-2 * sms // tiles)))
+
+
+class TritonQ4Linear(nn.Module):
+    """A Q4_1 QuantLinear on the Triton int4 kernel (kernels/triton/q4_linear.py): the GGUF's codes,
+    fp16 scales and mins, repacked once at load; float32 sums, output in the activations' dtype."""
+
+    def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("codes", packed.codes)
+        self.register_buffer("scales", packed.scales)
+        self.register_buffer("mins", packed.mins)
+        self.split_k, self.dtype = split_k, dtype
+        self.in_features, self.out_features = in_features, out_features
+
+    @classmethod
+    def build(cls, q: QuantLinear, dtype: torch.dtype) -> tuple[Optional[TritonQ4Linear], Optional[str]]:
+        from . import triton as kernels
+
+        dev = q.qweight.device
+        if dev.type != "cuda":
+            return None, f"not a CUDA device ({dev.type})"
+        why = kernels.available()
+        if why:
+            return None, why
+        if q.bits != 4 or q.group != 32:
+            return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
+        mins = q.mins if q.mins is not None else -8 * q.scales
+        try:
+            packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float())
+            layer = cls(packed, q.in_features, q.out_features, _split_k(q.out_features, dev), dtype)
+            x = torch.randn(4, q.in_features, device=dev, dtype=dtype,
+                            generator=torch.Generator(device=dev).manual_seed(0))
+            why = _check(layer(x), F.linear(x.float(), q.dequantize().float()), "the Triton int4 linear")
+        except Exception as e:  # noqa: BLE001 (a kernel that does not compile here: the plan says why)
+            return None, f"the Triton int4 linear: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return (layer, None) if why is None else (None, why)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from . import triton as kernels
+
+        return kernels.int4_linear(x, self.packed, split_k=self.split_k)
+
+    @property
+    def packed(self):
+        from .triton.q4_linear import Q4Packed
+
+        return Q4Packed(self.codes, self.scales, self.mins)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"Q4_1 (Triton, split_k={self.split_k})")
+
+
+class TritonQ8Head(nn.Module):
+    """The tied LM head over the Q8_0 embedding's int8 codes (shared with it, not copied) and its per-32
+    scales (the GGUF's values: fp16 where exact), on the Triton INT8 head kernel: float32 logits of the
+    GGUF's own weights, reading a quarter of a float32 head's bytes and half of a bf16 one's."""
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor):
+        super().__init__()
+        self.register_buffer("scales", scales)
+        self.codes = [codes]  # not a buffer: the embedding's
+        self.out_features, self.in_features = codes.shape
+
+    @classmethod
+    def build(cls, codes: torch.Tensor, scales: torch.Tensor) -> tuple[Optional[TritonQ8Head], Optional[str]]:
+        from . import triton as kernels
+
+        if codes.device.type != "cuda":
+            return None, f"not a CUDA device ({codes.device.type})"
+        why = kernels.available()
+        if why:
+            return None, why
+        s = scales.float()
+        s = s.half() if torch.equal(s.half().float(), s) else s
+        try:
+            head = cls(codes, s.to(codes.device))
+            x = torch.randn(3, head.in_features, device=codes.device, dtype=torch.bfloat16,
+                            generator=torch.Generator(device=codes.device).manual_seed(0))
+            rows = torch.arange(0, head.out_features, max(1, head.out_features // 512), device=codes.device)
+            w = codes[rows].float() * s[rows].float().repeat_interleave(head.in_features // s.shape[1], dim=1)
+            why = _check(head(x)[:, rows], x.float() @ w.T, "the Triton INT8 head")
+        except Exception as e:  # noqa: BLE001
+            return None, f"the Triton INT8 head: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return (head, None) if why is None else (None, why)
+
+    def forward(self, h: torch.Tensor, allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+        from . import triton as kernels
+
+        return kernels.int8_head(h, self.codes[0], self.scales)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q8_0 (Triton INT8)"

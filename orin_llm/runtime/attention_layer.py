@@ -51,8 +51,10 @@ class FixedStep:
     batch: int
     width: int
     slots: torch.Tensor
-    key_slots: torch.Tensor
-    mask: torch.Tensor
+    key_slots: Optional[torch.Tensor]  # (SDPA) [B, N]
+    mask: Optional[torch.Tensor]  # (SDPA) [B, 1, W, N]
+    tables: Optional[torch.Tensor] = None  # (Triton) each row's sequence's block table, [B·W, blocks] int32
+    lens: Optional[torch.Tensor] = None  # (Triton) the keys each row sees, [B·W] int32
 
 
 def _swap_halves(x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +104,12 @@ class Attention(nn.Module):
         qk = qk * cos + _swap_halves(qk) * sin
         q, k = qk[:, :self.h], qk[:, self.h:]
         pool.write(layer, fixed.slots, k, v)
+        if fixed.tables is not None:  # the Triton kernel reads the pool through the tables: one query a row
+            from ..kernels.triton import paged_decode_attention
+
+            kc, vc, ks, vs = pool.layer_tensors(layer)
+            out = paged_decode_attention(q.contiguous(), kc, vc, fixed.tables, fixed.lens, pool.block_size, ks, vs)
+            return self.o_proj(out.reshape(t, self.h * self.d))
         keys, values = pool.gather_slots(layer, fixed.key_slots, q.dtype)  # [B, KV, N, D]
         q = q.reshape(fixed.batch, fixed.width, self.h, self.d).transpose(1, 2)  # [B, H, W, D]
         if pool.int8:

@@ -51,15 +51,16 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
     return (*out, max_batch)
 
 
-def block_buckets(max_blocks: int, smallest: int = 4) -> tuple[int, ...]:
-    """Powers of two from `smallest` up to max_blocks, and max_blocks itself: at most twice the keys a
-    step needs are read, and log2(max_blocks) graphs per batch bucket."""
+def block_buckets(max_blocks: int, smallest: int = 4, step: int = 64) -> tuple[int, ...]:
+    """Block-table widths: powers of two from `smallest` up to `step`, then multiples of `step`, and
+    max_blocks itself: a long sequence's table is at most step blocks wider than it needs (the SDPA
+    path reads every key of the table), for max_blocks / step graphs more per batch bucket."""
     if max_blocks < 1:
         raise ValueError(f"max_blocks {max_blocks}: give at least 1")
     out, b = [], min(smallest, max_blocks)
     while b < max_blocks:
         out.append(b)
-        b *= 2
+        b = b * 2 if b < step else b + step
     return (*out, max_blocks)
 
 
@@ -180,9 +181,9 @@ class DecodeGraphs:
 
     def __init__(self, step: Callable[[StaticInputs], torch.Tensor], width: int, block_size: int,
                  scratch_block: int, max_batch: int, max_blocks: int, device: torch.device | str,
-                 capture: bool = True):
+                 capture: bool = True, smallest_blocks: int = 4):
         self.step, self.width, self.block_size, self.scratch_block = step, width, block_size, scratch_block
-        self.batches, self.blocks = batch_buckets(max_batch), block_buckets(max_blocks)
+        self.batches, self.blocks = batch_buckets(max_batch), block_buckets(max_blocks, smallest_blocks)
         self.device, self.capture = torch.device(device), capture
         self.entries: dict[tuple[int, int], Entry] = {}
         self.stats = GraphStats()

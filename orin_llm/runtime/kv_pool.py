@@ -117,6 +117,10 @@ class KVPool:
 
         return read(pk), read(pv)
 
+    def layer_tensors(self, layer: int):
+        """One layer as stored, [KV, slots, D] each, and its [KV] scales (None, None for a float pool)."""
+        return (*self._layers[layer], *self.scales(layer))
+
     def head_scales(self, layer: int):
         """The K and V scales per query head, [1, H, 1, 1] each (kv_cache.head_scales)."""
         return self._head_scales[layer]

@@ -160,9 +160,15 @@ class Llama(nn.Module):
         # attach_graphs where the plan runs them; None elsewhere.
         self.graphs: Optional[DecodeGraphs] = None
         self.graph_pool = None
+        self.triton_attention: Optional[bool] = None  # the fixed-shape step's attention on the Triton kernel
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """What the model computes in (its norms' dtype: the weights may be int8 or int4)."""
+        return self.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
@@ -243,12 +249,25 @@ class Llama(nn.Module):
             raise OrinError("fixed-shape decode steps need exact decode steps (decode_width > 0)")
         capture = pool.device.type == "cuda" if capture is None else capture
         blocks = -(-max_positions // pool.block_size)
+        self.triton_attention = None
+        if self.plan.triton_attention:
+            why = _triton_attention_fits(pool, self.compute_dtype)
+            if why is None:
+                self.triton_attention = True
+            else:
+                from dataclasses import replace
+
+                self.plan = replace(self.plan, triton_attention=False,
+                                    why_not=(*self.plan.why_not, ("triton_decode_attention", why)))
         compiled = self.static_step
         if self.plan.torch_compile:
             compiled = torch.compile(self.static_step, dynamic=False)
         self.graph_pool = pool
+        # the Triton kernel splits a table of more than 16 blocks into ranges merged in order: every
+        # table at least 32 wide takes that one path, so a row's numbers do not depend on the bucket
         self.graphs = DecodeGraphs(functools.partial(compiled, pool=pool), self.plan.decode_width,
-                                   pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture)
+                                   pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture,
+                                   smallest_blocks=32 if self.triton_attention else 4)
         return self.graphs
 
     def _graphable(self, items: list[Item]) -> bool:
@@ -277,9 +296,13 @@ class Llama(nn.Module):
         b, w, nb, bs = inp.batch, inp.width, inp.blocks, pool.block_size
         x = self.embed_tokens(inp.ids)
         cos, sin = self.cos[inp.positions].to(x.dtype), self.sin[inp.positions].to(x.dtype)
-        keys = torch.arange(nb * bs, device=x.device)
-        fixed = FixedStep(b, w, inp.slots, (inp.table[:, :, None] * bs + keys[:bs]).view(b, nb * bs),
-                          (keys < inp.limits.view(b, w, 1)).unsqueeze(1))
+        if self.triton_attention:
+            fixed = FixedStep(b, w, inp.slots, None, None, inp.table.repeat_interleave(w, dim=0).int(),
+                              inp.limits.int())
+        else:
+            keys = torch.arange(nb * bs, device=x.device)
+            fixed = FixedStep(b, w, inp.slots, (inp.table[:, :, None] * bs + keys[:bs]).view(b, nb * bs),
+                              (keys < inp.limits.view(b, w, 1)).unsqueeze(1))
         for i, block in enumerate(self.layers):
             x = block.forward_static(x, cos, sin, pool, i, fixed)
         h = self.norm(x)
@@ -353,6 +376,27 @@ class Llama(nn.Module):
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=cache.device).tril(diagonal=pos)
         return Step(pos, slice(row, row + t), mask, exact, bf16)
+
+
+def _triton_attention_fits(pool, dtype: torch.dtype) -> Optional[str]:
+    """None where the Triton paged decode kernel runs over this pool in `dtype` (checked once on a few
+    rows against its torch reference), else why not."""
+    if not pool.int8 and pool.k.dtype != dtype:
+        return f"a {pool.k.dtype} cache under {dtype} compute (the kernel reads float caches in q's dtype)"
+    try:
+        from ..kernels.triton import paged_decode_attention, reference
+
+        kc, vc, ks, vs = pool.layer_tensors(0)
+        h = kc.shape[0] * 2
+        q = torch.randn(2, h, kc.shape[2], device=kc.device, dtype=dtype)
+        tables = torch.full((2, 32), pool.scratch, dtype=torch.int32, device=kc.device)
+        lens = torch.tensor([1, pool.block_size], dtype=torch.int32, device=kc.device)
+        got = paged_decode_attention(q, kc, vc, tables, lens, pool.block_size, ks, vs).float()
+        want = reference.paged_decode_attention(q, kc, vc, tables, lens, pool.block_size, ks, vs).float()
+        err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
+    except Exception as e:  # noqa: BLE001 (a kernel that does not build here: the plan says why)
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return None if err <= 0.05 else f"disagrees with its torch reference (relative error {err:.3g})"
 
 
 def _reads_int8(cache) -> bool:

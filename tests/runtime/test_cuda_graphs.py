@@ -30,6 +30,8 @@ def test_buckets_cover_every_size_up_to_the_largest():
     assert batch_buckets(6) == (1, 2, 4, 6)
     assert block_buckets(3) == (3,)
     assert block_buckets(40) == (4, 8, 16, 32, 40)
+    assert block_buckets(300) == (4, 8, 16, 32, 64, 128, 192, 256, 300)
+    assert block_buckets(100, smallest=32) == (32, 64, 100)
     for n in range(1, 41):
         b = bucket(n, block_buckets(40))
         assert n <= b and (b == 4 or b // 2 < n or b == 40)
