@@ -185,10 +185,10 @@ class TritonQ8Head(nn.Module):
         why = kernels.available()
         if why:
             return None, why
-        s = scales.float()
+        s = scales.float().to(codes.device)
         s = s.half() if torch.equal(s.half().float(), s) else s
         try:
-            head = cls(codes, s.to(codes.device))
+            head = cls(codes, s)
             x = torch.randn(3, head.in_features, device=codes.device, dtype=torch.bfloat16,
                             generator=torch.Generator(device=codes.device).manual_seed(0))
             rows = torch.arange(0, head.out_features, max(1, head.out_features // 512), device=codes.device)
