@@ -51,8 +51,8 @@ KV_SCALE_TINY = 1.28 / 127
 class Run:
     """The JSON being written, the clock, and the stages."""
 
-    def __init__(self, out: Path, budget_s: float, smoke: bool):
-        self.out, self.budget_s, self.smoke = out, budget_s, smoke
+    def __init__(self, out: Path, budget_s: float, smoke: bool, only: Optional[set[str]] = None):
+        self.out, self.budget_s, self.smoke, self.only = out, budget_s, smoke, only
         self.t0 = time.perf_counter()
         self.data: dict[str, Any] = {"issue": 36, "mode": "cpu-smoke" if smoke else "gpu", "stages": {}}
 
@@ -67,6 +67,8 @@ class Run:
 
     def stage(self, name: str, fn: Callable[[], dict], need_s: float) -> Optional[dict]:
         """Run one stage if `need_s` seconds are left; record its result or its error."""
+        if self.only is not None and name not in self.only:
+            return None
         if self.left() < need_s:
             self.data["stages"][name] = {"ok": False, "skipped": f"{self.left():.0f} s left, it needs ~{need_s:.0f}"}
             print(f"[gpu] {name}: skipped ({self.left():.0f} s left)", flush=True)
@@ -483,6 +485,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--budget-s", type=float, default=450.0, help="the whole run's seconds (stages skip past it)")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU: the plumbing only")
     p.add_argument("--work", type=Path, default=Path("/tmp/orin_llm_gpu"))
+    p.add_argument("--stages", help="comma-separated stage names to run (default: all)")
     p.add_argument("--hf-only", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--device", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -493,7 +496,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("[gpu] torch sees no CUDA device: use --cpu-smoke on a CPU", file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    run = Run(a.out, a.budget_s, a.cpu_smoke)
+    run = Run(a.out, a.budget_s, a.cpu_smoke, set(a.stages.split(",")) if a.stages else None)
     smoke = a.cpu_smoke
     run.stage("env", lambda: env_stage(device), 0)
     run.stage("bandwidth", lambda: bandwidth_stage(device, smoke), 5)
@@ -508,7 +511,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         holder["eng"], s = load_engine(engine_dir, device)
         return engine_report(holder["eng"], s)
 
-    prompt, tokens = (32, 16) if smoke else (64, 128)
+    prompt, tokens = (32, 8) if smoke else (64, 128)
     run.stage("load_int4", load_int4, 30)
     if "eng" in holder:
         eng = holder["eng"]
