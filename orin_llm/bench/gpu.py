@@ -54,7 +54,13 @@ class Run:
     def __init__(self, out: Path, budget_s: float, smoke: bool, only: Optional[set[str]] = None):
         self.out, self.budget_s, self.smoke, self.only = out, budget_s, smoke, only
         self.t0 = time.perf_counter()
-        self.data: dict[str, Any] = {"issue": 36, "mode": "cpu-smoke" if smoke else "gpu", "stages": {}}
+        from .common import machine
+
+        self.data: dict[str, Any] = {
+            "issue": 36, "mode": "cpu-smoke" if smoke else "gpu",
+            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": "bash bench/gpu_check.sh" + (" --cpu-smoke" if smoke else ""), "machine": machine(),
+            "stages": {}}
 
     def left(self) -> float:
         return self.budget_s - (time.perf_counter() - self.t0)
