@@ -99,3 +99,15 @@ def test_a_constrained_request_masks_on_the_device(cuda_engine):
     grammar = Grammar.lark(cuda_engine.vocabulary(), 'start: "go_to(" ("kitchen" | "hall") ")"')
     res = _run(cuda_engine, list(range(500, 540)), constraint=grammar.constraint(), tokens=12, keep_eos=True)
     assert cuda_engine.tokenizer.decode(res.token_ids).replace(" ", "") in ("go_to(kitchen)", "go_to(hall)")
+
+
+def test_a_seeded_sampled_request_with_a_draft_runs_and_repeats_on_cuda(cuda_engine):
+    """Sampling on the device: the request's generator lives there (rejection sampling draws from it)."""
+    ids = list(range(600, 640))
+    params = SamplingParams(max_tokens=12, temperature=0.8, seed=7)
+    outs = []
+    for _ in range(2):
+        gen = cuda_engine.generate(ids, params, speculation="draft_model")
+        gen.stop_ids = set()
+        outs.append(cuda_engine.run(gen).token_ids)
+    assert len(outs[0]) == 12 and outs[0] == outs[1]
