@@ -148,7 +148,7 @@ def tests_stage(run: Run, tokenizer: Path) -> dict:
     junit = Path("/tmp/orin_llm_gpu_tests.xml")
     env = {**os.environ, "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
            "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-    timeout = max(30.0, min(80.0, run.left() - 200))
+    timeout = max(30.0, min(75.0, run.left() - 40))
     # (the fixed-shape step's CPU engine tests are CI's: minutes on a CPU, nothing a GPU adds)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files,
            "-k", "not fixed_shape"]
@@ -579,7 +579,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     smoke = a.cpu_smoke
     run.stage("env", lambda: env_stage(device), 0)
     run.stage("bandwidth", lambda: bandwidth_stage(device, smoke), 5)
-    run.stage("tests", lambda: tests_stage(run, a.tokenizer), 60)
     engine_dir = a.work / "engine"
     if run.stage("engine_write", lambda: write_engine(run, a.tokenizer, engine_dir), 60) is None:
         run.save()
@@ -613,7 +612,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         holder.clear()
         del eng
         _free(device)
-    run.stage("hf", lambda: hf_stage(run, device, cap_s=60 if smoke else 170), 60)
+    run.stage("hf", lambda: hf_stage(run, device, cap_s=60 if smoke else 110), 60)
+    # (after the measurements: the first GPU run's tests passed but for a test bug, fixed since)
+    run.stage("tests", lambda: tests_stage(run, a.tokenizer), 40)
 
     from ..runtime.kernel_plan import KernelSwitches
 
@@ -625,10 +626,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             del eng
             _free(device)
 
-    run.stage("fp16", lambda: other_path((1, 8), kv_cache="fp16", switches=KernelSwitches(int4_cuda=False)), 45)
-    run.stage("triton_linear", lambda: other_path((1, 8), switches=KernelSwitches(triton_linear=True)), 45)
+    run.stage("triton_linear", lambda: other_path((1, 8), switches=KernelSwitches(triton_linear=True)), 30)
+    run.stage("fp16", lambda: other_path((1, 8), kv_cache="fp16", switches=KernelSwitches(int4_cuda=False)), 30)
     run.stage("int4_kernel", lambda: int4_kernel_stage(device, smoke), 15)
-    run.stage("no_graphs", lambda: other_path((1,), switches=KernelSwitches(cuda_graphs=False)), 45)
+    run.stage("no_graphs", lambda: other_path((1,), switches=KernelSwitches(cuda_graphs=False)), 30)
     run.stage("compiled", lambda: other_path((1,), switches=KernelSwitches(torch_compile=True)), 90)
     s = run.data["stages"]
     ours = s.get("decode_int4", {}).get("batch_1", {}).get("tok_per_s_per_request")

@@ -105,6 +105,11 @@ class KVPool:
             at += n
         return k, v
 
+    def gather_index(self, layer: int, slots: torch.Tensor, dtype: torch.dtype):
+        """K and V at `slots` ([N] slot ids, in order), as [KV, N, D] in `dtype`: one gather each."""
+        pk, pv = self._layers[layer]
+        return pk.index_select(1, slots).to(dtype), pv.index_select(1, slots).to(dtype)
+
     def gather_slots(self, layer: int, key_slots: torch.Tensor, dtype: torch.dtype):
         """K and V at `key_slots` ([B, N] slot ids: each sequence's block table expanded), as
         [B, KV, N, D] in `dtype`: a fixed-shape read for a step captured in a CUDA graph (cuda_graphs.py)."""
@@ -206,7 +211,13 @@ class PagedView:
         return self.slots(0, end)
 
     def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
-        k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)
+        runs = self.runs(end)
+        if len(runs) > 1 and self.pool.device.type != "cpu":
+            # on a GPU every copy is a kernel launch: one gather through the slot table (made once per
+            # block count) instead of a copy per run, or an arange per run past MAX_RUNS, in every layer
+            k, v = self.pool.gather_index(layer, self.slots(0, end), dtype or self.pool.dtype)
+        else:
+            k, v = self.pool.gather(layer, runs, end, dtype or self.pool.dtype)
         return (k, v, *self.pool.scales(layer))
 
 

@@ -98,6 +98,27 @@ def test_one_entry_per_bucket_reused_and_each_sequence_gets_its_rows():
     assert not graphs.fits([Row([1], 0, [0], 1)] * 5)  # more sequences than max_batch
 
 
+@pytest.mark.parametrize("int8", [True, False])
+def test_the_one_gather_read_equals_the_read_run_by_run(int8):
+    """A GPU pool reads a sequence's K/V in one gather through its slot table (kv_pool.read_unscaled); it
+    must give what the CPU's copy per run of contiguous blocks gives."""
+    from orin_llm.runtime.kv_pool import KVPool, PagedView
+    from tests.runtime.test_kernel_plan import _arch
+
+    arch = _arch()
+    scales = (torch.full((2, 1), 0.01), torch.full((2, 1), 0.02)) if int8 else (None, None)
+    pool = KVPool(arch, 40, 4, torch.float32, "cpu", *scales)
+    pool.k.copy_(torch.randint(-100, 100, pool.k.shape).to(pool.k.dtype))
+    pool.v.copy_(torch.randint(-100, 100, pool.v.shape).to(pool.v.dtype))
+    view = PagedView(pool, [7, 8, 3, 20, 21, 22, 5], length=26)
+    assert len(view.runs(26)) == 4
+    for layer in range(2):
+        k, v = pool.gather(layer, view.runs(26), 26, torch.bfloat16)
+        k2, v2 = pool.gather_index(layer, view.slots(0, 26), torch.bfloat16)
+        assert torch.equal(k, k2) and torch.equal(v, v2)
+    assert pool.nbytes == pool.bytes_per_token * 40 * 4  # the scratch block is not the pool's
+
+
 @pytest.fixture(scope="module")
 def fixed_engine(tiny_engine_dir):
     """The tiny engine with its decode steps on the fixed-shape path, run eagerly (no CUDA here)."""
