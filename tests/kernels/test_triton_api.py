@@ -13,7 +13,8 @@ import torch
 import orin_llm.kernels.triton as kt
 from tests.conftest import ROOT
 
-API = ("available", "paged_decode_attention", "paged_prefill_attention", "q4_repack", "int4_linear", "int8_head")
+API = ("available", "paged_decode_attention", "paged_prefill_attention", "q4_repack", "quantize_q4_1", "int4_linear",
+       "int8_head")
 
 
 def test_import_loads_no_triton():

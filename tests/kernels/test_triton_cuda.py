@@ -94,6 +94,9 @@ def test_int4_linear_at_3b_shapes(rows, shape):
     ref = reference.int4_linear(x, qweight, scales, mins)
     for kwargs in ({}, {"split_k": 4}, {"block_m": 64, "block_n": 128}):
         close(int4_linear(x, p, **kwargs), ref, torch.bfloat16)
+    # scales in the activations' dtype: the dequantization by bits (bfloat16 here, float16 by default)
+    close(int4_linear(x, q4_repack(qweight, scales, mins, dtype=torch.bfloat16)), ref, torch.bfloat16)
+    close(int4_linear(x.half(), p), ref, torch.float16)
 
 
 def test_int8_head_at_3b_shapes():

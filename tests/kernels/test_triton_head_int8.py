@@ -55,3 +55,5 @@ def test_bad_scales(device):
     q = torch.zeros(V, K, dtype=torch.int8, device=device)
     with pytest.raises(ValueError, match=r"\[V\] or \[V, K/group\]"):
         int8_head(torch.randn(1, K, device=device), q, torch.ones(V, 5, device=device))
+    with pytest.raises(ValueError, match="powers of two from 16"):
+        int8_head(torch.randn(1, K, device=device), q, torch.ones(V, 8, device=device))  # blocks of 12

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from orin_llm.kernels.quant import QuantLinear
-from orin_llm.kernels.triton import int4_linear, q4_repack, reference
+from orin_llm.kernels.quant import QuantLinear, recover_q4_1
+from orin_llm.kernels.triton import int4_linear, q4_repack, quantize_q4_1, reference
 from tests.kernels.paged import TOLERANCE
 
 
@@ -51,6 +51,19 @@ def test_matches_the_dequantized_weight(device, dtype, rows):
     assert err <= TOLERANCE[dtype] * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scales_in_the_activations_dtype(device, dtype):
+    """Repacked with scales in x's dtype (the dequantization by bits on a GPU; float16 is the default):
+    the blocks' values up to the scales' rounding."""
+    qweight, scales, mins = q4_1_blocks(64, 128, seed=4)
+    p = q4_repack(qweight.to(device), scales.to(device), mins.to(device), dtype=dtype)
+    assert p.scales.dtype == dtype and p.mins.dtype == dtype
+    x = torch.randn(5, 128, generator=torch.Generator().manual_seed(6)).to(device, dtype)
+    ref = reference.int4_linear(x, qweight.to(device), scales.to(device), mins.to(device))
+    y = int4_linear(x, p)
+    assert (y.float() - ref).abs().max().item() <= TOLERANCE[dtype] * ref.abs().max().item()
+
+
 def test_leading_dims_and_prefill_tile(device):
     qweight, scales, mins = q4_1_blocks(64, 128, seed=2)
     p = q4_repack(qweight.to(device), scales.to(device), mins.to(device))
@@ -84,3 +97,19 @@ def test_bad_blocks():
         int4_linear(torch.randn(1, 64), q4_repack(qweight, scales, mins), split_k=0)
     with pytest.raises(ValueError, match="inputs"):
         int4_linear(torch.randn(1, 32), q4_repack(qweight, scales, mins))
+
+
+def test_quantize_q4_1(device):
+    """A float matrix quantized to Q4_1 blocks: recover_q4_1's format (it recovers them bit for bit), each
+    weight within half a step of its block, and int4_linear over them gives x times those values."""
+    w = torch.randn(48, 96, generator=torch.Generator().manual_seed(7)) * 0.05
+    qweight, scales, mins = quantize_q4_1(w)
+    deq = reference.q4_1_dequantize(qweight, scales, mins)
+    assert torch.equal(scales.half().float(), scales) and torch.equal(mins.half().float(), mins)
+    assert torch.all((deq - w).abs() <= scales.repeat_interleave(32, 1) * 0.5 + 1e-3)
+    again = recover_q4_1(deq)
+    assert all(torch.equal(a, b) for a, b in zip(again, (qweight, scales, mins), strict=True))
+    x = torch.randn(2, 96, device=device)
+    y = int4_linear(x, q4_repack(qweight.to(device), scales.to(device), mins.to(device)), num_warps=2)
+    ref = x @ deq.to(device).T
+    assert (y - ref).abs().max().item() <= TOLERANCE[torch.float32] * ref.abs().max().item()

@@ -36,14 +36,15 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
                            k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
                            sm_scale: Optional[float] = None, out: Optional[torch.Tensor] = None,
-                           split_blocks: int = 16) -> torch.Tensor:
+                           split_blocks: int = 16, num_warps: Optional[int] = None,
+                           num_stages: Optional[int] = None) -> torch.Tensor:
     """One query per sequence: q [B, H, D] → [B, H, D] in q's dtype; seq_lens[b] keys (its own
     included, already written; 0: a padded row, output 0). CUDA-graph capturable: no host value
     depends on the lengths. A verify step's rows go through here too, one row per position (block
     table repeated, lengths pos+1 ...): the same arithmetic as one-token steps, bit for bit."""
     from .decode_attention import paged_decode_attention as run
     return run(q, k_cache, v_cache, block_tables, seq_lens, block_size, k_scale, v_scale, sm_scale, out,
-               split_blocks)
+               split_blocks, num_warps, num_stages)
 
 
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -59,25 +60,35 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                max_q_len, out)
 
 
-def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor) -> Q4Packed:
+def q4_repack(qweight: torch.Tensor, scales: torch.Tensor, mins: torch.Tensor,
+              dtype: torch.dtype = torch.float16) -> Q4Packed:
     """quant.recover_q4_1's blocks (codes [N, K/2] uint8, scales and mins [N, K/32]) → the kernel's
-    layout (q4_linear.py's doc): once, at load, on the weight's device."""
+    layout (q4_linear.py's doc): once, at load, on the weight's device. dtype: the scales' (float16:
+    exact; the activations' dtype, e.g. bfloat16, for the fast dequantization)."""
     from .q4_linear import q4_repack as run
-    return run(qweight, scales, mins)
+    return run(qweight, scales, mins, dtype)
+
+
+def quantize_q4_1(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A float [N, K] weight → Q4_1 blocks in recover_q4_1's format (for q4_repack): a second quantization,
+    e.g. of the LM head to run it on int4_linear."""
+    from .q4_linear import quantize_q4_1 as run
+    return run(w)
 
 
 def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
                 block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
-                split_k: int = 1) -> torch.Tensor:
+                split_k: int = 1, num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
     """x [..., K] @ W.T for a repacked Q4_1 W → [..., N] (x's dtype unless out_dtype); split_k: the
     inputs in that many ranges, partial sums added in a fixed order (deterministic), for decode GEMVs."""
     from .q4_linear import int4_linear as run
-    return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k)
+    return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k, num_warps, num_stages)
 
 
 def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out: Optional[torch.Tensor] = None,
-              block_m: int = 16, block_n: int = 64, block_k: int = 128) -> torch.Tensor:
+              block_m: int = 16, block_n: int = 64, block_k: int = 128, num_warps: Optional[int] = None,
+              num_stages: Optional[int] = None) -> torch.Tensor:
     """Logits [..., V] float32 of x [..., K] over int8 codes [V, K] with scales [V] (per row,
     quant.quantize_int8) or [V, K/32] (a Q8_0 matrix, quant.recover_q8_0: the GGUF's own values)."""
     from .head_int8 import int8_head as run
-    return run(x, qweight, scales, out, block_m, block_n, block_k)
+    return run(x, qweight, scales, out, block_m, block_n, block_k, num_warps, num_stages)

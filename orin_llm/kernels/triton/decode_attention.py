@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dense_rows, dot, dot_mode, operand, pow2
+from .common import check_float, codes_mode, dense_rows, dot, dot_mode, launch_options, operand, pow2
 
 SPLIT_BLOCKS = 16  # logical KV blocks per split (256 tokens of a 16-token block)
 BLOCK_N = 32  # keys per tile
@@ -48,6 +48,7 @@ def _decode_split(Q, K, V, BT, LENS, KS, VS, OUT, PM, PL, PO, qk_scale,
     dmask = d < D
     q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                 mask=hmask[:, None] & dmask[None, :], other=0.0)
+    q = operand(q, q.dtype, DOT)  # (float16 under F16_CODES; else as loaded)
     scale = qk_scale  # sm_scale · log2(e): exp2 below
     if SCALED:
         scale = scale * tl.load(KS + kvh).to(tl.float32)
@@ -116,7 +117,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                            block_tables: torch.Tensor, seq_lens: torch.Tensor, block_size: int,
                            k_scale: Optional[torch.Tensor] = None, v_scale: Optional[torch.Tensor] = None,
                            sm_scale: Optional[float] = None, out: Optional[torch.Tensor] = None,
-                           split_blocks: int = SPLIT_BLOCKS) -> torch.Tensor:
+                           split_blocks: int = SPLIT_BLOCKS, num_warps: Optional[int] = None,
+                           num_stages: Optional[int] = None) -> torch.Tensor:
     """q: [B, H, D] (one query per sequence, after RoPE, its own K/V already written); k_cache,
     v_cache: one layer of the pool, [KV, slots, D] (int8, or q's dtype); block_tables: [B, max_blocks]
     int32 (entries past a sequence's length are never read); seq_lens: [B] int32, the keys each query
@@ -159,7 +161,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         block_tables.stride(0), out.stride(0), out.stride(1), split_blocks, num_splits,
         G=g, G_PAD=pow2(g), D=d, D_PAD=d_pad, BS=block_size, BLOCK_N=BLOCK_N, SCALED=scaled, SPLIT=split,
-        DOT=dot_mode(q.dtype))
+        DOT=codes_mode(q.dtype) if scaled else dot_mode(q.dtype), **launch_options(num_warps, num_stages))
     if split:
         _decode_merge[(bsz, h)](pm, pl, po, v_scale if scaled else dummy, out, out.stride(0), out.stride(1),
                                 num_splits, H=h, G=g, D=d, D_PAD=d_pad, S_PAD=pow2(num_splits, 1), SCALED=scaled)

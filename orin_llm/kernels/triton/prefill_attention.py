@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dense_rows, dot, dot_mode, operand, pow2
+from .common import check_float, codes_mode, dense_rows, dot, dot_mode, operand, pow2
 
 BLOCK_M = 32  # query rows per program
 BLOCK_N = 32  # keys per tile
@@ -46,6 +46,7 @@ def _prefill(Q, K, V, BT, LENS, QSTART, KS, VS, OUT, qk_scale,
     dmask = d < D
     q = tl.load(Q + (first + rows)[:, None].to(tl.int64) * stride_qt + h * stride_qh + d[None, :],
                 mask=rmask[:, None] & dmask[None, :], other=0.0)
+    q = operand(q, q.dtype, DOT)  # (float16 under F16_CODES; else as loaded)
     scale = qk_scale
     if SCALED:
         scale = scale * tl.load(KS + kvh).to(tl.float32)
@@ -125,5 +126,5 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1),
         block_tables.stride(0), out.stride(0), out.stride(1),
         G=h // kv, D=d, D_PAD=pow2(d), BS=block_size, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, SCALED=scaled,
-        DOT=dot_mode(q.dtype))
+        DOT=codes_mode(q.dtype) if scaled else dot_mode(q.dtype))
     return out
