@@ -308,6 +308,66 @@ def plan_quality_modes(d: dict) -> list[str]:
     return lines[:-1]
 
 
+def gpu_rows(d: dict) -> list[Row]:
+    """gpu.json (bench/gpu_check.sh, issue 36): the 3B-shaped engine on a GPU against its roofline and
+    transformers; a stage that did not run says why."""
+    st = d.get("stages", {})
+
+    def get(stage: str, *keys):
+        v = st.get(stage, {})
+        for k in keys:
+            v = v.get(k, {}) if isinstance(v, dict) else {}
+        return v if v != {} else None
+
+    def why(stage: str) -> str:
+        x = st.get(stage, {})
+        return "not measured: " + (x.get("skipped") or x.get("error") or "stage missing")[:120]
+
+    rows = []
+    ours = get("decode_int4", "batch_1", "tok_per_s_per_request")
+    roof = get("roofline", "roofline_tok_per_s")
+    frac = get("roofline", "fraction_of_roofline")
+    rows.append(Row("decode, batch 1: INT4 weights, INT8 KV, CUDA graphs / the step's bytes at copy bandwidth",
+                    "≥ 50 %", f"{ours:.0f} tok/s ({frac:.0%})" if ours and frac else why("decode_int4"),
+                    f"{roof:.0f} tok/s" if roof else why("roofline"), None if frac is None else frac >= 0.5))
+    hf = get("hf", "compiled_static_tok_per_s_batch_1")
+    eager = get("hf", "eager_static_tok_per_s_batch_1")
+    if ours and not hf and eager:  # the compiled run failed: the eager one is still a figure, not the goal's
+        rows.append(Row("decode, batch 1 / transformers generate (static cache, bf16; its torch.compile run "
+                        "failed, see the JSON)", "≥ 2× (compiled)", f"{ours / eager:.2f}× eager", f"{eager:.0f} tok/s",
+                        None))
+    else:
+        rows.append(Row("decode, batch 1 / transformers generate (static cache, torch.compile, bf16)", "≥ 2×",
+                        f"{ours / hf:.2f}×" if ours and hf else why("decode_int4" if not ours else "hf"),
+                        f"{hf:.0f} tok/s" if hf else why("hf"), None if not (ours and hf) else ours / hf >= 2))
+    for b in (4, 8):
+        total = get("decode_int4", f"batch_{b}", "tok_per_s_total")
+        rows.append(Row(f"decode, batch {b} (all requests)", "—", f"{total:.0f} tok/s" if total else why("decode_int4"),
+                        "—"))
+    fp = get("fp16", "batch_1", "tok_per_s_per_request")
+    rows.append(Row("our FP16 path, batch 1 (layers dequantized to bf16, FP16 KV)", "—",
+                    f"{fp:.0f} tok/s" if fp else why("fp16"), f"{ours:.0f} tok/s (INT4)" if ours else "—"))
+    ratio = get("home", "warm_over_alone")
+    rows.append(Row("a plan on a pinned 4k home / the task alone", "≤ 2×",
+                    f"{ratio:.2f}×" if ratio else why("home"), "task alone", None if ratio is None else ratio <= 2))
+    cold, warm = get("home", "ttft_cold_ms"), get("home", "ttft_warm_ms")
+    rows.append(Row("TTFT with a 4k home, cold / pinned", "—", f"{ms(cold)} / {ms(warm)}" if cold else why("home"),
+                    "—"))
+    same = get("speculation", "all_identical")
+    rows.append(Row("greedy output, lookup / draft / combined speculation = plain", "identical",
+                    why("speculation") if same is None else "identical" if same else "**differs**", "plain",
+                    None if same is None else bool(same)))
+    peak = get("decode_int4", "peak_memory_gib")
+    rows.append(Row("peak GPU memory (INT4 engine, pool of 40,960 tokens)", "—",
+                    f"{peak:.1f} GiB" if peak else why("decode_int4"), "—"))
+    tests = st.get("tests", {})
+    rows.append(Row("CUDA tests (pytest)", "all pass",
+                    f"{tests.get('passed', 0)} passed, {tests.get('failed', 0) + tests.get('errors', 0)} failed"
+                    if "passed" in tests else why("tests"), "—",
+                    None if "passed" not in tests else tests.get("failed", 0) + tests.get("errors", 0) == 0))
+    return rows
+
+
 def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
     """The previous runtime's scenarios (one contiguous cache, float32 target): goals and figures then."""
     big = max(prefix["rows"], key=lambda r: r["prefix_tokens"])
@@ -364,8 +424,8 @@ class Run:
         return f"{m.get('cpu', 'an unrecorded CPU')}, {m.get('cpu_count', '?')} cores"
 
     def line(self) -> str:
-        m = self.data.get("machine", {})
-        when = self.data.get("utc", "?").replace("T", " ").removesuffix("Z")[:16]
+        m = self.data.get("machine") or self.data.get("stages", {}).get("env", {})  # (gpu.json: its env stage)
+        when = self.data.get("utc", self.meta.get("utc", "?")).replace("T", " ").removesuffix("Z")[:16]
         return "\n".join(prose(f"Ran {when} UTC at `{self.commit}` on {self.machine} (Python {m.get('python', '?')}, "
                                 f"torch {m.get('torch', '?')}): `{BENCH}/{self.rel}`"))
 
@@ -378,7 +438,7 @@ def command_lines(run: Run) -> list[str]:
     out = []
     if (setup := run.meta.get("setup")):
         out += prose(f"Setup: {setup}")
-    cmd = run.data["command"]
+    cmd = run.data.get("command") or run.meta["command"]
     if "peer_llamacpp" in cmd:
         cmd = "ORIN_LLM_LLAMA_SERVER=/path/to/llama-server " + cmd
     return out + [f"Command: `{cmd}`"]
@@ -438,8 +498,12 @@ def page(root: Path = ROOT) -> str:
         "JSON the run wrote under `docs/bench/`, with its machine, commit and command. How we got here, dated, with",
         f"the A/B runs and what did not pay: `{NOTES}`.",
         "",
-        "**No figure here is from an Orin or a GPU.** The machines are shared, noisy 2-core x86-64 VMs: read the",
-        "ratios measured side by side in one run. On the device, `jetson/bench.sh` runs the same scenarios, to set",
+        *(["**No figure here is from an Orin or a GPU.** The machines are shared, noisy 2-core x86-64 VMs: read the",
+            "ratios measured side by side in one run. On the device, `jetson/bench.sh` runs the same scenarios, to set"]
+          if not (root / BENCH / "gpu.json").is_file() else
+          ["**No figure here is from an Orin**, and only the GPU check's section is from a GPU (it names it). The",
+           "other machines are shared, noisy 2-core x86-64 VMs: read the ratios measured side by side in one run. On",
+           "the device, `jetson/bench.sh` runs the same scenarios, to set"]),
         *prose(f"against the published Orin figures ({orin})"),
         "",
         *(f"- `{key}`: {what}" for key, what in runs["machines"].items()),
@@ -535,13 +599,27 @@ def page(root: Path = ROOT) -> str:
             "checked, then a search). Anchor: the grammar only.",
             quality, "grammar only", plan_quality_rows(quality.data), extra=plan_quality_modes(quality.data),
             png="plan_quality.png")
+    if (root / BENCH / "gpu.json").is_file():
+        gpu = run("gpu.json")
+        env = gpu.data.get("stages", {}).get("env", {})
+        lines += section(
+            root, "On a GPU: the CUDA path (issue 36)",
+            f"`bench/gpu_check.sh` on {env.get('gpu', 'a GPU')} (torch {env.get('torch', '?')}, triton "
+            f"{env.get('triton', '?')}): an engine of Llama 3.2 3B's shape with random Q4_1 weights "
+            "(`orin_llm/bench/shaped.py`), INT8 KV, decode steps in CUDA graphs; 64-token prompts, 128 greedy tokens "
+            "each. The roofline is the bytes a batch-1 step must read (the weights as held, the K/V of its context) "
+            "over the device-to-device copy bandwidth the script measured. Not an Orin: the ratios carry over, the "
+            "rates do not.",
+            gpu, "anchor", gpu_rows(gpu.data))
     lines += ["", "## The previous runtime (stale)", "",
               *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
                      "`orin-llm bench --scenario prefix,kv,daemon`"), "",
               *table("JSON", earlier_rows(prefix.data, kv.data, daemon.data)), "", prefix.line(),
               *command_lines(prefix)]
     lines += ["", "## Not measured yet", "",
-              "- Anything on a GPU or the Orin: `jetson/bench.sh` runs every scenario there.",
+              ("- Anything on the Orin: `jetson/bench.sh` runs every scenario there."
+               if (root / BENCH / "gpu.json").is_file()
+               else "- Anything on a GPU or the Orin: `jetson/bench.sh` runs every scenario there."),
               "- The speculative, constrained and policy scenarios on today's engine (the sections above say which",
               "  engine and runtime they ran on), and the policy's cost to a planner on a quiet machine."]
     if (root / BENCH / "plan_quality.json").is_file() and "--quick" in run("plan_quality.json").data["command"]:

@@ -20,11 +20,11 @@ packed weight-only kernels, which read the quantized weights as they are too:
 `aten._weight_int8pack_mm` (int8, per-channel scales) and `aten._weight_int4pack_mm_for_cpu` (int4
 in groups, a scale and a zero per group). Both take bfloat16 activations (the int4 kernel's float32
 path is a slow reference, ~50× slower here) and round their output to bfloat16: the same class of
-precision as llama.cpp, whose Q4_1 dot products run on 8-bit quantized activations. Where no kernel
-runs (CUDA builds, the Orin's torch), a draft's layers dequantize per call and a q4_1 target's once
-at load (runtime/weights.py). Measured side by side in bench/decode_step.py, bench/q8_dot.py,
-bench/draft_speed.py and docs/notes/benchmarks-lab-notes.md. The Orin's
-production path is TensorRT-LLM's INT4-AWQ kernels, not this.
+precision as llama.cpp, whose Q4_1 dot products run on 8-bit quantized activations. On CUDA the int4
+layers are repacked for CUDA's kernels (cuda_linear.py); where no kernel runs, a draft's int8 layers
+dequantize per call and a q4_1 target's once at load (runtime/weights.py). Measured side by side in
+bench/decode_step.py, bench/q8_dot.py, bench/draft_speed.py and docs/notes/benchmarks-lab-notes.md. The
+Orin's production path is TensorRT-LLM's INT4-AWQ kernels, not this.
 """
 
 from __future__ import annotations

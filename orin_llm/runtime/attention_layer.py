@@ -43,6 +43,20 @@ class Step:
     prompt_op: bool = False  # a bf16 step's rows run prefill_attention's op instead of the GEMMs (plan.int8_prompt)
 
 
+@dataclass(frozen=True)
+class FixedStep:
+    """A fixed-shape decode step's attention inputs (cuda_graphs.py), the same for every layer: B
+    sequences of W rows, the slot each row's K/V goes to ([B·W]), each sequence's key slots ([B, N]: its
+    block table expanded) and which keys each row sees ([B, 1, W, N] bool)."""
+    batch: int
+    width: int
+    slots: torch.Tensor
+    key_slots: Optional[torch.Tensor]  # (SDPA) [B, N]
+    mask: Optional[torch.Tensor]  # (SDPA) [B, 1, W, N]
+    tables: Optional[torch.Tensor] = None  # (Triton) each row's sequence's block table, [B·W, blocks] int32
+    lens: Optional[torch.Tensor] = None  # (Triton) the keys each row sees, [B·W] int32
+
+
 def _swap_halves(x: torch.Tensor) -> torch.Tensor:
     """[x1, x2] → [x2, x1] along the last dim (rope_tables' signed sin makes it rotate_half)."""
     return x.unflatten(-1, (2, -1)).flip(-2).flatten(-2)
@@ -77,6 +91,37 @@ class Attention(nn.Module):
                 outs.append(self._attend_cached(qs, cache, layer, step))
         out = outs[0] if len(outs) == 1 else torch.cat(outs)
         return padded(self.o_proj, out, width)
+
+    def forward_static(self, x, cos, sin, pool, layer: int, fixed: FixedStep):
+        """Attention of a fixed-shape decode step over the pool (no per-sequence Python, no shape that
+        depends on the data: what a CUDA graph can hold). Each query sees the keys up to its position
+        (fixed.mask) out of its sequence's block table."""
+        t = x.shape[0]
+        qkv = self.qkv_proj(x)
+        qk, v = qkv.split([(self.h + self.kv) * self.d, self.kv * self.d], dim=-1)
+        v = v.view(t, self.kv, self.d)
+        qk = qk.view(t, self.h + self.kv, self.d)
+        qk = qk * cos + _swap_halves(qk) * sin
+        q, k = qk[:, :self.h], qk[:, self.h:]
+        pool.write(layer, fixed.slots, k, v)
+        if fixed.tables is not None:  # the Triton kernel reads the pool through the tables: one query a row
+            from ..kernels.triton import paged_decode_attention
+
+            kc, vc, ks, vs = pool.layer_tensors(layer)
+            out = paged_decode_attention(q.contiguous(), kc, vc, fixed.tables, fixed.lens, pool.block_size, ks, vs)
+            return self.o_proj(out.reshape(t, self.h * self.d))
+        keys, values = pool.gather_slots(layer, fixed.key_slots, q.dtype)  # [B, KV, N, D]
+        q = q.reshape(fixed.batch, fixed.width, self.h, self.d).transpose(1, 2)  # [B, H, W, D]
+        if pool.int8:
+            k_scale, v_scale = pool.head_scales(layer)
+            q = q * k_scale.to(q.dtype)
+        if not _SDPA_GQA:
+            keys = keys.repeat_interleave(self.rep, dim=1)
+            values = values.repeat_interleave(self.rep, dim=1)
+        out = _sdpa(q, keys, values, fixed.mask)
+        if pool.int8:
+            out = out * v_scale.to(out.dtype)
+        return self.o_proj(out.transpose(1, 2).reshape(t, self.h * self.d))
 
     def _attend_prompt(self, q, cache, layer: int, step: Step):
         """q: [T, H, D] of one sequence → [T, H·D]: the rows the bf16 GEMMs would take, on the INT8 prompt

@@ -168,6 +168,8 @@ def apply_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """logits with the forbidden tokens at -inf (the model's vocabulary may be padded past the
     tokenizer's: those are forbidden too)."""
     out = torch.full_like(logits, float("-inf"))
+    if allowed.device != logits.device:  # the grammar's masks are made on the host: applied where the logits are
+        allowed = allowed.to(logits.device, non_blocking=True)
     n = min(logits.shape[-1], allowed.shape[-1])
     out[..., :n] = logits[..., :n].masked_fill(~allowed[..., :n], float("-inf"))
     return out

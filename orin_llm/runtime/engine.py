@@ -37,7 +37,7 @@ from .engine_files import BLOCK_SIZE, DTYPES, EngineText, eos_ids, load_pool, lo
 from .generate import Generation, Result
 from .history_store import HistoryStore, engine_identity
 from .host import apply_thread_setting, env_int, pick_device
-from .kernel_plan import KernelSwitches
+from .kernel_plan import KernelSwitches, compute_dtype
 from .kv_cache import Int8KVCache, KVCache
 from .llama import Item, Llama
 from .model_runner import ModelRunner
@@ -126,7 +126,8 @@ class Engine(EngineText):
             check_kernels(manifest.target.kernels, device, f"{engine_dir}'s target ({built} weights)")
         # exact: the target's decode steps batch-invariant over k_max + 1 rows (llama.py)
         width = 2 * limits.get("draft_len", 4) + 1 if exact else 0
-        model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, DTYPES[manifest.target.dtype],
+        dtype = compute_dtype(device, weights or built, DTYPES[manifest.target.dtype])
+        model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, dtype,
                            device, positions, weights or built, switches, kv_cache or manifest.target.kv_cache.dtype,
                            width)
         num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
@@ -134,10 +135,13 @@ class Engine(EngineText):
         draft_loader = draft_pool = None
         if draft and manifest.draft is not None:
             d = manifest.draft
-            draft_loader = functools.partial(load_llama, engine_dir / d.dir, d.arch, DTYPES[d.dtype], device,
+            draft_loader = functools.partial(load_llama, engine_dir / d.dir, d.arch,
+                                             compute_dtype(device, d.weights, DTYPES[d.dtype]), device,
                                              positions, d.weights, switches, kv_cache or d.kv_cache.dtype)
             # torch.empty: the pool's pages cost no memory until the draft model writes them
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
+        if model.plan.cuda_graphs:  # decode steps at fixed shapes in CUDA graphs (cuda_graphs.py)
+            model.attach_graphs(target_pool, limits.get("max_batch_size", 1), positions)
         chunk = prefill_chunk_tokens or env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
@@ -396,7 +400,8 @@ class Engine(EngineText):
         """Which kernels the target runs here, per step kind and cache dtype, and why not where one of
         our fast paths is not used (/health): a daemon that fell back to torch's ops answers the same,
         only slower, so say it. The plan was made at load (kernel_plan.py)."""
-        return {**self.model.plan.report(), "device": str(self.device), "threads": torch.get_num_threads()}
+        graphs = {"cuda_graphs_state": self.model.graphs.report()} if self.model.graphs is not None else {}
+        return {**self.model.plan.report(), "device": str(self.device), "threads": torch.get_num_threads(), **graphs}
 
     def kv_usage(self) -> dict:
         """What the server reports: backend-neutral (TrtllmEngine has the same method)."""

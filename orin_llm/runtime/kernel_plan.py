@@ -33,6 +33,7 @@ from ..kernels.attention import bf16_dot_products
 from ..kernels.int8_attention import HEAD_DIMS
 from ..kernels.packed import onednn_available
 from ..kernels.quant import INT8_KERNEL, kernel_available
+from ..kernels.triton import available as triton_available
 
 PROBE_ROWS = 16  # row independence is checked up to this many rows: past any draft length we run
 
@@ -40,6 +41,9 @@ PROBE_ROWS = 16  # row independence is checked up to this many rows: past any dr
 Q8_DOT, FUSED = "q8_dot", "fused_decode_layer"
 INT8_DECODE, INT8_PROMPT = "int8_decode_attention", "int8_prompt_attention"
 BF16_PROMPT, ONEDNN = "bf16_prompt_attention", "onednn_packing"  # torch's kernels, which a switch turns off too
+INT4_CUDA, GRAPHS, COMPILE = "int4_cuda_linear", "cuda_graphs", "torch_compile"  # the CUDA path's
+TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR = "triton_decode_attention", "triton_int8_head", "triton_int4_linear"
+CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR)
 
 QUANTIZED = ("q4_1", "int8_wo", "int4_wo")  # weight formats whose linear layers are QuantLinear (quant.py)
 
@@ -51,7 +55,14 @@ SWITCH_VARIABLES = {
     "fused_decode": "ORIN_LLM_FUSED_DECODE",
     "bf16_attention": "ORIN_LLM_BF16_ATTN",
     "pack": "ORIN_LLM_PACK",
+    "int4_cuda": "ORIN_LLM_INT4_CUDA",
+    "cuda_graphs": "ORIN_LLM_CUDA_GRAPHS",
+    "triton_attention": "ORIN_LLM_TRITON_ATTN",
+    "triton_head": "ORIN_LLM_TRITON_HEAD",
 }
+# off unless set to 1 (OPT_IN): compiling the decode step costs tens of seconds per batch bucket at
+# start; the Triton int4 linear against torch's int4 kernel is measured by bench/gpu_check.sh
+OPT_IN = {"torch_compile": "ORIN_LLM_COMPILE", "triton_linear": "ORIN_LLM_TRITON_LINEAR"}
 
 
 @dataclass(frozen=True)
@@ -63,15 +74,25 @@ class KernelSwitches:
     fused_decode: bool = True  # the fused decode layer
     bf16_attention: bool = True  # prompt attention over an INT8 cache as bf16 GEMMs
     pack: bool = True  # oneDNN-packed float32 linear layers
+    int4_cuda: bool = True  # Q4_1 layers on torch's CUDA int4 kernel (cuda_linear.py), not dequantized
+    cuda_graphs: bool = True  # decode steps at fixed shapes, captured in CUDA graphs per bucket (cuda_graphs.py)
+    triton_attention: bool = True  # those steps' attention on the Triton paged kernel (kernels/triton)
+    triton_head: bool = True  # a Q4_1 target's tied head on the Triton INT8 kernel over the Q8_0 codes
+    torch_compile: bool = False  # those steps' small ops fused by torch.compile (ORIN_LLM_COMPILE=1)
+    triton_linear: bool = False  # Q4_1 layers on the Triton int4 kernel instead of torch's (ORIN_LLM_TRITON_LINEAR=1)
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> KernelSwitches:
-        """The switches as the environment sets them: a variable set to 0 turns its kernel off."""
+        """The switches as the environment sets them: a variable set to 0 turns its kernel off
+        (ORIN_LLM_COMPILE=1 turns compilation on)."""
         env = os.environ if environ is None else environ
-        return cls(**{name: env.get(var, "1") != "0" for name, var in SWITCH_VARIABLES.items()})
+        return cls(**{name: env.get(var, "1") != "0" for name, var in SWITCH_VARIABLES.items()},
+                   **{name: env.get(var, "0") == "1" for name, var in OPT_IN.items()})
 
     def off(self, name: str) -> Optional[str]:
         """Why switch `name` keeps its kernel from running (None: it does not)."""
+        if name in OPT_IN:
+            return None if getattr(self, name) else f"not asked for ({OPT_IN[name]}=1 turns it on)"
         return None if getattr(self, name) else f"turned off ({SWITCH_VARIABLES[name]}=0)"
 
 
@@ -138,21 +159,40 @@ class KernelPlan:
     decode_width: int = 0
     rows_independent: bool = False
     lm_head: str = "torch's linear"
+    int4_cuda: bool = False  # Q4_1 layers on torch's CUDA int4 kernel (cuda_linear.py)
+    cuda_graphs: bool = False  # exact decode steps at fixed shapes in CUDA graphs per bucket (cuda_graphs.py)
+    torch_compile: bool = False  # the fixed-shape decode step compiled (torch.compile) before capture
+    triton_attention: bool = False  # the fixed-shape step's attention on the Triton paged kernel
+    triton_head: bool = False  # the tied head on the Triton INT8 kernel (cuda_linear.TritonQ8Head)
+    triton_linear: bool = False  # int4 layers on the Triton kernel (cuda_linear.TritonQ4Linear), not torch's
     why_not: tuple[tuple[str, str], ...] = field(default=())  # (kernel, why it is not used)
 
     def settled(self, rows_independent: bool, layers_fuse: Optional[str], decode_width: int,
-                lm_head: str) -> KernelPlan:
+                lm_head: str, int4_cuda: Optional[str] = None, triton_head: Optional[str] = None) -> KernelPlan:
         """The plan once the weights are in place: `rows_independent` as probed (packed.py),
         `layers_fuse` None where every layer can run the fused op (else why not), the exact steps'
-        width (0: not exact) and the head that was built."""
+        width (0: not exact), the head that was built, and why a planned CUDA int4 kernel did not
+        take every Q4_1 layer (None: it did)."""
         why = dict(self.why_not)
         fused = self.fused_decode and rows_independent and layers_fuse is None
         if self.fused_decode and not fused:
             why[FUSED] = layers_fuse or "the linear kernels are not row-independent here"
+        int4 = self.int4_cuda and int4_cuda is None
+        if self.int4_cuda and not int4:
+            why[INT4_CUDA if not self.triton_linear else TRITON_LINEAR] = int4_cuda
+        head = self.triton_head and triton_head is None
+        if self.triton_head and not head:
+            why[TRITON_HEAD] = triton_head
+        graphs = self.cuda_graphs and decode_width > 0
+        if self.cuda_graphs and not graphs:
+            why[GRAPHS] = "the engine's decode steps are not exact (exact=False): they run eagerly"
         # row independence was probed up to PROBE_ROWS rows; wider exact steps are padded (slower, still exact)
         rows = rows_independent and decode_width <= PROBE_ROWS
         return replace(self, fused_decode=fused, rows_independent=rows, decode_width=decode_width,
-                       lm_head=lm_head, why_not=tuple(why.items()))
+                       lm_head=lm_head, int4_cuda=int4, cuda_graphs=graphs, triton_head=head,
+                       triton_linear=self.triton_linear and int4,
+                       triton_attention=self.triton_attention and graphs,
+                       torch_compile=self.torch_compile and graphs, why_not=tuple(why.items()))
 
     @property
     def linear(self) -> str:
@@ -160,6 +200,10 @@ class KernelPlan:
         if self.weights in QUANTIZED:
             if self.q8_dot:
                 return "q8_dot"
+            if self.int4_cuda and self.triton_linear:
+                return "the Triton int4 kernel over the Q4_1 blocks repacked at load (kernels/triton/q4_linear.py)"
+            if self.int4_cuda:
+                return "torch's CUDA int4 kernel (_weight_int4pack_mm), the Q4_1 blocks repacked at load"
             if self.device == "cpu":
                 return "torch's packed weight-only kernels (where a layer's shape fits; dequantized elsewhere)"
             return "dequantized (no packed weight-only kernel on this device)"
@@ -172,6 +216,12 @@ class KernelPlan:
         layers = f"fused decode_layer around {self.linear}" if fused else self.linear
         decode = "INT8 decode op" if int8_op else "SDPA"
         verify = "INT8 decode op" if int8_op else "SDPA per query" if self.decode_width else "SDPA, causal mask"
+        if self.cuda_graphs:  # cuda_graphs.py: fixed shapes, the block tables as static tensors
+            graphed = ("Triton paged decode attention over the block table, one query a row, in a CUDA graph per bucket"
+                       if self.triton_attention else
+                       "SDPA over the block table's keys, masked per query, in a CUDA graph per bucket"
+                       + (" (torch.compile)" if self.torch_compile else ""))
+            decode = verify = graphed
         before = "INT8 decode op" if fused and self.int8_prompt else "SDPA per block"
         if int8_cache and self.int8_prompt:
             prompt = f"INT8 prompt op past MIN_KEYS keys, {before} before"
@@ -187,7 +237,9 @@ class KernelPlan:
     def report(self) -> dict:
         """For /health: each of our kernels, true or why not; and per cache dtype, each step kind's kernels."""
         used = {Q8_DOT: self.q8_dot, INT8_DECODE: self.int8_decode, FUSED: self.fused_decode,
-                INT8_PROMPT: self.int8_prompt, BF16_PROMPT: self.bf16_prompt, ONEDNN: self.onednn_pack}
+                INT8_PROMPT: self.int8_prompt, BF16_PROMPT: self.bf16_prompt, ONEDNN: self.onednn_pack,
+                INT4_CUDA: self.int4_cuda, GRAPHS: self.cuda_graphs, COMPILE: self.torch_compile,
+                TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear}
         why = dict(self.why_not)
         out: dict = {"device": self.device, "kv_cache": self.kv_cache, "weights": self.weights,
                      "exact_decode_width": self.decode_width, "rows_independent": self.rows_independent}
@@ -220,6 +272,21 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
     why[INT8_PROMPT] = _first((why[BF16_PROMPT] is None, f"no bf16 prompt attention ({why[BF16_PROMPT]})"),
                               (not switches.off("prefill_attention"), switches.off("prefill_attention") or ""),
                               (features.op(INT8_PROMPT) is None, features.op(INT8_PROMPT) or ""), head)
+    cuda = (kind == "cuda", f"not a CUDA device ({kind})")
+    why[INT4_CUDA] = _first(cuda, (weights in ("q4_1", "int4_wo"), f"no int4 layers ({weights} weights)"),
+                            (not switches.off("int4_cuda"), switches.off("int4_cuda") or ""))
+    why[GRAPHS] = _first(cuda, (not switches.off("cuda_graphs"), switches.off("cuda_graphs") or ""))
+    why[COMPILE] = _first((why[GRAPHS] is None, f"no CUDA graphs ({why[GRAPHS]})"),
+                          (not switches.off("torch_compile"), switches.off("torch_compile") or ""))
+    # (asked only on CUDA: importing triton costs a CPU daemon memory it never uses)
+    triton_why = triton_available() if kind == "cuda" else f"not a CUDA device ({kind})"
+    triton = (triton_why is None, triton_why or "")
+    why[TRITON_ATTN] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
+                              (not switches.off("triton_attention"), switches.off("triton_attention") or ""))
+    why[TRITON_HEAD] = _first(cuda, (weights == "q4_1", f"no Q8_0 head to read ({weights} weights)"), triton,
+                              (not switches.off("triton_head"), switches.off("triton_head") or ""))
+    why[TRITON_LINEAR] = _first((why[INT4_CUDA] is None, f"no CUDA int4 layers ({why[INT4_CUDA]})"), triton,
+                                (not switches.off("triton_linear"), switches.off("triton_linear") or ""))
     why[FUSED] = _first(cpu, (not switches.off("fused_decode"), switches.off("fused_decode") or ""),
                         (why[Q8_DOT] is None, f"the layers are not on q8_dot ({why[Q8_DOT]})"),
                         (why[INT8_DECODE] is None, f"no INT8 decode op ({why[INT8_DECODE]})"),
@@ -229,7 +296,21 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                       onednn_pack=why[ONEDNN] is None, torch_int8=features.torch_int8 and cpu[0],
                       bf16_prompt=why[BF16_PROMPT] is None, int8_decode=why[INT8_DECODE] is None,
                       int8_prompt=why[INT8_PROMPT] is None, fused_decode=why[FUSED] is None,
-                      why_not=tuple((k, v) for k, v in why.items() if v is not None))
+                      int4_cuda=why[INT4_CUDA] is None, cuda_graphs=why[GRAPHS] is None,
+                      torch_compile=why[COMPILE] is None, triton_attention=why[TRITON_ATTN] is None,
+                      triton_head=why[TRITON_HEAD] is None, triton_linear=why[TRITON_LINEAR] is None,
+                      # (the CUDA path's kernels say why not only on a CUDA device: elsewhere "not applicable")
+                      why_not=tuple((k, v) for k, v in why.items()
+                                    if v is not None and (kind == "cuda" or k not in CUDA_KERNELS)))
+
+
+def compute_dtype(device: str | torch.device, weights: str, built: torch.dtype) -> torch.dtype:
+    """What a model computes in: the manifest's dtype, except a quantized model on CUDA, which computes
+    in bf16 (the int4 kernel's activations; float32 there would read and move twice the bytes). The
+    float32 reference (weights="fp32") stays float32 everywhere."""
+    if torch.device(device).type == "cuda" and weights in QUANTIZED and built == torch.float32:
+        return torch.bfloat16
+    return built
 
 
 TORCH_ONLY = KernelPlan()  # torch's ops everywhere: a model not loaded by load_llama (built by hand in a test)

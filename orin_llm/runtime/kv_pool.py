@@ -32,12 +32,18 @@ class KVPool:
         """dtype: the compute dtype; with k_scale/v_scale ([layers, kv_heads]) the pool is INT8."""
         self.arch, self.num_blocks, self.block_size = arch, num_blocks, block_size
         self.slots = num_blocks * block_size
-        shape = (arch.num_layers, arch.num_kv_heads, self.slots, arch.head_dim)
+        # one block past the last: the scratch block (`scratch`), never handed to a sequence, where a
+        # fixed-shape step (cuda_graphs.py) writes its padding rows' K/V and points its table's unused entries
+        self.scratch = num_blocks
+        shape = (arch.num_layers, arch.num_kv_heads, self.slots + block_size, arch.head_dim)
         self.int8 = k_scale is not None
         store = torch.int8 if self.int8 else dtype
-        # torch.empty: pages the OS has not handed out yet cost no resident memory until written
-        self.k = torch.empty(shape, dtype=store, device=device)
-        self.v = torch.empty(shape, dtype=store, device=device)
+        # torch.empty on a CPU: pages the OS has not handed out yet cost no resident memory until
+        # written. On a GPU, zeros: a masked key still enters a fixed-shape step's attention with weight
+        # 0, and 0 times a NaN left in never-written float memory would be NaN
+        make = torch.empty if torch.device(device).type == "cpu" else torch.zeros
+        self.k = make(shape, dtype=store, device=device)
+        self.v = make(shape, dtype=store, device=device)
         self.dtype = dtype
         self._layers = [(self.k[i], self.v[i]) for i in range(arch.num_layers)]  # (views: no op per step)
         if self.int8:
@@ -65,15 +71,18 @@ class KVPool:
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        """The pool's bytes for its blocks (the one scratch block left out)."""
+        return self.bytes_per_token * self.slots
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v: [T, kv_heads, head_dim] for the T slots given."""
         k, v = k.transpose(0, 1), v.transpose(0, 1)  # [KV, T, D]
+        pk, pv = self._layers[layer]
         if self.int8:
             ks, vs = self._write_scales[layer]
             k, v = _quantize(k, ks), _quantize(v, vs)
-        pk, pv = self._layers[layer]
+        elif k.dtype != pk.dtype:  # a float cache in another dtype than the model computes in (fp16 on bf16)
+            k, v = k.to(pk.dtype), v.to(pk.dtype)
         pk.index_copy_(1, slots, k)
         pv.index_copy_(1, slots, v)
 
@@ -95,6 +104,27 @@ class KVPool:
             v[:, at:at + n].copy_(pv[:, s:s + n])
             at += n
         return k, v
+
+    def gather_index(self, layer: int, slots: torch.Tensor, dtype: torch.dtype):
+        """K and V at `slots` ([N] slot ids, in order), as [KV, N, D] in `dtype`: one gather each."""
+        pk, pv = self._layers[layer]
+        return pk.index_select(1, slots).to(dtype), pv.index_select(1, slots).to(dtype)
+
+    def gather_slots(self, layer: int, key_slots: torch.Tensor, dtype: torch.dtype):
+        """K and V at `key_slots` ([B, N] slot ids: each sequence's block table expanded), as
+        [B, KV, N, D] in `dtype`: a fixed-shape read for a step captured in a CUDA graph (cuda_graphs.py)."""
+        pk, pv = self._layers[layer]
+        b, n = key_slots.shape
+        flat = key_slots.reshape(-1)
+
+        def read(t: torch.Tensor) -> torch.Tensor:
+            return t.index_select(1, flat).view(t.shape[0], b, n, t.shape[2]).transpose(0, 1).to(dtype)
+
+        return read(pk), read(pv)
+
+    def layer_tensors(self, layer: int):
+        """One layer as stored, [KV, slots, D] each, and its [KV] scales (None, None for a float pool)."""
+        return (*self._layers[layer], *self.scales(layer))
 
     def head_scales(self, layer: int):
         """The K and V scales per query head, [1, H, 1, 1] each (kv_cache.head_scales)."""
@@ -181,7 +211,13 @@ class PagedView:
         return self.slots(0, end)
 
     def read_unscaled(self, layer: int, end: int, dtype: Optional[torch.dtype] = None):
-        k, v = self.pool.gather(layer, self.runs(end), end, dtype or self.pool.dtype)
+        runs = self.runs(end)
+        if len(runs) > 1 and self.pool.device.type != "cpu":
+            # on a GPU every copy is a kernel launch: one gather through the slot table (made once per
+            # block count) instead of a copy per run, or an arange per run past MAX_RUNS, in every layer
+            k, v = self.pool.gather_index(layer, self.slots(0, end), dtype or self.pool.dtype)
+        else:
+            k, v = self.pool.gather(layer, runs, end, dtype or self.pool.dtype)
         return (k, v, *self.pool.scales(layer))
 
 

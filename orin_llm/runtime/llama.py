@@ -13,6 +13,7 @@ in the batch cannot change a greedy answer.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -26,7 +27,8 @@ from ..errors import OrinError
 from ..kernels import decode_layer
 from ..kernels.attention import MIN_KEYS
 from ..kernels.packed import padded
-from .attention_layer import Attention, Step, prompt_from
+from .attention_layer import Attention, FixedStep, Step, prompt_from
+from .cuda_graphs import DecodeGraphs, Row, StaticInputs
 from .head import Q8Head, vocab_mask
 from .kernel_plan import PROBE_ROWS, TORCH_ONLY, KernelPlan
 from .kv_cache import KVCache
@@ -127,6 +129,11 @@ class Block(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, caches, layer, steps, width)
         return x + self.mlp(self.post_attention_layernorm(x), width)
 
+    def forward_static(self, x, cos, sin, pool, layer: int, fixed: FixedStep):
+        """The block in a fixed-shape decode step (cuda_graphs.py)."""
+        x = x + self.self_attn.forward_static(self.input_layernorm(x), cos, sin, pool, layer, fixed)
+        return x + self.mlp(self.post_attention_layernorm(x), 0)
+
 
 class Llama(nn.Module):
     def __init__(self, arch: Arch, max_positions: int, plan: KernelPlan = TORCH_ONLY):
@@ -149,9 +156,19 @@ class Llama(nn.Module):
         # Per layer, the fused decode op's weight arguments (decode_layer.layer_args), set at load where
         # the plan runs that op; None elsewhere.
         self.fused_args: Optional[list[tuple]] = None
+        # Decode steps at fixed shapes in CUDA graphs (cuda_graphs.py), over one pool: set by
+        # attach_graphs where the plan runs them; None elsewhere.
+        self.graphs: Optional[DecodeGraphs] = None
+        self.graph_pool = None
+        self.triton_attention: Optional[bool] = None  # the fixed-shape step's attention on the Triton kernel
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """What the model computes in (its norms' dtype: the weights may be int8 or int4)."""
+        return self.norm.weight.dtype
 
     @property
     def device(self) -> torch.device:
@@ -171,6 +188,8 @@ class Llama(nn.Module):
         are returned ([num_logits, vocab]; [0, vocab] for 0)."""
         if not items:
             return []
+        if self.graphs is not None and self._graphable(items):
+            return self._graphed(items)
         plan = self.plan
         if len(items) > 1 and plan.decode_width and not plan.rows_independent:
             # padding to a fixed width keeps one sequence exact, not a batch of them
@@ -187,7 +206,7 @@ class Llama(nn.Module):
             t = it.ids.shape[0]
             pos = it.cache.reserve(t)
             steps.append(self._step(pos, t, at, it.cache, it.block, it.decode))
-            starts.append(torch.arange(pos, pos + t))
+            starts.append(torch.arange(pos, pos + t, device=self.cos.device))
             at += t
         ids = items[0].ids if len(items) == 1 else torch.cat([it.ids for it in items])
         x = self.embed_tokens(ids)
@@ -219,6 +238,75 @@ class Llama(nn.Module):
             out.append(logits[at:at + it.num_logits])
             at += it.num_logits
         return out
+
+    # ------------------------------------------------------------------ fixed-shape decode steps
+
+    def attach_graphs(self, pool, max_batch: int, max_positions: int, capture: Optional[bool] = None) -> DecodeGraphs:
+        """Run this model's decode steps over `pool` (a KVPool) at fixed shapes (cuda_graphs.py), in CUDA
+        graphs where `capture` (default: on a CUDA device), eagerly otherwise. Needs exact decode steps
+        (plan.decode_width): their width is the graphs' W."""
+        if not self.plan.decode_width:
+            raise OrinError("fixed-shape decode steps need exact decode steps (decode_width > 0)")
+        capture = pool.device.type == "cuda" if capture is None else capture
+        blocks = -(-max_positions // pool.block_size)
+        self.triton_attention = None
+        if self.plan.triton_attention:
+            why = _triton_attention_fits(pool, self.compute_dtype)
+            if why is None:
+                self.triton_attention = True
+            else:
+                from dataclasses import replace
+
+                self.plan = replace(self.plan, triton_attention=False,
+                                    why_not=(*self.plan.why_not, ("triton_decode_attention", why)))
+        compiled = self.static_step
+        if self.plan.torch_compile:
+            compiled = torch.compile(self.static_step, dynamic=False)
+        self.graph_pool = pool
+        # the Triton kernel splits a table of more than 16 blocks into ranges merged in order: every
+        # table at least 32 wide takes that one path, so a row's numbers do not depend on the bucket
+        self.graphs = DecodeGraphs(functools.partial(compiled, pool=pool), self.plan.decode_width,
+                                   pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture,
+                                   smallest_blocks=32 if self.triton_attention else 4)
+        return self.graphs
+
+    def _graphable(self, items: list[Item]) -> bool:
+        return all(it.decode and not it.block and getattr(it.cache, "pool", None) is self.graph_pool
+                   for it in items) and self.graphs.fits(
+            [Row([0] * it.ids.shape[0], it.cache.length, it.cache.blocks, it.num_logits) for it in items])
+
+    def _graphed(self, items: list[Item]) -> list[torch.Tensor]:
+        rows = []
+        for it in items:
+            t = it.ids.shape[0]
+            rows.append(Row(it.ids.tolist(), it.cache.reserve(t), it.cache.blocks, it.num_logits))
+        outs = self.graphs.run(rows)
+        for it, r in zip(items, rows, strict=True):
+            it.cache.length = r.pos + len(r.ids)
+        if not isinstance(self.lm_head, Q8Head):
+            return outs
+        # the exact int8 head picks its candidates by the data (head.py): outside the fixed shapes
+        return [self._logits(h, [it], 0) if it.num_logits else h.new_zeros(0, self.arch.vocab_size)
+                for h, it in zip(outs, items, strict=True)]
+
+    def static_step(self, inp: StaticInputs, pool) -> torch.Tensor:
+        """One fixed-shape decode step (cuda_graphs.py): B·W rows at `inp`'s positions, their K/V written
+        to `inp.slots`, each attending over its sequence's block table up to its own position. Returns
+        float32 logits [B·W, vocab] (the normed hidden states where the head is the exact int8 one)."""
+        b, w, nb, bs = inp.batch, inp.width, inp.blocks, pool.block_size
+        x = self.embed_tokens(inp.ids)
+        cos, sin = self.cos[inp.positions].to(x.dtype), self.sin[inp.positions].to(x.dtype)
+        if self.triton_attention:
+            fixed = FixedStep(b, w, inp.slots, None, None, inp.table.repeat_interleave(w, dim=0).int(),
+                              inp.limits.int())
+        else:
+            keys = torch.arange(nb * bs, device=x.device)
+            fixed = FixedStep(b, w, inp.slots, (inp.table[:, :, None] * bs + keys[:bs]).view(b, nb * bs),
+                              (keys < inp.limits.view(b, w, 1)).unsqueeze(1))
+        for i, block in enumerate(self.layers):
+            x = block.forward_static(x, cos, sin, pool, i, fixed)
+        h = self.norm(x)
+        return h if isinstance(self.lm_head, Q8Head) else self.lm_head(h).float()
 
     def _fused_layers(self, x: torch.Tensor, caches: list, steps: list[Step]) -> None:
         """Every layer of a decode step, one C++ call each, on x in place (decode_layer.py)."""
@@ -288,6 +376,27 @@ class Llama(nn.Module):
         if t > 1 and not exact and not bf16:  # query i sees keys 0 .. pos+i (the prefix and its own past)
             mask = torch.ones(t, pos + t, dtype=torch.bool, device=cache.device).tril(diagonal=pos)
         return Step(pos, slice(row, row + t), mask, exact, bf16)
+
+
+def _triton_attention_fits(pool, dtype: torch.dtype) -> Optional[str]:
+    """None where the Triton paged decode kernel runs over this pool in `dtype` (checked once on a few
+    rows against its torch reference), else why not."""
+    if not pool.int8 and pool.k.dtype != dtype:
+        return f"a {pool.k.dtype} cache under {dtype} compute (the kernel reads float caches in q's dtype)"
+    try:
+        from ..kernels.triton import paged_decode_attention, reference
+
+        kc, vc, ks, vs = pool.layer_tensors(0)
+        h = kc.shape[0] * 2
+        q = torch.randn(2, h, kc.shape[2], device=kc.device, dtype=dtype)
+        tables = torch.full((2, 32), pool.scratch, dtype=torch.int32, device=kc.device)
+        lens = torch.tensor([1, pool.block_size], dtype=torch.int32, device=kc.device)
+        got = paged_decode_attention(q, kc, vc, tables, lens, pool.block_size, ks, vs).float()
+        want = reference.paged_decode_attention(q, kc, vc, tables, lens, pool.block_size, ks, vs).float()
+        err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
+    except Exception as e:  # noqa: BLE001 (a kernel that does not build here: the plan says why)
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return None if err <= 0.05 else f"disagrees with its torch reference (relative error {err:.3g})"
 
 
 def _reads_int8(cache) -> bool:

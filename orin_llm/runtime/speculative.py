@@ -56,7 +56,8 @@ def verify(logits: torch.Tensor, draft: list[int], q: Optional[torch.Tensor], pa
     p = probs(logits, params)
     for i, d in enumerate(draft):
         q_d = 1.0 if q is None else float(q[i, d])
-        if torch.rand((), generator=gen).item() * q_d < float(p[i, d]):  # accept w.p. min(1, p/q)
+        u = torch.rand((), generator=gen, device=gen.device if gen is not None else None)  # (gen: the request's device)
+        if u.item() * q_d < float(p[i, d]):  # accept w.p. min(1, p/q)
             continue
         residual = p[i].clone()
         if q is None:

@@ -11,8 +11,11 @@ The formats (a manifest entry's `weights`):
 
 Kernels (invariant 5, no silent fallback): the build records in the manifest which packed kernels
 the quantized layers run on a CPU, and `check_kernels` refuses to load such an engine on a CPU whose
-torch lacks one, saying what to do. On other devices (CUDA, the Orin's torch) q4_1 layers are
-dequantized once at load to the compute dtype, and the log says so.
+torch lacks one, saying what to do. On CUDA the int4 layers stay 4-bit on torch's int4 kernel
+(kernels/cuda_linear.py: the Q4_1 blocks repacked at load, checked against the dequantized layer),
+computing in bf16 (kernel_plan.compute_dtype); a layer that kernel cannot take, or every layer with
+ORIN_LLM_INT4_CUDA=0, is dequantized once at load to the compute dtype, and the log and the kernel
+plan say so.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
+from typing import Optional
 
 import torch
 from safetensors import safe_open
@@ -29,6 +33,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from ..kernels import decode_layer
+from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Linear, TritonQ8Head
 from ..kernels.packed import PackedLinear, pack_linears, rows_independent
 from ..kernels.quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 from .head import Q8Head
@@ -169,7 +174,9 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
     quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]
     for name in quantized:  # weight-only quantized layers (the draft model, a q4_1 target)
         qweight, scales = fused.pop(name + ".qweight"), fused.pop(name + ".scales")
-        model.set_submodule(name, QuantLinear(qweight, scales, dtype, fused.pop(name + ".mins", None)))
+        # on CUDA the layer is repacked below: its scales and mins kept as given until then (fp16 values)
+        held = torch.float32 if plan.int4_cuda else dtype
+        model.set_submodule(name, QuantLinear(qweight, scales, held, fused.pop(name + ".mins", None)))
     missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in fused.items()},
                                                 strict=False, assign=True)
     missing = [m for m in missing if m not in ("cos", "sin") and m.rpartition(".")[0] not in quantized]
@@ -177,6 +184,7 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = model.to(device).eval()
+    int4_why = _pack_cuda(model, dtype, plan.triton_linear) if plan.int4_cuda else None
     independent = _pack(model, device, dtype, weights, plan)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
         model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
@@ -184,9 +192,21 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
             # the tied head over the same codes: int8 with exact greedy choices, float32 on demand (head.py)
             model.lm_head = Q8Head(model.embed_tokens, plan.q8_dot, plan.onednn_pack)
             release_freed_memory()  # the float32 head just dropped: 113 MB for the embedded model
+    head_why = None
+    if plan.triton_head and embed is not None and arch.tie_word_embeddings:
+        # the tied head over the Q8_0 codes the embedding holds, with the file's scales (cuda_linear.py)
+        head, head_why = TritonQ8Head.build(model.embed_tokens.codes, embed[1])
+        if head is not None:
+            model.lm_head = head
+        else:
+            log.warning("the Triton INT8 head does not run here (%s): the head stays %s", head_why, dtype)
+    elif plan.triton_head:
+        head_why = "no Q8_0 embedding tied to the head"
+    if plan.int4_cuda and isinstance(model.lm_head, TritonQ8Head):
+        independent = rows_independent(model, PROBE_ROWS)  # again: the head the probe saw is gone
     args = [decode_layer.layer_args(b) for b in model.layers] if plan.fused_decode else []
     fusable = None if all(a is not None for a in args) else "a layer does not run on q8_dot's kernels"
-    model.plan = plan.settled(independent, fusable, decode_width, _head_kernel(model.lm_head))
+    model.plan = plan.settled(independent, fusable, decode_width, _head_kernel(model.lm_head), int4_why, head_why)
     model.fused_args = args if model.plan.fused_decode else None
     if torch.device(device).type == "cpu" and not plan.bf16_prompt:
         log.info("no bf16 prompt attention (%s): prefill attention over an INT8 KV cache runs float32 SDPA "
@@ -201,7 +221,28 @@ def _head_kernel(head: nn.Module) -> str:
         return f"int8 candidates on {on}, the top recomputed exactly; float32 on demand (head.py)"
     if isinstance(head, QuantLinear):
         return "int8 weight-only, tied to the embedding" + (" (q8_dot)" if head.q8 is not None else "")
+    if isinstance(head, TritonQ8Head):
+        return "int8 over the Q8_0 embedding's codes and scales, float32 logits (Triton)"
+    if isinstance(head, nn.Linear) and head.weight.is_cuda:
+        return f"torch's Linear in {str(head.weight.dtype).removeprefix('torch.')}, tied to the embedding's values"
     return "oneDNN packed float32" if isinstance(head, PackedLinear) else f"torch's {type(head).__name__}"
+
+
+def _pack_cuda(model: Llama, dtype: torch.dtype, triton: bool = False) -> Optional[str]:
+    """The int4 layers onto torch's CUDA int4 kernel, or the Triton one (cuda_linear.py); a layer the
+    kernel cannot take is dequantized once. Returns why not every layer runs it (None: all do)."""
+    why = None
+    kernel = TritonQ4Linear if triton else Int4PackLinear
+    for name, m in [(n, m) for n, m in model.named_modules() if isinstance(m, QuantLinear) and m.bits == 4]:
+        layer, reason = kernel.build(m, dtype)
+        if layer is None:
+            why = why or f"{name}: {reason}"
+            layer = nn.Linear(m.in_features, m.out_features, bias=False, device=m.qweight.device, dtype=dtype)
+            layer.weight.data = m.dequantize().to(dtype)
+        model.set_submodule(name, layer)
+    if why:
+        log.warning("the CUDA int4 kernel does not run every layer (%s): those are dequantized", why)
+    return why
 
 
 def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str, plan: KernelPlan) -> bool:

@@ -30,10 +30,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # the engine's tokenizer and manifest layout only (the executors are the fake's): the tiny engine does
 engine_dir = tiny_fixture("engine_dir")
 SHIPPED = sorted(ROOT.glob("jetson/profiles/*.toml"))
+TRTLLM = [p for p in SHIPPED if load_profile(p).backend == "trtllm"]  # (torch's: test_torch_profile.py)
 
 
 def test_there_are_shipped_profiles():
-    assert {p.stem for p in SHIPPED} >= {"agx-orin-64gb", "agx-orin-64gb-int8kv"}
+    assert {p.stem for p in SHIPPED} >= {"agx-orin-64gb", "agx-orin-64gb-int8kv", "agx-orin-64gb-torch"}
 
 
 def local_models(profile: Profile, path: Path, tmp_path: Path) -> Profile:
@@ -70,7 +71,7 @@ def write_manifest(out: Path, src: Path, profile: Profile, plan) -> None:
     (out / "manifest.json").write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("path", SHIPPED, ids=[p.stem for p in SHIPPED])
+@pytest.mark.parametrize("path", TRTLLM, ids=[p.stem for p in TRTLLM])
 def test_shipped_profile_plans_builds_and_loads(path, tmp_path, engine_dir, fake, monkeypatch):
     shipped = load_profile(path)
     plan = check_feasible(plan_memory(shipped, path.parent))

@@ -150,7 +150,7 @@ max_batch_size = 2
 max_num_tokens = 4096
 """
 
-SHIPPED = sorted(ROOT.glob("jetson/profiles/*.toml"))
+SHIPPED = [p for p in sorted(ROOT.glob("jetson/profiles/*.toml")) if load_profile(p).backend == "trtllm"]
 
 
 def profile(draft: bool = True, **top) -> Profile:

@@ -11,6 +11,7 @@ import torch
 from orin_llm.arch import Arch
 from orin_llm.kernels.attention import MIN_KEYS
 from orin_llm.runtime.kernel_plan import (
+    CUDA_KERNELS,
     FUSED,
     INT8_DECODE,
     INT8_PROMPT,
@@ -36,6 +37,9 @@ def _arch(head_dim: int = 64) -> Arch:
     return Arch(num_layers=2, hidden_size=128, intermediate_size=256, num_heads=2, num_kv_heads=1,
                 head_dim=head_dim, vocab_size=64, tie_word_embeddings=True, max_position_embeddings=2048,
                 rms_norm_eps=1e-5, rope_theta=10000.0)
+
+
+CUDA_SWITCHES = ("int4_cuda", "cuda_graphs", "triton_attention", "triton_head")
 
 
 def _plan(features=FULL, switches=KernelSwitches(), weights="q4_1", device="cpu", head_dim=64, dtype=torch.float32):
@@ -83,7 +87,7 @@ def test_a_cpu_without_the_features_runs_torchs_kernels_and_says_why():
     assert plan.report()["steps"]["int8"]["prompt"]["attention"].startswith("bf16 GEMMs")
 
 
-@pytest.mark.parametrize("name", list(SWITCH_VARIABLES))
+@pytest.mark.parametrize("name", [n for n in SWITCH_VARIABLES if n not in CUDA_SWITCHES])  # (CUDA's: test_cuda_plan.py)
 def test_a_switch_turns_its_kernel_off_and_the_kernels_that_need_it(name):
     plan = _plan(switches=replace(KernelSwitches(), **{name: False}))
     why = dict(plan.why_not)
@@ -113,8 +117,11 @@ def test_fp_weights_an_fp16_model_and_unknown_head_sizes():
 def test_a_cuda_device_runs_none_of_the_cpu_kernels():
     plan = _plan(CpuFeatures(cpu=False), device="cuda")
     assert not (plan.q8_dot or plan.onednn_pack or plan.bf16_prompt or plan.int8_decode or plan.fused_decode)
-    assert plan.why_not and all("not a CPU (cuda)" in why for _, why in plan.why_not)
-    assert plan.linear.startswith("dequantized")
+    # (the CUDA path's own kernels: tests/runtime/test_cuda_plan.py)
+    assert plan.why_not and all("not a CPU (cuda)" in why for k, why in plan.why_not if k not in CUDA_KERNELS)
+    assert plan.linear.startswith("torch's CUDA int4 kernel")
+    off = _plan(CpuFeatures(cpu=False), device="cuda", switches=KernelSwitches(int4_cuda=False))
+    assert off.linear.startswith("dequantized")
     # and probing a non-CPU device builds nothing
     assert CpuFeatures.probe("meta", KernelSwitches(), quantized=True) == CpuFeatures(cpu=False)
 

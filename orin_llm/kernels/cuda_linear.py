@@ -1,0 +1,207 @@
+"""Q4_1 linear layers on CUDA, still 4-bit on the GPU: torch's packed int4 kernel (`_weight_int4pack_mm`,
+gpt-fast's "tinygemm"), from the Q4_1 blocks repacked once at load.
+
+Q4_1 stores w = scale·q + min per 32-weight block (q in 0..15). torch's kernel computes
+(q - 8)·scale + zero per group, so zero = min + 8·scale and the codes go in as they are: the same
+values, held in 4 bits plus a bf16 scale and zero per 32 weights (the scales and mins rounded from fp16
+to bf16: the one change, checked at load against the dequantized layer). The kernel takes bf16
+activations and writes bf16. The packing order of the codes has changed between torch releases (int32
+codes, then two codes per byte), so `pack` tries the layouts this torch takes and keeps the one whose
+products match the dequantized layer: a torch whose kernel packs differently is refused at load (the
+layer then runs dequantized, and the kernel plan says why), never a silently wrong product.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .quant import QuantLinear
+
+INT4_CUDA_KERNEL = "aten._weight_int4pack_mm"
+GROUPS = (32, 64, 128, 256)
+# the packed product against the dequantized layer, relative to the product's scale: bf16 activations
+# and outputs (2^-8 each) and the bf16 scales and zeros; a wrong code layout is off by ~1
+TOLERANCE = 0.05
+
+
+def _inner_k_tiles(in_features: int) -> Optional[int]:
+    return next((t for t in (8, 4, 2) if in_features % (t * 16) == 0), None)
+
+
+def _layouts(codes: torch.Tensor) -> list[torch.Tensor]:
+    """The code layouts torch's packing op has taken: two codes per byte (even index in the high nibble,
+    torch >= 2.5), and one int32 per code (older)."""
+    c = codes.to(torch.int32)
+    return [((c[:, ::2] << 4) | c[:, 1::2]).to(torch.uint8).contiguous(), c.contiguous()]
+
+
+class Int4PackLinear(nn.Module):
+    """A Q4_1 (or symmetric int4) QuantLinear on torch's CUDA int4 kernel; `build` returns None, with the
+    reason in `why`, where it cannot run here."""
+
+    def __init__(self, packed: torch.Tensor, group: int, scales_zeros: torch.Tensor, in_features: int,
+                 out_features: int, dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
+        self.group, self.in_features, self.out_features, self.dtype = group, in_features, out_features, dtype
+
+    @classmethod
+    def build(cls, q: QuantLinear, dtype: torch.dtype) -> tuple[Optional[Int4PackLinear], Optional[str]]:
+        """The layer on the int4 kernel, checked against its dequantized weights; (None, why) if not."""
+        dev = q.qweight.device
+        if dev.type != "cuda":
+            return None, f"not a CUDA device ({dev.type})"
+        if q.bits != 4 or q.group not in GROUPS:
+            return None, f"{q.bits}-bit layer, group {q.group} (the kernel takes int4 in groups of {GROUPS})"
+        tiles = _inner_k_tiles(q.in_features)
+        if tiles is None or q.out_features % 8:
+            return None, f"shape {q.out_features}x{q.in_features} (the kernel needs in % 32, out % 8)"
+        s = q.scales.float()
+        zeros = q.mins.float() + 8 * s if q.mins is not None else torch.zeros_like(s)
+        sz = torch.stack([s, zeros], dim=-1).transpose(0, 1).to(torch.bfloat16).contiguous()
+        ref = q.dequantize().to(torch.bfloat16)
+        gen = torch.Generator(device=dev).manual_seed(0)
+        x = torch.randn(4, q.in_features, device=dev, dtype=torch.bfloat16, generator=gen)
+        want = F.linear(x, ref).float()
+        why = "no layout this torch takes"
+        for codes in _layouts(q._codes()):
+            try:
+                packed = torch.ops.aten._convert_weight_to_int4pack(codes, tiles)
+                got = torch.ops.aten._weight_int4pack_mm(x, packed, q.group, sz).float()
+            except (RuntimeError, AttributeError, NotImplementedError) as e:
+                why = f"{INT4_CUDA_KERNEL}: {str(e).splitlines()[0][:160]}"
+                continue
+            err = (got - want).abs().max().item() / max(want.abs().max().item(), 1e-6)
+            if err <= TOLERANCE:
+                return cls(packed, q.group, sz, q.in_features, q.out_features, dtype), None
+            why = f"{INT4_CUDA_KERNEL} disagrees with the dequantized layer (relative error {err:.3g})"
+        return None, why
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])
+        y = torch.ops.aten._weight_int4pack_mm(flat.to(torch.bfloat16).contiguous(), self.packed, self.group,
+                                               self.scales_zeros)
+        y = y if y.dtype == x.dtype else y.to(x.dtype)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
+    @property
+    def nbytes(self) -> int:
+        return self.packed.numel() * self.packed.element_size() + self.scales_zeros.numel() * 2
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4 (CUDA)"
+
+
+def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> Optional[str]:
+    err = (got.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
+    return None if err <= TOLERANCE else f"{what} disagrees with its torch reference (relative error {err:.3g})"
+
+
+def _split_k(out_features: int, device: torch.device) -> int:
+    """Input ranges for the Triton int4 GEMV: enough programs to fill the GPU at decode's few rows. Fixed
+    per layer (by its outputs alone), so a row's sums never depend on how many rows share the call."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    tiles = -(-out_features // 64)
+    return max(1, min(8, -(-2 * sms // tiles)))
+
+
+class TritonQ4Linear(nn.Module):
+    """A Q4_1 QuantLinear on the Triton int4 kernel (kernels/triton/q4_linear.py): the GGUF's codes,
+    fp16 scales and mins, repacked once at load; float32 sums, output in the activations' dtype."""
+
+    def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("codes", packed.codes)
+        self.register_buffer("scales", packed.scales)
+        self.register_buffer("mins", packed.mins)
+        self.split_k, self.dtype = split_k, dtype
+        self.in_features, self.out_features = in_features, out_features
+
+    @classmethod
+    def build(cls, q: QuantLinear, dtype: torch.dtype) -> tuple[Optional[TritonQ4Linear], Optional[str]]:
+        from . import triton as kernels
+
+        dev = q.qweight.device
+        if dev.type != "cuda":
+            return None, f"not a CUDA device ({dev.type})"
+        why = kernels.available()
+        if why:
+            return None, why
+        if q.bits != 4 or q.group != 32:
+            return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
+        mins = q.mins if q.mins is not None else -8 * q.scales
+        try:
+            packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float())
+            layer = cls(packed, q.in_features, q.out_features, _split_k(q.out_features, dev), dtype)
+            x = torch.randn(4, q.in_features, device=dev, dtype=dtype,
+                            generator=torch.Generator(device=dev).manual_seed(0))
+            why = _check(layer(x), F.linear(x.float(), q.dequantize().float()), "the Triton int4 linear")
+        except Exception as e:  # noqa: BLE001 (a kernel that does not compile here: the plan says why)
+            return None, f"the Triton int4 linear: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return (layer, None) if why is None else (None, why)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from . import triton as kernels
+
+        return kernels.int4_linear(x, self.packed, split_k=self.split_k)
+
+    @property
+    def packed(self):
+        from .triton.q4_linear import Q4Packed
+
+        return Q4Packed(self.codes, self.scales, self.mins)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"Q4_1 (Triton, split_k={self.split_k})")
+
+
+class TritonQ8Head(nn.Module):
+    """The tied LM head over the Q8_0 embedding's int8 codes (shared with it, not copied) and its per-32
+    scales (the GGUF's values: fp16 where exact), on the Triton INT8 head kernel: float32 logits of the
+    GGUF's own weights, reading a quarter of a float32 head's bytes and half of a bf16 one's."""
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor):
+        super().__init__()
+        self.register_buffer("scales", scales)
+        self.codes = [codes]  # not a buffer: the embedding's
+        self.out_features, self.in_features = codes.shape
+
+    @classmethod
+    def build(cls, codes: torch.Tensor, scales: torch.Tensor) -> tuple[Optional[TritonQ8Head], Optional[str]]:
+        from . import triton as kernels
+
+        if codes.device.type != "cuda":
+            return None, f"not a CUDA device ({codes.device.type})"
+        why = kernels.available()
+        if why:
+            return None, why
+        s = scales.float().to(codes.device)
+        s = s.half() if torch.equal(s.half().float(), s) else s
+        try:
+            head = cls(codes, s)
+            x = torch.randn(3, head.in_features, device=codes.device, dtype=torch.bfloat16,
+                            generator=torch.Generator(device=codes.device).manual_seed(0))
+            rows = torch.arange(0, head.out_features, max(1, head.out_features // 512), device=codes.device)
+            w = codes[rows].float() * s[rows].float().repeat_interleave(head.in_features // s.shape[1], dim=1)
+            why = _check(head(x)[:, rows], x.float() @ w.T, "the Triton INT8 head")
+        except Exception as e:  # noqa: BLE001
+            return None, f"the Triton INT8 head: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return (head, None) if why is None else (None, why)
+
+    def forward(self, h: torch.Tensor, allowed: Optional[torch.Tensor] = None) -> torch.Tensor:
+        from . import triton as kernels
+
+        return kernels.int8_head(h, self.codes[0], self.scales)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, Q8_0 (Triton INT8)"
