@@ -79,10 +79,12 @@ def test_the_deadline_is_kept() -> None:
     facts = [f"at({o}, {p})" for o, p in zip(env.names("object")[:8], reversed(env.names("place")), strict=False)]
     goal = parse_goal(facts, env)
     start = time.monotonic()
-    result = search(env, World.start(env), goal, deadline_s=0.05)
+    # a deadline no search can meet on any machine: the weighted A* finds this 8-object goal within
+    # tens of milliseconds on an idle machine, so a small positive deadline made the test a race
+    result = search(env, World.start(env), goal, deadline_s=0.0)
     took = time.monotonic() - start
-    assert result.steps is None and result.reason.startswith("no plan found within the deadline of 0.05 s")
-    assert took < 0.05 + 0.5  # one expansion past the deadline at most
+    assert result.steps is None and result.reason.startswith("no plan found within the deadline of 0 s")
+    assert took < 0.5  # one expansion past the deadline at most
 
 
 def test_every_held_out_reference_goal_is_found_no_longer_than_the_reference() -> None:
