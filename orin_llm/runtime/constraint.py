@@ -118,6 +118,13 @@ class Constraint:
         self.masks_computed = 0
         self.lark: Optional[str] = None  # the grammar's Lark text, where it has one (Grammar.lark)
 
+    def fork(self) -> Constraint:
+        """A copy at this state, consumed on its own: a remote engine's answer is checked on one while
+        the local request consumes this one."""
+        c = Constraint(self.m.deep_copy(), self.vocab_size, self.what)
+        c.lark = self.lark
+        return c
+
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
         t0 = time.perf_counter()

@@ -27,6 +27,7 @@ the simulator once complete (a violation is recorded, not hidden).
 
 from __future__ import annotations
 
+import copy
 import itertools
 import time
 from collections import OrderedDict
@@ -159,6 +160,13 @@ class FeasibleConstraint(Constraint):
         self.world, self.partial = world, b""
         self.narrow_s = 0.0  # time spent narrowing (the grammar's own mask: mask_s)
         self.unnarrowed = 0  # masks where no feasible token was left and the grammar's stood (see allowed)
+        self.lark = base.lark  # a remote engine gets the home's grammar; its answer is checked here (fork)
+
+    def fork(self) -> FeasibleConstraint:
+        """A copy at this state (the grammar's matcher copied, the same world and partial line)."""
+        c = copy.copy(self)
+        c.m, c._bits, c._trail = self.m.deep_copy(), self._bits.clone(), []
+        return c
 
     def _next(self, tok: int, world=None, partial: Optional[bytes] = None):
         """(world, partial line) after `tok` from the current state (or the one given); None: forbidden."""

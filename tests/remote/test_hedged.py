@@ -80,16 +80,20 @@ def test_remote_answers_with_the_home_grammar_and_the_prompt_ids(peer, planners)
 
 
 @pytest.mark.parametrize("mode,why", [("offgrammar", "off the home's grammar"), ("http500", "HTTP 500"),
-                                      ("malformed", "malformed chunk")])
+                                      ("malformed", "malformed chunk"),
+                                      ("infeasible", "a step the home's state does not allow")])
 def test_a_bad_remote_answer_never_becomes_the_plan(peer, planners, mode, why):
     if mode == "offgrammar":
         peer.text = "go_to(the moon)\nrm -rf /"
+    elif mode == "infeasible":  # on the home's grammar, but the milk is in the closed fridge
+        peer.text = "go_to(fridge)\npick(milk)"
     else:
         peer.mode = mode
     planner = planners(peer.url, backoff_s=300)
     plan, gen, _ = run(planner)
     assert gen.report["served_by"] == "local" and why in gen.report["fallback"]
-    assert "moon" not in plan.text  # the local engine's plan, on the grammar (max_tokens may cut its last line)
+    # the local engine's plan, on the grammar (max_tokens may cut its last line)
+    assert "moon" not in plan.text and "go_to(fridge)\npick(milk)" not in plan.text
     assert all(r.reason.startswith("unfinished") for r in plan.rejected)
     # the remote now rests: the next plan is local without asking it
     asked = len(peer.requests)

@@ -104,10 +104,11 @@ def test_loaded_engines_are_backends_and_say_what_they_can_do(engine, tmp_path, 
         assert torch_caps.max_batch == engine.manifest.limits["max_batch_size"] == engine.stats().max_running
         assert torch_caps.tunable_batch and torch_caps.paced_prefill and torch_caps.persistent_histories
         assert torch_caps.kernels and torch_caps.pins_hold and torch_caps.grammars
-        assert trt_caps.max_batch == 1 and trt_caps.grammars
+        # the executor batches in flight: as many requests as the target engine was built for
+        assert trt_caps.max_batch == trt.max_running == trt.stats().max_running > 1 and trt_caps.grammars
         assert not (trt_caps.tunable_batch or trt_caps.paced_prefill or trt_caps.persistent_histories
                     or trt_caps.kernels or trt_caps.pins_hold)
-        assert trt.stats() == EngineStats(waiting=0, running=0, max_running=1)
+        assert trt.stats() == EngineStats(waiting=0, running=0, max_running=trt.max_running)
         gen = trt.generate(trt.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
         trt.submit(gen)
         assert trt.stats().waiting == 1 and trt.busy

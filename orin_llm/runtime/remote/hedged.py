@@ -210,11 +210,13 @@ class HedgedRequest:
         if self._check is None:
             return None
         ids = self.backend.local.encode(call.text) if call.text else []
-        m = self._check.m
-        if m.validate_tokens(ids) != len(ids):
+        check = self._check
+        if check.m.validate_tokens(ids) != len(ids):
             return f"the remote's answer is off the home's grammar: {call.text[:80]!r}"
-        m.consume_tokens(ids)
-        if call.finish_reason == "stop" and not m.is_accepting():
+        if check.valid_prefix(ids) != len(ids):  # a narrowed constraint: a step the home's state does not allow
+            return f"the remote's answer has a step the home's state does not allow: {call.text[:80]!r}"
+        if call.finish_reason == "stop" and not any(check.valid_prefix(ids + [e]) == len(ids) + 1
+                                                    for e in self.backend.local.eos_ids):
             return f"the remote's answer is an incomplete plan: {call.text[:80]!r}"
         return None
 
@@ -312,7 +314,8 @@ class HedgedBackend:
             if constraint.lark is None:
                 why_not = why_not or "this constraint has no Lark form to send to the remote engine"
             else:  # the local request consumes `constraint`; the remote's answer is checked on a copy
-                check = Constraint(constraint.m.deep_copy(), constraint.vocab_size, constraint.what)
+                # (with the home's state too, where the plan's constraint is narrowed by it)
+                check = constraint.fork()
         extra = {"constraint": constraint} if constraint is not None else {}
         local = self.local.generate(prompt_ids, params, speculation, history=history, **extra)
         return HedgedRequest(self, local, prompt_ids, params, constraint, check, why_not)
