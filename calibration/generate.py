@@ -260,6 +260,10 @@ class Home:
             return steps if keep_open else steps + [call("close", place)]
         return [call("go_to", place), call("place", obj, place)]
 
+    def opens(self, place: str) -> bool:
+        """Containers, doors and windows open and close (the home's `openable` places)."""
+        return "C" in self.kind[place] or "W" in self.kind[place]
+
     def tables(self) -> list[str]:
         """Surfaces where any object can be put down."""
         return [p for p in self.places("S") if p not in SPECIAL_SURFACES]
@@ -273,13 +277,17 @@ class Home:
             "description": self.description,
             "rooms": [{"name": r, "places": _Flow(ps), "objects": _Flow(os),
                        **({"devices": _Flow([p for p in ps if "D" in self.kind[p]])}
-                          if any("D" in self.kind[p] for p in ps) else {})}
+                          if any("D" in self.kind[p] for p in ps) else {}),
+                       **({"openable": _Flow([p for p in ps if self.opens(p)])}
+                          if any(self.opens(p) for p in ps) else {})}
                       for r, ps, os in self.rooms],
             "actions": [
                 {"name": a, "args": _Flow(ACTION_TEXT[a][0]), "description": self.action_desc[a]}
                 for a in self.actions
             ],
             "examples": [{"task": t, "plan": list(p)} for t, p in self.examples],
+            # The robot starts in the first room with an empty hand; nothing else is known.
+            "state": {"robot_at": self.rooms[0][0]},
         }
 
 

@@ -8,7 +8,10 @@
 #      and nvidia-jetpack (CUDA, cuDNN, TensorRT) when it is missing
 #   3. cuSPARSELt (README4Jetson §1.2: PyTorch's install_cusparselt.sh with CUDA_VERSION=12.6)
 #   4. a virtual environment with the system site-packages (JetPack's TensorRT Python bindings),
-#      the one jetson/systemd/orin-llm.service runs: <repo>/.venv; numpy==1.26.1 (README4Jetson)
+#      the one jetson/systemd/orin-llm.service runs: <repo>/.venv; numpy==1.26.1 (README4Jetson).
+#      Every pip call from here on (TensorRT-LLM's build_wheel.py's own included) runs with
+#      PIP_CONSTRAINT=jetson/constraints-0.12-jetson.txt: numpy 1.26.1, JetPack 6.1's torch,
+#      transformers 4.43.4, tensorrt_llm 0.12.0, ... (the file says where each pin comes from)
 #   5. TensorRT-LLM v0.12.0-jetson built from source exactly as README4Jetson §1.3 says:
 #        git clone -b v0.12.0-jetson https://github.com/NVIDIA/TensorRT-LLM.git; git lfs pull
 #        python3 scripts/build_wheel.py --clean --cuda_architectures 87 -DENABLE_MULTI_DEVICE=0 \
@@ -17,9 +20,10 @@
 #      into /opt/TensorRT-LLM (the examples the trtllm build runs live there). The build takes
 #      hours and a lot of memory: have a swap file (--swap) and, if it still runs out, --jobs 4.
 #      Third-party prebuilt wheels / containers for 0.12-jetson exist but are UNVERIFIED: not used.
-#   6. orin-llm itself: pip install -e '<repo>[device,policy]', with torch and tensorrt_llm pinned to the
-#      versions now installed, so pip can never swap JetPack's CUDA torch for a CPU-only wheel, and its
-#      C++ ops built for this CPU (python -m orin_llm.kernels.native build)
+#   6. orin-llm itself: pip install -e '<repo>[device,policy]' under the same constraints, so pip can
+#      never swap JetPack's CUDA torch for a CPU-only wheel nor take a newer transformers, its C++ ops
+#      built for this CPU (python -m orin_llm.kernels.native build), and a check that what is
+#      installed is what the constraints pin
 #   7. memory: a disk swap file with --swap GB (zram, JetPack's default swap, is compressed RAM and
 #      does not help a build), and advice about zram
 #   8. power: sudo nvpmodel -m 0 (MAXN) and sudo jetson_clocks (clocks are unpinned again at boot)
@@ -38,6 +42,11 @@ TRTLLM_VERSION="0.12.0"
 CUSPARSELT_URL="https://raw.githubusercontent.com/pytorch/pytorch/9b424aac1d70f360479dd919d6b7933b5a9181ac/.ci/docker/common/install_cusparselt.sh"
 SWAPFILE="/swapfile"
 MIN_SWAP_GB=8
+CONSTRAINTS="$REPO/jetson/constraints-0.12-jetson.txt"
+# JetPack 6.1's CUDA torch, the wheel v0.12.0-jetson's requirements-jetson.txt names (L19); its version is
+# the one the constraints file pins. PyPI's aarch64 torch is CPU-only.
+JETPACK_TORCH_URL="https://developer.download.nvidia.cn/compute/redist/jp/v61/pytorch/torch-2.5.0a0+872d972e41.nv24.08.17622132-cp310-cp310-linux_aarch64.whl"
+JETPACK_TORCH_VERSION="2.5.0a0+872d972e41.nv24.08.17622132"
 
 DRY_RUN=0
 SWAP_GB=""
@@ -178,11 +187,20 @@ if [[ -x "$VENV/bin/python" ]]; then
 else
     run python3 -m venv --system-site-packages "$VENV"
 fi
+# Every pip call below (and build_wheel.py's `pip install -r requirements-dev-jetson.txt`) sees the pins.
+[[ -r "$CONSTRAINTS" ]] || die "$CONSTRAINTS is missing: run setup.sh from a full checkout of orin-llm"
+export PIP_CONSTRAINT="$CONSTRAINTS"
+note "PIP_CONSTRAINT=$CONSTRAINTS"
 if [[ "$(venv_version numpy)" == "1.26.1" ]]; then
     note "numpy 1.26.1 already installed"
 else
     run "$VENV/bin/python" -m pip install --upgrade pip
-    run "$VENV/bin/python" -m pip install "numpy==1.26.1"
+    run "$VENV/bin/python" -m pip install numpy  # the version: the constraints file (README4Jetson's 1.26.1)
+fi
+if [[ "$(venv_version torch)" == "$JETPACK_TORCH_VERSION" ]]; then
+    note "torch $JETPACK_TORCH_VERSION (JetPack 6.1's CUDA build) already installed"
+else
+    run "$VENV/bin/python" -m pip install "torch @ $JETPACK_TORCH_URL"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -222,16 +240,17 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 say "6/9 orin-llm (editable, with the device extras)"
-constraints="$(mktemp)"
-trap 'rm -f "$constraints"' EXIT
-for dist in torch tensorrt_llm; do
-    v="$(venv_version "$dist")"
-    if [[ -n "$v" ]]; then echo "$dist==$v" >>"$constraints"; note "keeping $dist $v"; fi
-done
 export PATH="/usr/local/cuda/bin:$PATH"  # pycuda compiles against CUDA
-run "$VENV/bin/python" -m pip install -c "$constraints" -e "${REPO}[device,policy]"
+run "$VENV/bin/python" -m pip install -e "${REPO}[device,policy]"
 # our C++ ops (NEON kernels), compiled here for this CPU and torch: the daemon only loads them
 run "$VENV/bin/python" -m orin_llm.kernels.native build
+# what is installed must be what the constraints pin (a package installed before them may differ)
+if [[ $DRY_RUN -eq 0 ]]; then
+    "$VENV/bin/python" -m orin_llm.doctor.pins "$CONSTRAINTS" \
+        || die "installed versions differ from $CONSTRAINTS (above); reinstall those packages: $VENV/bin/python -m pip install --force-reinstall <name> (PIP_CONSTRAINT=$CONSTRAINTS)"
+else
+    run "$VENV/bin/python" -m orin_llm.doctor.pins "$CONSTRAINTS"
+fi
 
 # ---------------------------------------------------------------------------------------------
 say "7/9 memory: swap and zram"

@@ -23,9 +23,17 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 environment_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                               help="Show or replace the home of a running daemon.")
 app.add_typer(environment_app, name="environment")
+state_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                        help="Show or update the state of a running daemon's home (where the robot is, what it "
+                             "holds, where things lie, what is open or on).")
+app.add_typer(state_app, name="state")
 
 SPECULATION_HELP = ("Drafter for speculative decoding: auto, none, lookup, draft_model or combined "
                     "(an engine without a draft model has auto, none and lookup).")
+FEASIBILITY_HELP = ("enforce: every step's preconditions hold in the state simulated from the steps before it; "
+                    "report: the home's grammar only, and the violations listed; off: no state checked.")
+GOAL_HELP = ("A fact the plan must make true, written like a step: at(mug, sink), holding(mug), robot_at(kitchen), "
+             "open(fridge), closed(fridge), on(tv), off(tv), done(wipe, table), said (repeatable).")
 SOCKET_HELP = "Daemon socket (default: $ORIN_LLM_SOCKET, else the user's, else /run/orin-llm/planner.sock)."
 
 
@@ -173,8 +181,21 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the response as JSON."),
     stream: bool = typer.Option(False, "--stream", help="Print the plan as it is decoded."),
     timeout_s: float = typer.Option(120.0, help="Give up waiting for the daemon after this long."),
+    goal: Optional[list[str]] = typer.Option(None, metavar="FACT", help=GOAL_HELP),
+    deadline_ms: Optional[int] = typer.Option(None, help="Give up after this long (the daemon answers 504); a "
+                                              "goal's search ends within it (default 10 s for the search)."),
+    feasibility: str = typer.Option("enforce", help=FEASIBILITY_HELP),
+    state: Optional[str] = typer.Option(None, metavar="JSON", help="A change to the home's state for this plan "
+                                        "only, as JSON: '{\"robot_at\": \"kitchen\"}' (the keys `orin-llm state "
+                                        "show` prints)."),
 ) -> None:
-    """Ask for a plan: through the daemon's socket, or in-process with --engine."""
+    """Ask for a plan: through the daemon's socket, or in-process with --engine. With --goal it says
+    whether the plan reaches the goal, and which facts it leaves false."""
+    from .server.cli import feasibility_options
+
+    plan_opts = feasibility_options(goal, feasibility, state)
+    if deadline_ms is not None and deadline_ms < 1:
+        raise OrinError(f"--deadline-ms must be at least 1, got {deadline_ms}")
     if engine is None:
         if environment is not None:
             raise OrinError(f"--environment applies in-process (with --engine); the daemon has its own home: "
@@ -182,18 +203,20 @@ def plan(
         from .server.cli import plan_command
 
         plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s,
-                     speculation)
+                     speculation, {**plan_opts, "deadline_ms": deadline_ms})
         return
     from .environment import EXAMPLE_HOME_PATH, load_environment
     from .runtime.engine import Engine
     from .runtime.planner import Planner
     from .server.cli import summary
+    from .server.jobs import feasibility_fields
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
     planner = Planner(Engine.load(engine, threads=env_threads()), env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
-    gen = planner.start(task, params, observation, speculation)
+    deadline_s = deadline_ms / 1e3 if deadline_ms is not None else None
+    gen = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s)
     for delta in planner.engine.deltas(gen):
         if stream and not as_json:
             sys.stdout.write(delta)
@@ -201,7 +224,8 @@ def plan(
     res = planner.finish(gen, prefix)
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
-           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict()}
+           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict(),
+           **feasibility_fields(res)}
     if as_json:
         typer.echo(json.dumps(out))
         return
@@ -245,6 +269,33 @@ def environment_push(
     from .server.cli import environment_push_command
 
     environment_push_command(file, socket, if_match)
+
+
+@state_app.command("show")
+def state_show(
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
+    environment: Optional[str] = typer.Option(None, metavar="NAME", help="A named home (default: the default "
+                                              "home)."),
+) -> None:
+    """Print the home's current state as JSON (what the daemon plans from)."""
+    from .server.cli import state_show_command
+
+    state_show_command(socket, environment)
+
+
+@state_app.command("update")
+def state_update(
+    update: str = typer.Argument(..., metavar="JSON", help="What changed, as JSON: '{\"robot_at\": \"kitchen\", "
+                                 "\"holding\": \"mug\"}'; keys left out stay as they are."),
+    socket: Optional[Path] = typer.Option(None, help=SOCKET_HELP),
+    environment: Optional[str] = typer.Option(None, metavar="NAME", help="A named home (default: the default "
+                                              "home)."),
+) -> None:
+    """Report what really happened: the home's state changes, the home itself stays cached (only the
+    state part of the prompt is computed again)."""
+    from .server.cli import state_update_command
+
+    state_update_command(update, socket, environment)
 
 
 @app.command()
@@ -301,8 +352,8 @@ def doctor(
     raise typer.Exit(report.exit_code)
 
 
-SCENARIOS = ("prefix", "kv", "speculative", "constrained", "daemon", "policy", "traffic", "agents", "throughput",
-             "restart")
+SCENARIOS = ("prefix", "kv", "speculative", "constrained", "plan_quality", "daemon", "policy", "traffic", "agents",
+             "throughput", "restart")
 
 
 @app.command()

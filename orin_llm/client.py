@@ -22,6 +22,7 @@ import http.client
 import json
 import socket
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -156,8 +157,11 @@ class PlannerClient:
 
     def plan(self, task: str, observations: Optional[list[str]] = None, stream: bool = False,
              **opts: Any) -> dict:
-        """The plan response: plan, steps, environment_version, timings, speculation, finish_reason.
-        opts: max_tokens, temperature, top_p, seed, deadline_ms, speculation."""
+        """The plan response: plan, steps, environment_version, timings, speculation, finish_reason,
+        feasibility, violations, final_state, goal_reached, goal_missing, search. opts: max_tokens,
+        temperature, top_p, seed, deadline_ms, speculation, constrained, environment, conversation,
+        goal (a list of facts like "at(mug, sink)"), feasibility ("enforce", "report" or "off"), state
+        (a change to the home's state for this request only)."""
         if stream:
             final: dict = {}
             for event in self.plan_stream(task, observations, **opts):
@@ -185,6 +189,17 @@ class PlannerClient:
         current version is that one (else PlannerError 412)."""
         headers = {"If-Match": f'"{if_match}"'} if if_match is not None else {}
         return self._request("PUT", "/v1/environment", json=environment, headers=headers).json()
+
+    def get_state(self, environment: Optional[str] = None) -> dict:
+        """The home's current state (the default home, or the named one): robot_at, holding, object_at,
+        open, on, said, done; a fact the robot has not reported is absent."""
+        return self._request("GET", _state_path(environment)).json()
+
+    def update_state(self, update: dict, environment: Optional[str] = None) -> dict:
+        """Report what really happened: `update` holds only what changed (the keys of get_state()).
+        Returns {"state", "environment_version", "computed_tokens"}; a state naming things the home
+        does not have raises PlannerError 422 and nothing changes."""
+        return self._request("PATCH", _state_path(environment), json=update).json()
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -256,6 +271,12 @@ def _plan_body(task: str, observations: Optional[list[str]], opts: dict) -> dict
     if observations:
         body["observations"] = list(observations)
     return body
+
+
+def _state_path(environment: Optional[str]) -> str:
+    if environment is None:
+        return "/v1/environment/state"
+    return f"/v1/environments/{urllib.parse.quote(environment, safe='')}/state"
 
 
 def _message(text: str) -> str:

@@ -20,7 +20,8 @@ if sys.version_info >= (3, 11):
 else:  # JetPack 6 ships Python 3.10
     import tomli as tomllib
 
-Weights = Literal["fp32", "fp16", "bf16", "int8_wo", "int4_wo", "int4_awq", "q4_1"]
+# int4_gptq: a GPTQ checkpoint, converted as it is (TensorRT-LLM only: build/trtllm.py)
+Weights = Literal["fp32", "fp16", "bf16", "int8_wo", "int4_wo", "int4_awq", "int4_gptq", "q4_1"]
 KvDtype = Literal["fp32", "fp16", "bf16", "int8"]
 Backend = Literal["torch", "trtllm"]
 

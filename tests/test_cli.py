@@ -33,6 +33,28 @@ def test_plan_json_on_the_example_home(engine_dir):
         "go_to", "pick", "place", "open", "close", "switch_on", "switch_off", "say"}
 
 
+@pytest.mark.full
+def test_plan_in_process_with_a_goal_says_whether_it_is_reached(engine_dir):
+    proc = orin_llm("plan", "--engine", str(engine_dir), "--json", "--goal", "at(milk, coffee_table)",
+                    "--deadline-ms", "120000", "Bring the milk from the kitchen to the coffee table.")
+    out = json.loads(proc.stdout)
+    assert out["goal_reached"] is True and out["final_state"]["object_at"]["milk"] == "coffee_table"
+    assert out["feasibility"] == "enforce" and out["violations"] == []
+    assert out["search"]["source"] in ("model", "search")
+
+
+def test_plan_and_state_options_are_checked_before_anything_is_sent(tmp_path):
+    nobody = str(tmp_path / "nobody.sock")  # a typo is one line, whether or not a daemon is there
+    proc = orin_llm("plan", "--socket", nobody, "--feasibility", "strict", "Open the fridge.", check=False)
+    assert proc.returncode == 2 and "--feasibility 'strict': choose enforce, report or off" in proc.stderr
+    proc = orin_llm("plan", "--socket", nobody, "--state", "robot_at=kitchen", "Open the fridge.", check=False)
+    assert proc.returncode == 2 and "--state: not JSON" in proc.stderr
+    proc = orin_llm("state", "update", "--socket", nobody, '["kitchen"]', check=False)
+    assert proc.returncode == 2 and "the state update: must be a JSON object" in proc.stderr
+    proc = orin_llm("state", "show", "--socket", nobody, check=False)
+    assert proc.returncode == 2 and "no planner daemon at" in proc.stderr
+
+
 def test_build_needs_exactly_one_source(tmp_path):
     proc = orin_llm("build", "--out", str(tmp_path / "x"), check=False)
     assert proc.returncode == 2 and "exactly one of --profile FILE or --embedded" in proc.stderr
@@ -77,7 +99,8 @@ def test_flags_read_as_flags_and_every_option_says_what_it_does():
                 if param.is_flag:  # a flag shows no value placeholder in the help
                     record = param.get_help_record(ctx)[0]
                     assert record.split() == [o for o in record.split() if o.startswith("-") or o == "/"], record
-    assert {"orin-llm plan", "orin-llm generate", "orin-llm environment push", "orin-llm environment show"} <= seen
+    assert {"orin-llm plan", "orin-llm generate", "orin-llm environment push", "orin-llm environment show",
+            "orin-llm state show", "orin-llm state update"} <= seen
 
 
 def test_help_as_a_user_sees_it():

@@ -28,7 +28,7 @@ def test_orin_profile_plan_json():
     dep = out["deployment"]
     assert dep["kv_cache"] == "fp16" and dep["prefix_reuse"] is True and dep["chunked_context"] is True
     assert dep["speculation"] == ["none", "lookup", "draft_model", "combined"] and dep["refused"] is None
-    assert out["warm_homes"] == 12
+    assert out["warm_homes"] == 73728 // 4096  # homes are prompts: at most max_input_len = 4096 tokens
 
 
 def test_int8kv_profile_plan_names_the_rules_that_take_reuse_and_speculation():

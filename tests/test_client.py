@@ -66,3 +66,51 @@ def test_no_daemon_names_the_socket_and_how_to_start_one(tmp_path):
     assert path in str(e.value) and "no such socket" in str(e.value) and "orin-llm serve" in str(e.value)
     with PlannerClient(path) as c, pytest.raises(PlannerUnavailable):
         list(c.plan_stream("Open the fridge."))
+
+
+class RecordingHandler(BaseHTTPRequestHandler):
+    """Answers every request with what it received: method, path and JSON body."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length)) if length else None
+        data = json.dumps({"method": self.command, "path": self.path, "body": body}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PATCH = _answer
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def recording_server(tmp_path):
+    path = str(tmp_path / "r.sock")
+    server = socketserver.ThreadingUnixStreamServer(path, RecordingHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield path
+    server.shutdown()
+    server.server_close()
+
+
+def test_plan_sends_goal_feasibility_and_a_one_off_state(recording_server):
+    with PlannerClient(recording_server, timeout_s=5) as c:
+        sent = c.plan("Bring the mug to the sink.", goal=["at(mug, sink)"], feasibility="report",
+                      state={"robot_at": "kitchen"}, seed=None)
+    assert (sent["method"], sent["path"]) == ("POST", "/v1/plan")
+    assert sent["body"] == {"task": "Bring the mug to the sink.", "goal": ["at(mug, sink)"], "feasibility": "report",
+                            "state": {"robot_at": "kitchen"}}  # None options are left out
+
+
+def test_state_calls_name_the_default_or_a_named_home(recording_server):
+    with PlannerClient(recording_server, timeout_s=5) as c:
+        assert c.get_state()["path"] == "/v1/environment/state"
+        got = c.update_state({"holding": "mug"}, environment="flat 2/b")
+    assert (got["method"], got["path"], got["body"]) == ("PATCH", "/v1/environments/flat%202%2Fb/state",
+                                                         {"holding": "mug"})

@@ -21,7 +21,7 @@ PACKAGE = "orin_llm"
 # policy, placement, trtllm_rules, ...): everyone may import them, and they import none of these.
 LAYERS: list[tuple[str, ...]] = [
     ("orin_llm.cli",),
-    ("orin_llm.bench", "orin_llm.doctor", "orin_llm.ros_bridge"),  # applications of the layers below
+    ("orin_llm.bench", "orin_llm.doctor"),  # applications of the layers below
     ("orin_llm.server", "orin_llm.build"),
     ("orin_llm.runtime",),
     # our C++ ops' wrappers, the quantized and packed layers that run them, the bf16 attention
@@ -164,7 +164,7 @@ def test_no_import_circles_in_the_package():
 
 def test_imports_point_down_the_layers():
     bad = upward(import_graph(ROOT, PACKAGE))
-    assert not bad, "imports that point up the layers (cli > bench, doctor, ros_bridge > server | build > " \
+    assert not bad, "imports that point up the layers (cli > bench, doctor > server | build > " \
                     "runtime > kernels > the base) or across siblings:\n" + "\n".join(bad)
 
 

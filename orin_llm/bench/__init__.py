@@ -49,6 +49,15 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: 
                     continue
                 with loaded(engine_dir, device="cpu") as engine:
                     run(engine, out, quick)
+            elif name == "plan_quality":
+                from .plan_quality import run
+
+                if manifest.backend != "torch":  # as constrained: the grammar runs on torch engines here
+                    progress("plan_quality: torch engines only (TensorRT-LLM applies the grammar through its "
+                             "logits post-processor, tested through the fake); skipped")
+                    continue
+                with loaded(engine_dir, device="cpu") as engine:
+                    run(engine, out, quick)
             elif name == "daemon":
                 from .daemon import run
 

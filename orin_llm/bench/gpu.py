@@ -182,7 +182,8 @@ def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
         scale, draft = KV_SCALE_TINY, 2
     else:
         cfg, scale, draft = CONFIG_3B, KV_SCALE_3B, 2
-    write_shaped_engine(cfg, out, tokenizer, kv_scale=scale, draft_layers=draft, force=True)
+    memory = torch.cuda.get_device_properties(0).total_memory / 2**30 if torch.cuda.is_available() else None
+    write_shaped_engine(cfg, out, tokenizer, kv_scale=scale, draft_layers=draft, force=True, memory_gib=memory)
     m = load_manifest(out)
     m.limits["max_batch_size"] = 8  # batch 8 is measured; the pool is sized below (kv_tokens)
     write_manifest(out, m)

@@ -233,8 +233,8 @@ def constrained_rows(d: dict) -> list[Row]:
     share, speed = d["executable_share"], d["decode_tokens_per_s"]
     ratio = d["constrained_over_unconstrained_decode"]
     return [
-        Row("plans whose every line is a step of the home", "—", f"{share['constrained']:.0%}",
-            f"{share['unconstrained']:.0%}"),
+        Row("plans whose every line is a step of the home (the grammar alone: whether the steps can run, "
+            "plan quality)", "—", f"{share['constrained']:.0%}", f"{share['unconstrained']:.0%}"),
         Row("plain decode, tokens/s", "≥ 0.9× unconstrained", f"{speed['constrained']:.1f} ({ratio:.2f}×)",
             f"{speed['unconstrained']:.1f}", ratio >= 0.9),
         Row("lookup decode, tokens/s", "—", f"{speed['constrained/lookup']:.1f}",
@@ -244,6 +244,68 @@ def constrained_rows(d: dict) -> list[Row]:
         Row("greedy output identical with every drafter", "yes", "yes" if all(d["identical_greedy"].values()) else "no",
             "—", all(d["identical_greedy"].values())),
     ]
+
+
+def ros_rows(d: dict) -> list[Row]:
+    """The ROS 2 node against calling the daemon's socket directly, the same goals both ways."""
+    node, direct, extra = d["node"], d["direct"], d["overhead_ms"]
+    rows = [Row(f"{what}, {p}", "— (recorded)", ms(node[key][f"{p}_ms"]), ms(direct[key][f"{p}_ms"]))
+            for key, what in (("first_step", "time to the first step"), ("result", "time to the result"))
+            for p in ("p50", "p99")]
+    rows += [Row(f"the node's cost per goal to the {what} (paired), p50 / p99", "—",
+                 f"{extra[key]['p50_ms']:+.0f} / {extra[key]['p99_ms']:+.0f} ms", "—")
+             for key, what in (("first_step", "first step"), ("result", "result"))]
+    return rows + [Row("the same plans both ways", "yes", "yes" if d["same_plans"] else "no", "—",
+                       bool(d["same_plans"]))]
+
+
+def _pct(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def plan_quality_rows(d: dict) -> list[Row]:
+    """`enforce` (and `enforce+goal`) against the grammar alone, per split, with the issue's goals."""
+    rows = []
+    for split, label in (("heldout", "held-out homes"), ("hard", "hard home")):
+        s = d["summary"].get(split)
+        if not s or "enforce" not in s:
+            continue
+        e, g, goal = s["enforce"], s["grammar"], s["enforce+goal"]
+        rows += [
+            Row(f"{label}: executable plans, `enforce`", "100 %", _pct(e["executability"]),
+                _pct(g["executability"]), e["executability"] == 1),
+            Row(f"{label}: goal reached from the task text, `enforce`", "≥ 60 %" if split == "heldout" else "—",
+                _pct(e["goal_success"]), _pct(g["goal_success"]),
+                e["goal_success"] >= 0.6 if split == "heldout" else None),
+            Row(f"{label}: goal reached with the goal given", "100 %", _pct(goal["goal_success"]),
+                _pct(g["goal_success"]), goal["goal_success"] == 1),
+            Row(f"{label}: time to plan, median, `enforce` (with the goal)", "—",
+                f"{ms(e['plan_s_median'] * 1e3)} ({ms(goal['plan_s_median'] * 1e3)})", ms(g["plan_s_median"] * 1e3)),
+        ]
+    return rows
+
+
+def plan_quality_modes(d: dict) -> list[str]:
+    """Every mode's figures, a table per split."""
+    lines = []
+    for split, label in (("heldout", "Held-out homes"), ("hard", "The hard home (own action names, no examples)")):
+        s = d["summary"].get(split)
+        if not s:
+            continue
+        lines += [f"{label}, {s['tasks']} tasks:", "",
+                  "| mode | executable | goal reached | goal-condition recall | length / reference (reached) "
+                  "| time to plan, median | errors (unknown / affordance / precondition) |",
+                  "|---|---|---|---|---|---|---|"]
+        for mode in d["modes"]:
+            m = s[mode]
+            ratio = m["length_ratio_successful"]
+            kinds = m["violation_kinds"]
+            errors = " / ".join(str(kinds.get(k, 0)) for k in ("unknown", "affordance", "precondition"))
+            lines.append(f"| `{mode}` | {_pct(m['executability'])} | {_pct(m['goal_success'])} | "
+                         f"{m['goal_condition_recall']:.2f} | {'—' if ratio is None else f'{ratio:.2f}×'} | "
+                         f"{ms(m['plan_s_median'] * 1e3)} | {errors} |")
+        lines.append("")
+    return lines[:-1]
 
 
 def gpu_rows(d: dict) -> list[Row]:
@@ -420,6 +482,7 @@ def page(root: Path = ROOT) -> str:
     shaped = run("shaped_3b/traffic.json")
     policy, spec, cons = run("policy.json"), run("speculative.json"), run("constrained.json")
     prefix, kv, daemon = run("prefix.json"), run("kv.json"), run("daemon.json")
+    ros = run("ros.json")
     before = runs["anchors"]["traffic_before"]
     orin = "; ".join(f"{name}: {tps} tokens/s" for name, tps in ANCHORS)
 
@@ -516,6 +579,26 @@ def page(root: Path = ROOT) -> str:
         f"{cons.data['tasks']} held-out tasks, greedy, up to {cons.data['max_tokens']} tokens, under the home's "
         "grammar (forced tokens emitted without a model step). Anchor: the same tasks unconstrained.",
         cons, "unconstrained", constrained_rows(cons.data), png="constrained.png")
+    lines += section(
+        root, "The ROS 2 node's cost per goal (issue #33)",
+        f"{ros.data['goals']} greedy plans (up to {ros.data['max_tokens']} tokens) through the planner node, "
+        f"each also sent straight to the daemon's socket, back to back in alternating order, timed by the "
+        f"client: to the first step (the node's first STEP feedback; the stream's first `step` event) and to "
+        f"the result. ROS 2 {ros.data['ros']}. Anchor: the socket directly. {ros.data['conditions']}",
+        ros, "socket directly", ros_rows(ros.data))
+
+
+    if (root / BENCH / "plan_quality.json").is_file():
+        quality = run("plan_quality.json")
+        lines += section(
+            root, "Plans that work in the home (issue #32)",
+            f"Greedy plans, up to {quality.data['max_tokens']} tokens, simulated from each home's state "
+            "(`docs/HOMES.md`): executable when every step's preconditions hold; the goal is what the task's "
+            "reference plan makes true. Modes: `off` (free text), `grammar` (the home's grammar only), `enforce` "
+            "(the grammar narrowed by the state at each step) and `enforce+goal` (the goal given: candidates "
+            "checked, then a search). Anchor: the grammar only.",
+            quality, "grammar only", plan_quality_rows(quality.data), extra=plan_quality_modes(quality.data),
+            png="plan_quality.png")
     if (root / BENCH / "gpu.json").is_file():
         gpu = run("gpu.json")
         env = gpu.data.get("stages", {}).get("env", {})
@@ -539,6 +622,8 @@ def page(root: Path = ROOT) -> str:
                else "- Anything on a GPU or the Orin: `jetson/bench.sh` runs every scenario there."),
               "- The speculative, constrained and policy scenarios on today's engine (the sections above say which",
               "  engine and runtime they ran on), and the policy's cost to a planner on a quiet machine."]
+    if (root / BENCH / "plan_quality.json").is_file() and "--quick" in run("plan_quality.json").data["command"]:
+        lines += ["- Plan quality on every held-out task and the whole hard home (the run above is `--quick`)."]
     return "\n".join(lines) + "\n"
 
 

@@ -128,11 +128,13 @@ def _write_draft(target: Path, draft: Path, cfg: dict, layers: int) -> None:
 
 def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibration_size: int = 4,
                         force: bool = False, seed: int = 0, kv_scale: Optional[float] = None,
-                        draft_layers: Optional[int] = None) -> Path:
+                        draft_layers: Optional[int] = None, memory_gib: Optional[float] = None) -> Path:
     """An engine directory at `out` of `config`'s shape (module doc), the embedded profile's settings
     otherwise (Q4_1 weights, INT8 KV, limits, cached prefix tokens), no draft model unless
     draft_layers. tokenizer_engine: a torch engine, or a dir with an exported tokenizer.
-    kv_scale: the INT8 KV scale of every layer and KV head, instead of calibrating."""
+    kv_scale: the INT8 KV scale of every layer and KV head, instead of calibrating.
+    memory_gib: the memory of the machine that will run it (a GPU's), where the embedded profile's
+    24 GiB is not that machine's: the memory plan is checked against it."""
     from tokenizers import Tokenizer
 
     from ..build.calibrate import SCALES_FILE, calibrate_engine, write_scales
@@ -156,7 +158,8 @@ def write_shaped_engine(config: Path, out: Path, tokenizer_engine: Path, calibra
     # the memory plan sizes a draft from the profile's model: the target's config (an upper bound)
     profile = base.model_copy(update={
         "name": name, "draft": spec if draft_layers else None, "calibration_size": calibration_size,
-        "target": spec})
+        "target": spec,
+        **({"device": base.device.model_copy(update={"memory_gib": memory_gib})} if memory_gib else {})})
     plan = check_feasible(plan_memory(profile))  # infeasible here: refused with the numbers
     with staged(out) as tmp:
         target = tmp / "target"

@@ -52,8 +52,30 @@ FLOAT_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 ACTIVATION_ELEMENTS_PER_HIDDEN = 16
 
 # A home as the planner sees it: system prompt, the home's rooms, places, objects and devices, and the
-# few-shot examples. The plan reports how many homes of this size stay warm in the KV pool.
+# few-shot examples. The plan reports how many homes of this size stay warm in the KV pool, never of more
+# than limits.max_input_len tokens: a longer home is a prompt the engine refuses (PromptTooLong; 0.12's
+# executor: "Prompt length exceeds maximum input length"), so the plan counts homes of max_input_len then
+# and says so.
 HOME_TOKENS = 6144
+
+# Loading. What an engine holds for a moment while it loads, on top of what it keeps:
+# - torch (a q4_1 target): the tensors as read from the files (runtime/weights.py _read copies them out of
+#   the memory map) live next to what they become while the layers are packed, the float32 embedding
+#   among them until the int8 head replaces the tied float32 head, and the int8 head's requantization and
+#   error check (runtime/head.py _requantize) runs over HEAD_CHECK_ROWS rows at a time with these float64
+#   temporaries of rows × hidden alive at once (the rows, their kept values, the difference);
+#   runtime/head.py LOAD_ROWS is the same number (tests/build/test_memory.py checks). Counted: the
+#   weights once more, the float32 embedding, the check's temporaries. Measured on a Llama-3.2-3B-shaped
+#   engine (orin_llm/bench/shaped.py): the load peaked 4.93 GB above what it kept (9.04 GB RSS while the
+#   head was made, 4.11 GB after); this counts 5.6 GB for that shape.
+# - trtllm: 0.12's executor reads the whole engine file into a host buffer before TensorRT deserializes
+#   it (utils::loadEngine, cpp/tensorrt_llm/runtime/utils/sessionUtils.cpp of the 0.11/0.12 series: a
+#   std::vector<uint8_t> of the file's size), and on the Orin host and device share one memory: loading
+#   an engine holds its file twice for a moment. An engine file is its weights (plus kernels and
+#   metadata, which the weights' figure leaves out), so the plan counts the largest model's weights;
+#   `load_extra_bytes(file_sizes=...)` takes the built files' real sizes.
+HEAD_CHECK_ROWS = 4096
+HEAD_CHECK_TEMPORARIES = 3
 
 
 # ------------------------------------------------------------------------------------ weights
@@ -170,15 +192,18 @@ class MemoryPlan(BaseModel):
     workspace_bytes: int
     workspace_source: str
     fixed_bytes: int  # everything but the KV cache
-    budget_bytes: int  # what is left for KV after everything else (negative: over by that much)
+    budget_bytes: int  # what is left for KV after everything else and the load's moment (negative: over by that much)
     running_kv_tokens: int  # max_batch_size × max_seq_len: the requests in flight
     cached_prefix_tokens: int  # the profile's cached_prefix_tokens: prefixes kept warm between requests
     useful_kv_tokens: int  # running + cached: more KV than this is never asked for
     max_kv_tokens: int  # tokens each engine caches (same for target and draft)
-    home_tokens: int  # HOME_TOKENS
+    home_tokens: int  # HOME_TOKENS, at most limits.max_input_len (a home must be a prompt the engine takes)
     warm_homes: int  # homes of home_tokens the KV pool keeps warm next to the running requests
     kv_bytes: int
     total_bytes: int  # everything the plan allocates, KV included
+    load_extra_bytes: int  # held for a moment while the engines load (HEAD_CHECK_ROWS comment): kept out of KV
+    load_source: str  # how load_extra_bytes was figured
+    load_peak_bytes: int  # total + load_extra: the most the plan's allocations reach (while loading)
     headroom_bytes: int  # device - total
     feasible: bool
     problems: list[str]
@@ -223,6 +248,30 @@ def torch_deployment(profile: Profile) -> Deployment:
                       chunked_context=True, speculation=speculation, why_not=tuple(why))
 
 
+def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
+                     file_sizes: Optional[dict[str, int]] = None) -> tuple[int, str]:
+    """What loading holds for a moment on top of what the engines keep (the HEAD_CHECK_ROWS comment), and
+    how it was figured. models: (arch, plan) of the target (first) and the draft. file_sizes: a trtllm
+    build's engine files (role -> bytes), else estimated from the weights."""
+    if profile.backend == "trtllm":
+        if file_sizes:
+            role, size = max(file_sizes.items(), key=lambda kv_: kv_[1])
+            return size, f"the {role} engine file ({size:,} B), read whole before it is deserialized"
+        biggest = max((m for _, m in models), key=lambda m: m.weights_bytes)
+        return biggest.weights_bytes, ("an engine file read whole before it is deserialized: about the largest "
+                                       f"model's weights ({biggest.model})")
+    checked = [(a, m) for a, m in models if m.weights == "q4_1"]  # the int8 head's load check (runtime/head.py)
+    if not checked:
+        return 0, f"no load-time temporaries known for {models[0][1].weights} weights"
+    a, m = max(checked, key=lambda am: am[0].hidden_size)
+    rows = min(HEAD_CHECK_ROWS, a.vocab_size)
+    check = HEAD_CHECK_TEMPORARIES * rows * a.hidden_size * 8
+    embedding = a.vocab_size * a.hidden_size * 4
+    return sum(p.weights_bytes for _, p in checked) + embedding + check, (
+        f"the weights as read while they are packed, the float32 embedding and the int8 head's check "
+        f"({HEAD_CHECK_TEMPORARIES} float64 temporaries of {rows:,} rows × {a.hidden_size:,}; {m.model})")
+
+
 def deployment(profile: Profile) -> Deployment:
     return trtllm_deployment(profile) if profile.backend == "trtllm" else torch_deployment(profile)
 
@@ -233,8 +282,12 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     Raises OrinError only when an input cannot be read (missing config.json, unreadable ONNX).
     """
     dev, lim = profile.device, profile.limits
-    _, target = _model_plan(profile, profile.target, profile_dir, "target")
-    draft = _model_plan(profile, profile.draft, profile_dir, "draft")[1] if profile.draft else None
+    target_arch, target = _model_plan(profile, profile.target, profile_dir, "target")
+    shaped = [(target_arch, target)]
+    draft = None
+    if profile.draft:
+        draft_arch, draft = _model_plan(profile, profile.draft, profile_dir, "draft")
+        shaped.append((draft_arch, draft))
     models = [m for m in (target, draft) if m is not None]
 
     device = round(dev.memory_gib * GIB)
@@ -259,7 +312,10 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     if draft is not None:
         items["draft weights"] = draft.weights_bytes
     fixed = sum(items.values())
-    budget = device - fixed
+    # The KV cache never takes the room the engines' loading needs for a moment (load_extra_bytes): on a
+    # device the policy shares, that moment would push the policy out.
+    load_extra, load_source = load_extra_bytes(profile, shaped)
+    budget = device - fixed - load_extra
 
     bpt = sum(m.kv_bytes_per_token for m in models)
     running = lim.max_batch_size * lim.max_seq_len
@@ -275,8 +331,9 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     problems: list[str] = []
     if budget < 0:
         biggest = sorted(items.items(), key=lambda kv_: -kv_[1])[:3]
+        loading = f" and loading holds {_gib(load_extra)} more for a moment ({load_source})" if load_extra else ""
         problems.append(
-            f"the fixed allocations need {_gib(fixed)} but the device has {_gib(device)}: "
+            f"the fixed allocations need {_gib(fixed)}{loading} but the device has {_gib(device)}: "
             f"over by {_gib(-budget)} before any KV cache (biggest: "
             + ", ".join(f"{k} {_gib(v)}" for k, v in biggest)
             + "); lower policy.reserve_gib or device.reserved_gib, or quantize the weights further")
@@ -295,19 +352,25 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     elif tokens < useful:
         notes.append(f"KV holds {tokens} tokens, fewer than max_batch_size × max_seq_len = {useful}: "
                      f"{tokens // lim.max_seq_len} full-length sequences at once")
-    warm = max(0, tokens - running) // HOME_TOKENS
+    home = min(HOME_TOKENS, lim.max_input_len)
+    warm = max(0, tokens - running) // home
     dep = deployment(profile)
+    if home < HOME_TOKENS and cached:
+        notes.append(f"homes are planned at max_input_len = {lim.max_input_len:,} tokens, not {HOME_TOKENS:,}: a "
+                     f"longer home is a prompt the engine refuses; raise limits.max_input_len (and max_seq_len) "
+                     f"to at least {HOME_TOKENS:,} plus the task to serve {HOME_TOKENS:,}-token homes")
     if budget > 0 and dep.prefix_reuse:  # the KV pool keeps every stored block (both runtimes)
         spare = max(0, budget // bpt - running)
-        notes.append(f"the KV budget could keep {spare // HOME_TOKENS} homes of {HOME_TOKENS:,} tokens warm "
-                     f"(cached_prefix_tokens = {spare // HOME_TOKENS * HOME_TOKENS:,}); this profile keeps {warm}")
+        notes.append(f"the KV budget could keep {spare // home} homes of {home:,} tokens warm "
+                     f"(cached_prefix_tokens = {spare // home * home:,}); this profile keeps {warm}")
     return MemoryPlan(
         profile=profile.name, backend=profile.backend, device_bytes=device, reserved_bytes=reserved,
         num_engines=engines, cuda_context_bytes=cuda, policy_bytes=policy, policy_source=policy_source,
         target=target, draft=draft, workspace_bytes=workspace, workspace_source=workspace_source,
         fixed_bytes=fixed, budget_bytes=budget, running_kv_tokens=running, cached_prefix_tokens=cached,
-        useful_kv_tokens=useful, max_kv_tokens=tokens, home_tokens=HOME_TOKENS, warm_homes=warm,
-        kv_bytes=kv, total_bytes=total, headroom_bytes=device - total,
+        useful_kv_tokens=useful, max_kv_tokens=tokens, home_tokens=home, warm_homes=warm,
+        kv_bytes=kv, total_bytes=total, load_extra_bytes=load_extra, load_source=load_source,
+        load_peak_bytes=total + load_extra, headroom_bytes=device - total,
         feasible=not problems, problems=problems, notes=notes, deployment=dep.as_dict(),
     )
 
@@ -336,6 +399,7 @@ def format_plan(plan: MemoryPlan) -> str:
     for name, m in models:
         lines.append(row(f"- {name} weights ({m.weights})", m.weights_bytes, m.config))
     lines += [row("- workspace", plan.workspace_bytes, plan.workspace_source),
+              row("- kept free for loading", plan.load_extra_bytes, plan.load_source),
               row("= KV budget", plan.budget_bytes)]
     for name, m in models:
         lines.append(row(f"  {name} KV ({m.kv_cache}, {m.kv_bytes_per_token:,} B/token)", m.kv_bytes,

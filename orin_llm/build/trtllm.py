@@ -1,5 +1,10 @@
 """The TensorRT-LLM 0.12.0-jetson build: profile → checkpoint → engine, as data first.
 
+The checkpoints take NVIDIA's documented Jetson path (README4Jetson): examples/llama/convert_checkpoint.py,
+weight-only INT4 (`int4_wo`) or a GPTQ checkpoint (`int4_gptq`); what needs calibration (AWQ, a static
+INT8 KV cache) goes through ModelOpt's examples/quantization/quantize.py, which that guide never uses,
+and the dry run says so on each such step.
+
 `trtllm_steps` turns a profile into the exact commands (a list of :class:`Step`), so a dry run
 prints what a real build would run and a golden test pins it. `run_steps` runs them with logs.
 
@@ -23,7 +28,11 @@ from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
 from ..runtime.trtllm.rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
+from .calib_prompts import write_calib_dataset
 from .source import profile_path
+
+__all__ = ["CALIB_SIZE", "Step", "build_trtllm", "check_trtllm_profile", "format_steps", "run_steps",
+           "trtllm_steps", "write_calib_dataset"]
 
 # Where a from-source install of the v0.12.0-jetson branch keeps its examples (jetson/setup.sh).
 DEFAULT_TRTLLM_ROOT = "/opt/TensorRT-LLM"
@@ -75,10 +84,10 @@ def check_trtllm_profile(profile: Profile) -> None:
         if spec.weights == "q4_1":
             raise OrinError(f"{role}.weights = 'q4_1' is the torch backend's (a GGUF's own Q4_1 blocks on "
                             "torch's packed int4 kernel); TensorRT-LLM quantizes float weights: use "
-                            "\"int4_awq\" or \"int4_wo\"")
+                            "\"int4_wo\" (README4Jetson's INT4 default)")
         if spec.weights == "fp32":
             raise OrinError(f"{role}.weights = 'fp32' is not supported on backend 'trtllm'; "
-                            "use \"fp16\", \"int8_wo\", \"int4_wo\" or \"int4_awq\"")
+                            "use \"int4_wo\", \"int4_gptq\", \"int8_wo\", \"fp16\" or \"int4_awq\"")
         if spec.weights in _UNQUANTIZED_DTYPE and _UNQUANTIZED_DTYPE[spec.weights] != spec.dtype:
             raise OrinError(
                 f"{role}: weights = {spec.weights!r} but dtype = {spec.dtype!r}; TensorRT-LLM stores "
@@ -88,15 +97,22 @@ def check_trtllm_profile(profile: Profile) -> None:
             raise OrinError(
                 f"{role}.model = {spec.model!r}: TensorRT-LLM 0.12 converts Hugging Face model "
                 "directories, not GGUF files; point model at the HF checkpoint directory")
+        if spec.weights == "int4_gptq" and spec.kv_cache == "int8":
+            raise OrinError(
+                f"{role}: weights = 'int4_gptq' with kv_cache = 'int8': a GPTQ checkpoint goes through "
+                "convert_checkpoint.py, whose --int8_kv_cache calibrates only on a downloaded Hugging Face "
+                "dataset (docs/trtllm-0.12-jetson.md §1); set kv_cache = \"fp16\"")
+    # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
+    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
+    # Before the calibration check: no calibration setting fixes a combination 0.12 refuses.
+    refusal = profile_refusal(profile)
+    if refusal is not None:
+        raise OrinError(refusal)
+    for role, spec in _models(profile):
         if _needs_calibration(spec) and profile.calibration == "none":
             raise OrinError(
                 f"{role} needs calibration ({spec.weights} weights, {spec.kv_cache} KV cache) but the "
                 "profile sets calibration = \"none\"; set calibration = \"calib\"")
-    # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
-    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
-    refusal = profile_refusal(profile)
-    if refusal is not None:
-        raise OrinError(refusal)
     limits = profile.limits
     if profile.draft is not None:
         k = limits.draft_len
@@ -118,42 +134,71 @@ def check_trtllm_profile(profile: Profile) -> None:
 # The commands
 
 
-def _checkpoint_step(role: str, spec: ModelSpec, model_dir: Path, profile: Profile, out: Path,
-                     trtllm_root: str, python: str, calib_size: int) -> Step:
+# README4Jetson (J: README4Jetson.md, the only Jetson document of v0.12.0-jetson) builds every engine
+# from examples/llama/convert_checkpoint.py: weight-only INT4 ("INT4 Default", L102-110:
+# `--weight_only_precision int4`) or a GPTQ checkpoint as it is ("INT4 GPTQ", L112-120 and §2.1
+# L46-53: `--use_weight_only --weight_only_precision int4_gptq --per_group`). Flags (R≡J
+# examples/llama/convert_checkpoint.py): --model_dir L22, --dtype L47-50 (float32|bfloat16|float16),
+# --use_weight_only L62-67, --weight_only_precision L76-86 (int8|int4|int4_gptq), --per_group L142-149,
+# --group_size L158-162 (default 128), --output_dir L189-192. args_to_quant_config (L240-278) gives
+# W8A16/W4A16 only with --use_weight_only, and W4A16_GPTQ from int4_gptq (group_size, zero points).
+_WEIGHT_ONLY = {"int4_wo": "int4", "int8_wo": "int8", "int4_gptq": "int4_gptq"}
+# What only ModelOpt's quantize.py does (not in NVIDIA's Jetson guide): AWQ, and static INT8 KV scales
+# from our own calibration prompts. convert_checkpoint.py --int8_kv_cache calibrates through
+# load_calib_dataset, which reads a named Hugging Face dataset (default ccdv/cnn_dailymail, downloaded)
+# and cannot read a local directory (doc §1, R≡J convert_utils.py L214-242): no use on a robot.
+MODELOPT_NOTE = "ModelOpt quantize.py: not in NVIDIA's Jetson guide"
+
+
+def checkpoint_tool(spec: ModelSpec) -> str:
+    """Which 0.12 script makes this model's TensorRT-LLM checkpoint."""
+    return "quantize.py" if _needs_calibration(spec) else "convert_checkpoint.py"
+
+
+def _checkpoint_steps(role: str, spec: ModelSpec, model_dir: Path, profile: Profile, out: Path,
+                      trtllm_root: str, python: str, calib_size: int) -> list[Step]:
+    if checkpoint_tool(spec) == "quantize.py":
+        return [_quantize_step(role, spec, model_dir, profile, out, trtllm_root, python, calib_size)]
+    # Llama 3.2 ties lm_head to the embeddings and 0.12's converter cannot convert that (build/tied_head.py
+    # says where it fails); the model goes in through a directory of links that adds lm_head.weight.
+    hf = out / "hf" / role
+    head = Step(f"{role}-lm-head", (python, "-m", "orin_llm.build.tied_head", "--model_dir", str(model_dir),
+                                    "--output_dir", str(hf)), f"{role}-lm-head.log")
+    argv = [python, f"{trtllm_root}/examples/llama/convert_checkpoint.py",
+            "--model_dir", str(hf), "--output_dir", str(out / "ckpt" / role), "--dtype", spec.dtype]
+    if spec.weights in _WEIGHT_ONLY:
+        argv += ["--use_weight_only", "--weight_only_precision", _WEIGHT_ONLY[spec.weights]]
+    if spec.weights == "int4_gptq":
+        # --group_size must be the checkpoint's own (build_trtllm checks its quantization_config)
+        argv += ["--per_group", "--group_size", str(spec.int4_group_size)]
+    return [head, Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")]
+
+
+def _quantize_step(role: str, spec: ModelSpec, model_dir: Path, profile: Profile, out: Path,
+                   trtllm_root: str, python: str, calib_size: int) -> Step:
     ckpt = out / "ckpt" / role
     lim = profile.limits
-    # Every checkpoint goes through examples/quantization/quantize.py (doc §2, R≡J quantize.py L10-104):
-    # --model_dir L12-14, --calib_dataset L30-36 (a local *directory*: train split, "text" column, doc §2.1
-    # / L218-256), --dtype L52, --qformat L53-61 (int4_awq | int8_wo | int4_wo | full_prec),
+    # examples/quantization/quantize.py (doc §2, R≡J quantize.py L10-104): --model_dir L12-14,
+    # --calib_dataset L30-36 (a local *directory*: train split, "text" column, doc §2.1 / L218-256),
+    # --dtype L52, --qformat L53-61 (int4_awq | int8_wo | int4_wo | full_prec),
     # --tokenizer_max_seq_length L68-71, --batch_size L73-76, --calib_size L77-80,
     # --calib_max_seq_length L81-84, --output_dir L85, --awq_block_size L88, --kv_cache_dtype L89-92
-    # (int8 | fp8; fp8 needs SM89+, Orin is SM87). Unquantized weights too (--qformat full_prec):
-    # * with an int8 KV cache, convert_checkpoint.py --int8_kv_cache would calibrate through
-    #   load_calib_dataset, which cannot read a local directory (doc §1, R≡J convert_utils.py L214-242);
-    # * Llama 3.2 ties lm_head to the embeddings (tie_word_embeddings; its safetensors hold no
-    #   lm_head.weight). quantize.py loads the model with transformers' AutoModelForCausalLM (R≡J
-    #   quantize_by_modelopt.py get_model), which ties lm_head to embed_tokens itself, and ModelOpt
-    #   exports that module. convert_checkpoint.py reads the files with one of two 0.12 loaders, and the
-    #   sources we could read do not settle that a missing lm_head.weight is handled (NVIDIA/TensorRT-LLM
-    #   issues #1733, #2677: KeyError 'lm_head.weight'). So fp16 weights take quantize.py too. doc §10.
+    # (int8 | fp8; fp8 needs SM89+, Orin is SM87). It loads the model with transformers'
+    # AutoModelForCausalLM (R≡J quantize_by_modelopt.py get_model), which ties lm_head itself, so no
+    # lm-head step here.
     qformat = _QFORMAT.get(spec.weights, "full_prec")
     argv = [python, f"{trtllm_root}/examples/quantization/quantize.py",
             "--model_dir", str(model_dir), "--output_dir", str(ckpt),
             "--dtype", spec.dtype, "--qformat", qformat]
     if spec.kv_cache == "int8":
         argv += ["--kv_cache_dtype", "int8"]
-    if _needs_calibration(spec):
-        # calib_max_seq_length: the default 512 would cut the longer planning prompts (~600 tokens)
-        # before the task; with --batch_size 1 nothing is padded, so the cap costs no memory.
-        argv += ["--calib_dataset", str(out / "calib_dataset"), "--calib_size", str(calib_size),
-                 "--calib_max_seq_length", str(lim.max_input_len)]
-        if spec.weights == "int4_awq":
-            argv += ["--awq_block_size", str(spec.int4_group_size)]
-        argv += ["--batch_size", "1"]
-    # Without AWQ or an int8 KV cache quantize.py calibrates nothing and reads no dataset: "No quantization
-    # applied, export {dtype} model" for int8_wo/int4_wo/full_prec without --kv_cache_dtype (doc §2, R≡J
-    # quantize_by_modelopt.py L404-405).
-    argv += ["--tokenizer_max_seq_length", str(lim.max_input_len)]
+    # calib_max_seq_length: the default 512 would cut the longer planning prompts (~600 tokens)
+    # before the task; with --batch_size 1 nothing is padded, so the cap costs no memory.
+    argv += ["--calib_dataset", str(out / "calib_dataset"), "--calib_size", str(calib_size),
+             "--calib_max_seq_length", str(lim.max_input_len)]
+    if spec.weights == "int4_awq":
+        argv += ["--awq_block_size", str(spec.int4_group_size)]
+    argv += ["--batch_size", "1", "--tokenizer_max_seq_length", str(lim.max_input_len)]
     return Step(f"{role}-checkpoint", tuple(argv), f"{role}-checkpoint.log")
 
 
@@ -209,64 +254,17 @@ def trtllm_steps(profile: Profile, out: Path, trtllm_root: str = DEFAULT_TRTLLM_
     steps: list[Step] = []
     for (role, spec), setup in zip(_models(profile), engine_setups(profile), strict=True):
         model_dir = profile_path(spec.model, profile_dir)
-        steps.append(_checkpoint_step(role, spec, model_dir, profile, out, trtllm_root, python, calib_size))
+        steps += _checkpoint_steps(role, spec, model_dir, profile, out, trtllm_root, python, calib_size)
         steps.append(_engine_step(role, setup, spec, profile, out))
     return steps
 
 
 def format_steps(steps: Sequence[Step]) -> str:
-    """The commands as a shell script body: `# name` then the shell-quoted command, per step."""
-    return "".join(f"# {s.name} (log: logs/{s.log})\n{shlex.join(s.argv)}\n" for s in steps)
-
-
-# ---------------------------------------------------------------------------
-# Calibration data
-
-
-def _interleave_homes(items: list) -> list:
-    by_home: dict[str, list] = {}
-    for it in items:
-        by_home.setdefault(it.home, []).append(it)
-    queues = list(by_home.values())
-    ordered = []
-    for i in range(max((len(q) for q in queues), default=0)):
-        ordered += [q[i] for q in queues if i < len(q)]
-    return ordered
-
-
-def write_calib_dataset(out: Path, max_items: int | None = None, root: Path | str | None = None) -> Path:
-    """Write ``<out>/calib_dataset/train.jsonl``: one ``{"text": prompt}`` per calibration item.
-
-    quantize.py reads a local directory's train split, "text" column (doc §2.1); the directory holds
-    just this one file (the doc leaves mixed file types in one directory unverified). Rows are
-    interleaved by home so the first rows, which are the ones calibration uses, cover every home.
-    """
-    from ..calibration_data import load_home, load_split
-    from ..environment import prefix_messages, task_message
-
-    items = _interleave_homes(load_split("calib", root))
-    if max_items is not None:
-        items = items[:max_items]
-    if not items:
-        raise OrinError("the calib split is empty; run python calibration/generate.py to regenerate it")
-    directory = Path(out) / "calib_dataset"
-    if directory.exists():
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    path = directory / "train.jsonl"
-    homes: dict[str, Any] = {}
-    with open(path, "w", encoding="utf-8") as f:
-        for it in items:
-            if it.home not in homes:
-                homes[it.home] = load_home(it.home, root)
-            # The prompt the planner sends, as plain text: the chat messages' contents joined with
-            # blank lines. The tokenizer's chat template (and its special tokens) is not available
-            # without the model, and quantize.py applies no template itself (doc §2.1), so the
-            # calibration sees the same words and structure, without the header tokens.
-            messages = prefix_messages(homes[it.home]) + [task_message(it.task)]
-            text = "\n\n".join(m["content"] for m in messages)
-            f.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
-    return path
+    """The commands as a shell script body: `# name` then the shell-quoted command, per step; a ModelOpt
+    step says that it is not NVIDIA's Jetson path."""
+    def note(s: Step) -> str:
+        return f"; {MODELOPT_NOTE}" if any(a.endswith("/quantize.py") for a in s.argv[1:2]) else ""
+    return "".join(f"# {s.name} (log: logs/{s.log}{note(s)})\n{shlex.join(s.argv)}\n" for s in steps)
 
 
 # ---------------------------------------------------------------------------
@@ -322,6 +320,38 @@ def run_steps(steps: Sequence[Step], out: Path, quiet: bool = False,
 # The whole build
 
 
+def check_model_dir(role: str, spec: ModelSpec, model_dir: Path) -> None:
+    """The checkpoint is an HF directory, quantized (GPTQ) exactly when the profile says int4_gptq.
+
+    convert_checkpoint.py takes int4_gptq's group size from --group_size, not from the checkpoint
+    (R≡J convert_checkpoint.py L272-276), so a mismatch would convert silently wrong.
+    """
+    config = model_dir / "config.json"
+    if not config.is_file():
+        raise OrinError(f"{role}.model: {model_dir} is not a Hugging Face model directory (no "
+                        "config.json); download the checkpoint there or fix the path in the profile")
+    try:
+        quant = json.loads(config.read_text()).get("quantization_config") or {}
+    except ValueError as e:
+        raise OrinError(f"{config}: not valid JSON ({e}); download the checkpoint again") from None
+    method = quant.get("quant_method")
+    if spec.weights == "int4_gptq":
+        if method != "gptq" or quant.get("bits") != 4:
+            raise OrinError(f"{role}.weights = 'int4_gptq' needs a 4-bit GPTQ checkpoint, but {config} has "
+                            f"quantization_config {quant or 'none'}; point model at a GPTQ checkpoint or set "
+                            "weights = \"int4_wo\"")
+        if quant.get("group_size") != spec.int4_group_size:
+            raise OrinError(f"{role}: the GPTQ checkpoint's group_size is {quant.get('group_size')} but "
+                            f"int4_group_size = {spec.int4_group_size}; set int4_group_size = "
+                            f"{quant.get('group_size')} under [{role}]")
+    elif method is not None:
+        raise OrinError(f"{role}.model: {model_dir} is already quantized ({method}); TensorRT-LLM converts "
+                        "a float checkpoint with weights = \"" + spec.weights + "\""
+                        + (": set weights = \"int4_gptq\"" if method == "gptq" else
+                           ": point model at the float checkpoint"))
+
+
+
 def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, dry_run: bool = False,
                  quiet: bool = False) -> list[Step]:
     """Validate, write the calibration set, check the machine, run the steps; return the steps.
@@ -339,10 +369,7 @@ def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, d
     if dry_run:
         return steps
     for role, spec in _models(profile):
-        model_dir = profile_path(spec.model, profile_dir)
-        if not (model_dir / "config.json").is_file():
-            raise OrinError(f"{role}.model: {model_dir} is not a Hugging Face model directory (no "
-                            "config.json); download the checkpoint there or fix the path in the profile")
+        check_model_dir(role, spec, profile_path(spec.model, profile_dir))
     if any("--calib_dataset" in s.argv for s in steps):
         path = write_calib_dataset(out)
         with open(path, encoding="utf-8") as f:
@@ -352,3 +379,30 @@ def build_trtllm(profile: Profile, out: Path, profile_dir: Path | None = None, d
                             "regenerate the calib split with python calibration/generate.py")
     run_steps(steps, out, quiet=quiet)
     return steps
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m orin_llm.build.trtllm --profile P [--out DIR]`: the commands a TensorRT-LLM build of the
+    profile runs, as `orin-llm build --dry-run` prints them but without the memory plan and with ``--out``
+    as given (jetson/first-contact.sh --dry-run shows them; its golden test pins them)."""
+    import argparse
+    import sys
+
+    from ..profile import load_profile
+
+    ap = argparse.ArgumentParser(prog="python -m orin_llm.build.trtllm", description=main.__doc__.split("\n")[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--out", help="the engine directory (default engines/<profile name>)")
+    a = ap.parse_args(argv)
+    try:
+        profile = load_profile(a.profile)
+        steps = trtllm_steps(profile, Path(a.out or f"engines/{profile.name}"), profile_dir=Path(a.profile).parent)
+    except OrinError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(format_steps(steps), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -5,8 +5,9 @@ It checks, and says how to fix what is wrong:
 * **device** — JetPack / L4T (`/etc/nv_tegra_release`; `dpkg-query` for the `nvidia-jetpack`
   meta-package), the module (`/proc/device-tree/model` + MemTotal → e.g. `jetson-agx-orin-64gb`).
   TensorRT-LLM v0.12.0-jetson is made for JetPack 6.1 = L4T R36.4.0.
-* **software** — Python, TensorRT-LLM (found and versioned with importlib's find_spec / metadata:
-  nothing heavy is imported), TensorRT, torch.
+* **software** — Python, TensorRT-LLM (where it is installed, `import tensorrt_llm` runs in a child
+  Python: its `__version__`, or the import's error with the next thing to try), TensorRT, torch, and on
+  the Orin the installed versions against `jetson/constraints-0.12-jetson.txt` (`pins.py`).
 * **power** — `nvpmodel -q` (MAXN wanted) and `jetson_clocks --show` (clocks pinned).
 * **memory** — MemTotal / MemAvailable, disk swap and zram (`/proc/meminfo`, `/proc/swaps`), then
   the build preflight's own warnings (`orin_llm.doctor.preflight`: swap, free memory, MAXN), which
@@ -34,7 +35,8 @@ lookups), so tests run them on fixture files.
 
 host.py reads the machine (`Probe`), preflight.py holds the build's warnings, report.py the report,
 machine.py the device, software, power and memory sections, engine.py the engine and policy ones,
-diagnose.py runs them all, __main__.py is `python -m orin_llm.doctor`.
+diagnose.py runs them all, __main__.py is `python -m orin_llm.doctor`; smoke.py is first contact's test
+of a running daemon (`python -m orin_llm.doctor.smoke`).
 """
 
 from .diagnose import diagnose, run_doctor

@@ -72,6 +72,45 @@ def _module_found(name: str) -> bool:
         return False
 
 
+# What a failed `import tensorrt_llm` most often means on an Orin, and the next thing to try.
+IMPORT_HINTS = (
+    ("libnvinfer", "TensorRT's libraries are missing: sudo apt install nvidia-jetpack"),
+    ("libcusparseLt", "cuSPARSELt is missing: jetson/setup.sh installs it (README4Jetson §1.2)"),
+    ("NumPy", "a numpy 2 next to modules built for numpy 1: jetson/setup.sh pins numpy==1.26.1"),
+    ("libcudart", "CUDA's runtime is not found: sudo apt install nvidia-jetpack, then open a new shell"),
+    ("torch", "torch does not import: JetPack 6.1's CUDA torch is pinned in jetson/constraints-0.12-jetson.txt"),
+    ("No module named 'tensorrt_llm'", "not installed in this Python: run jetson/setup.sh"),
+)
+IMPORT_TIMEOUT_S = 120  # tensorrt_llm imports torch and TensorRT and loads its CUDA libraries
+
+
+def import_version(module: str) -> tuple[Optional[str], Optional[str]]:
+    """Import ``module`` in a child Python (a broken CUDA library can abort the process that loads it):
+    (its __version__, None), or (None, the import's last error line)."""
+    import sys
+
+    code = f"import {module} as m; print(getattr(m, '__version__', '?'))"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=IMPORT_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"import {module} took more than {IMPORT_TIMEOUT_S} s"
+    except OSError as e:
+        return None, f"cannot start {sys.executable}: {e.strerror}"
+    if proc.returncode == 0:
+        lines = proc.stdout.strip().splitlines()
+        return (lines[-1] if lines else "?"), None
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    if not lines:
+        return None, f"the importing Python died with exit code {proc.returncode} and no message"
+    return None, lines[-1].strip()
+
+
+def import_hint(error: str) -> str:
+    return next((hint for word, hint in IMPORT_HINTS if word in error), "see the whole error with: python3 -c "
+                "'import tensorrt_llm'")
+
+
 @dataclass
 class Probe:
     """Where the checks look. The defaults read this machine."""
@@ -83,4 +122,5 @@ class Probe:
     run_cmd: Callable[[list[str]], Optional[str]] = default_run_cmd  # stdout, or None if it cannot run
     dist_version: Callable[[str], Optional[str]] = _dist_version  # an installed distribution's version
     module_found: Callable[[str], bool] = _module_found
+    import_version: Callable[[str], tuple[Optional[str], Optional[str]]] = import_version  # (version, error)
     python_version: str = field(default_factory=platform.python_version)

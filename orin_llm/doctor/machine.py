@@ -7,7 +7,7 @@ import math
 import re
 from typing import Optional
 
-from .host import Probe, meminfo_kib, power_mode, read_file, swap_kib
+from .host import Probe, import_hint, meminfo_kib, power_mode, read_file, swap_kib
 from .preflight import preflight
 from .report import ERROR, INFO, OK, WARN, Report
 
@@ -89,15 +89,26 @@ def check_software(report: Report, p: Probe) -> Optional[str]:
             report.add("software", ERROR, f"TensorRT-LLM is not installed: {SETUP}")
         else:
             report.add("software", INFO, "TensorRT-LLM is not installed (it is needed on the Orin only)")
-    elif version is None:
-        report.add("software", WARN, "tensorrt_llm is importable but has no package metadata, so its version "
-                                     f"is unknown; reinstall the wheel: {SETUP}")
-    elif not version.startswith(TRTLLM_SERIES + "."):
-        status = ERROR if report.jetson else WARN
-        report.add("software", status, f"TensorRT-LLM {version}: orin-llm's trtllm backend targets "
-                                       f"v0.12.0-jetson (the only release with Orin support); {SETUP}")
     else:
-        report.add("software", OK if report.jetson else INFO, f"TensorRT-LLM {version}")
+        # The metadata can say 0.12.0 of a wheel that does not import (PyPI's 0.12.0 is a stub; a missing
+        # CUDA library): only the import says it works, and its __version__ is the one that runs.
+        imported, error = p.import_version("tensorrt_llm")
+        if error is not None:
+            report.add("software", ERROR if report.jetson else WARN,
+                       f"TensorRT-LLM {version or '(version unknown)'} is installed but `import tensorrt_llm` "
+                       f"fails: {error}; {import_hint(error)}")
+            version = None
+        else:
+            version = imported if imported != "?" else version
+            if version is None:
+                report.add("software", WARN, "tensorrt_llm imports but says no version; reinstall the wheel: "
+                                             f"{SETUP}")
+            elif not version.startswith(TRTLLM_SERIES + "."):
+                status = ERROR if report.jetson else WARN
+                report.add("software", status, f"TensorRT-LLM {version}: orin-llm's trtllm backend targets "
+                                               f"v0.12.0-jetson (the only release with Orin support); {SETUP}")
+            else:
+                report.add("software", OK if report.jetson else INFO, f"TensorRT-LLM {version} (imports)")
     trt = p.dist_version("tensorrt")
     if trt is not None:
         odd = report.jetson and not trt.startswith("10.3.")
@@ -117,7 +128,23 @@ def check_software(report: Report, p: Probe) -> Optional[str]:
         hint = ("; not an NVIDIA JetPack build (their versions carry 'nv'): check it is CUDA-enabled, "
                 "TensorRT-LLM's quantize.py needs CUDA torch" if report.jetson and "nv" not in torch else "")
         report.add("software", INFO, f"torch {torch}{hint}")
+    if report.jetson:
+        check_pins(report, p)
     return version
+
+
+def check_pins(report: Report, p: Probe) -> None:
+    """On the Orin: what is installed against jetson/constraints-0.12-jetson.txt (a package installed before
+    the constraints, or by hand, can differ). Skipped where the file is not there (a wheel install)."""
+    from .pins import CONSTRAINTS
+    from .pins import check_pins as pins
+
+    if not CONSTRAINTS.is_file():
+        return
+    for pin in pins(CONSTRAINTS, p.dist_version):
+        if not pin.ok:
+            report.add("software", WARN, f"{pin.name} {pin.installed} is installed; {CONSTRAINTS.name} pins "
+                                         f"{pin.name}{pin.spec}: rerun jetson/setup.sh (PIP_CONSTRAINT holds the pins)")
 
 
 

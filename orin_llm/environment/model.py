@@ -14,11 +14,30 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .calls import parse_call
+from .state import HomeState, shape_problem, state_problem, yaml_keys
 
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # What an action's argument can name: a room or place, an object, a switchable device, or free text
 # (a bounded quoted string). The plan grammar (home/grammar.py) has one rule per type.
 ARG_TYPES = ("place", "object", "device", "text")
+# What an action does, for the simulator (world.py): each kind has its rule, and `other` only needs
+# the robot at its first argument when that is a place. Without a `kind`, the built-in names give
+# theirs and any other name is `other`, so a home with its own action names says `kind:`.
+KINDS = ("navigate", "pick", "place", "open", "close", "switch_on", "switch_off", "say", "other")
+BUILTIN_KINDS = {"go_to": "navigate", "pick": "pick", "place": "place", "open": "open", "close": "close",
+                 "switch_on": "switch_on", "switch_off": "switch_off", "say": "say"}
+# The argument types a kind needs first (alternatives per position); further arguments are free.
+KIND_ARGS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "navigate": (("place",),), "pick": (("object",),), "place": (("object",), ("place",)),
+    "open": (("place", "device"),), "close": (("place", "device"),),
+    "switch_on": (("device", "place", "object"),), "switch_off": (("device", "place", "object"),),
+    "say": (), "other": (),
+}
+
+
+def _kind_fits(kind: str, args: list[str]) -> bool:
+    need = KIND_ARGS[kind]
+    return len(args) >= len(need) and all(a in ok for a, ok in zip(args, need, strict=False))
 
 
 def _check_ident(value: str, what: str) -> str:
@@ -48,11 +67,35 @@ class Action(_Model):
     name: str
     args: list[str] = Field(default_factory=list)
     description: str = ""
+    kind: Optional[str] = None  # None: from the built-in names (BUILTIN_KINDS), else "other"
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _check_ident(v, "action name")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and v not in KINDS:
+            raise ValueError(f"kind {v!r} is not a kind of action; use one of {', '.join(KINDS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_args(self) -> Action:
+        if self.kind is not None and not _kind_fits(self.kind, self.args):
+            need = ", ".join(" or ".join(alts) for alts in KIND_ARGS[self.kind])
+            raise ValueError(f"action {self.name!r} of kind {self.kind} takes ({need}) first, not "
+                             f"({', '.join(self.args)}); fix its args or its kind")
+        return self
+
+    @property
+    def effective_kind(self) -> str:
+        """The declared kind; else the built-in name's (when its arguments fit that kind); else other."""
+        if self.kind is not None:
+            return self.kind
+        builtin = BUILTIN_KINDS.get(self.name)
+        return builtin if builtin is not None and _kind_fits(builtin, self.args) else "other"
 
     @field_validator("args")
     @classmethod
@@ -80,6 +123,9 @@ class Room(_Model):
     places: list[str] = Field(default_factory=list)
     objects: list[str] = Field(default_factory=list)
     devices: Optional[list[str]] = None  # None: the room names none (and the home reads back without the key)
+    # Places of the room that open and close (doors, cabinets, appliances). A home that names none
+    # lets any place open and close.
+    openable: Optional[list[str]] = None
 
     @field_validator("name")
     @classmethod
@@ -106,6 +152,14 @@ class Room(_Model):
         for d in v or []:
             _check_ident(d, "device name")
         return v
+
+    @model_validator(mode="after")
+    def _openable(self) -> Room:
+        for p in self.openable or []:
+            if p not in self.places:
+                raise ValueError(f"openable: {p!r} is not a place of room {self.name!r}; list the places of this "
+                                 f"room that open and close (add {p!r} to its places first)")
+        return self
 
 
 class Example(_Model):
@@ -136,18 +190,28 @@ class Environment(_Model):
     actions: list[Action] = Field(default_factory=list)
     examples: list[Example] = Field(default_factory=list)
     text: str | None = None
+    state: Optional[HomeState] = None  # the initial state; None: nothing known but an empty hand
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         return _checkone_line(v, "name")
 
+    @field_validator("state", mode="before")
+    @classmethod
+    def _state_shape(cls, v: object) -> object:
+        v = yaml_keys(v)
+        problem = shape_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
     @model_validator(mode="after")
     def _consistent(self) -> Environment:
         if self.text is not None:
             if not self.text.strip():
                 raise ValueError("text must not be empty")
-            mixed = [k for k in ("rooms", "actions", "examples") if getattr(self, k)]
+            mixed = [k for k in ("rooms", "actions", "examples", "state") if getattr(self, k)]
             if mixed:
                 raise ValueError(
                     "give either text or rooms/actions/examples, not both "
@@ -198,6 +262,10 @@ class Environment(_Model):
                         f"{where}: {raw!r} passes {len(args)} argument(s) but {actions[name].signature()} "
                         f"takes {len(want)}"
                     )
+        if self.state is not None:
+            problem = state_problem(self.state, self)
+            if problem:
+                raise ValueError(f"state: {problem}")
         return self
 
     @property
@@ -222,6 +290,14 @@ class Environment(_Model):
                 return devices
             return [n for r in self.rooms for n in [*r.places, *r.objects]]  # a home that names none
         raise ValueError(f"{kind!r} names no things of the home")
+
+    def openable_places(self) -> set[str]:
+        """The places that open and close: those the rooms list as openable, or every place of a home
+        that lists none."""
+        declared = [p for r in self.rooms for p in r.openable or []]
+        if declared or any(r.openable is not None for r in self.rooms):
+            return set(declared)
+        return {p for r in self.rooms for p in r.places}
 
 
 def one_line(s: str) -> str:

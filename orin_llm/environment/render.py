@@ -3,9 +3,14 @@ byte-identical messages, so an inference server can cache the prefix."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..errors import OrinError
 from .calls import format_call, parse_call
 from .model import Environment, one_line
+
+if TYPE_CHECKING:
+    from .state import HomeState
 
 SYSTEM_PROMPT = (
     "You are the planner of a home robot. Turn the user's task into a plan.\n"
@@ -42,12 +47,28 @@ def system_message(env: Environment) -> dict[str, str]:
     return {"role": "system", "content": f"{SYSTEM_PROMPT}\n\n{_render_home(env)}"}
 
 
-def task_message(task: str, observations: list[str] | None = None) -> dict[str, str]:
-    """The user turn for a request: ``Task: ...`` plus an ``Observations:`` block."""
+def state_text(state: HomeState) -> str:
+    """The known facts of a home's state, as the planner reads them before a task: what the robot
+    holds, where it is, where things lie, what is open and what is on (sorted, so the same state
+    always gives the same text and its tokens stay cached). Unknown facts are left out."""
+    lines = ["State:"]
+    if state.robot_at:
+        lines.append(f"- the robot is at {state.robot_at}")
+    lines.append(f"- the robot holds {state.holding}" if state.holding else "- the robot's hand is empty")
+    lines += [f"- {o} is at {p}" for o, p in sorted(state.object_at.items())]
+    lines += [f"- {p} is {'open' if v else 'closed'}" for p, v in sorted(state.open.items())]
+    lines += [f"- {d} is {'on' if v else 'off'}" for d, v in sorted(state.on.items())]
+    return "\n".join(lines)
+
+
+def task_message(task: str, observations: list[str] | None = None, state: str | None = None) -> dict[str, str]:
+    """The user turn for a request: the home's state (`state`: state_text's, when the home has one),
+    ``Task: ...``, and an ``Observations:`` block. The state comes first: it changes less often
+    than the task, so its tokens stay cached from one plan to the next."""
     task = one_line(task)
     if not task:
         raise OrinError("the task is empty; say what the robot should do, e.g. 'bring me the mug'")
-    content = f"Task: {task}"
+    content = f"{state}\n\nTask: {task}" if state else f"Task: {task}"
     obs = [one_line(o) for o in (observations or []) if one_line(o)]
     if obs:
         content += "\nObservations:\n" + "\n".join(f"- {o}" for o in obs)

@@ -15,7 +15,7 @@ from typing import Optional, Protocol
 import numpy as np
 
 from ..errors import OrinError
-from .inputs import input_specs, require_onnx, synthetic_inputs
+from .inputs import ShapeRange, input_specs, require_onnx, synthetic_inputs
 
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
 
@@ -38,7 +38,8 @@ class OnnxRuntimePolicy:
     name = "onnxruntime"
     device = "cpu"
 
-    def __init__(self, path: str | Path, threads: int = 1, seed: int = 0):
+    def __init__(self, path: str | Path, threads: int = 1, seed: int = 0,
+                 shapes: Optional[dict[str, tuple[int, ...]]] = None, ranges: Optional[dict[str, ShapeRange]] = None):
         try:
             import onnxruntime as ort
         except ImportError:
@@ -58,7 +59,7 @@ class OnnxRuntimePolicy:
             hint = (" (a float16 policy: onnxruntime's CPU provider lacks float16 kernels for some operators; "
                     "export it in float32 for a CPU)" if "float16" in first.lower() or "(16)" in first else "")
             raise OrinError(f"onnxruntime cannot load {path}: {first}{hint}") from None
-        self.feed = synthetic_inputs(input_specs(path), seed)
+        self.feed = synthetic_inputs(input_specs(path, shapes, ranges), seed)
 
     def step(self) -> np.ndarray:
         return self.session.run(None, self.feed)[0]
@@ -71,7 +72,9 @@ class OnnxRuntimePolicy:
 
 
 def open_backend(name: str, path: str | Path, threads: int = 1, stream_priority: str = "high",
-                 cache_dir: Optional[Path] = None) -> PolicyBackend:
+                 cache_dir: Optional[Path] = None, shapes: Optional[dict[str, tuple[int, ...]]] = None,
+                 ranges: Optional[dict[str, ShapeRange]] = None) -> PolicyBackend:
+    """shapes / ranges: what the runner feeds a dynamic input (inputs.py); TensorRT builds its profile from them."""
     if name not in BACKENDS:
         raise OrinError(f"policy backend {name!r}: choose {', '.join(BACKENDS)}")
     from . import trt_bindings
@@ -79,7 +82,7 @@ def open_backend(name: str, path: str | Path, threads: int = 1, stream_priority:
     if name == "auto":
         name = "tensorrt" if trt_bindings.usable() else "onnxruntime"
     if name == "onnxruntime":
-        return OnnxRuntimePolicy(path, threads=threads)
+        return OnnxRuntimePolicy(path, threads=threads, shapes=shapes, ranges=ranges)
     from .tensorrt import TensorRTPolicy
 
-    return TensorRTPolicy(path, stream_priority=stream_priority, cache_dir=cache_dir)
+    return TensorRTPolicy(path, stream_priority=stream_priority, cache_dir=cache_dir, shapes=shapes, ranges=ranges)

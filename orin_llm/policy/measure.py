@@ -3,10 +3,11 @@ carries both to the memory plan (`[policy] measured = "..."` in a profile) and t
 
 Resident memory is the kernel's count for the whole process (VmHWM, the peak of VmRSS, from
 /proc/<pid>/status): the interpreter, the runtime's libraries, the weights and every activation
-buffer, not an estimate from the ONNX file. Device memory is what the CUDA driver reports gone
-from the device while the runner built its context, engine and buffers (cuMemGetInfo before and
-after); it is 0 for onnxruntime on a CPU. On a Jetson both come out of the same unified memory,
-and CUDA allocations (nvmap) are not part of RSS, so the total is their sum.
+buffer, not an estimate from the ONNX file. Device memory is what the backend itself allocated
+(TensorRT: the engine, the execution context's scratch, the I/O buffers: `device_parts`), not a
+free-memory difference, which on unified memory moves with the page cache and every other process;
+it is 0 for onnxruntime on a CPU. On a Jetson both come out of the same unified memory, and CUDA
+allocations (nvmap) are not part of RSS, so the total is their sum.
 """
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ class PolicyMeasurement(BaseModel):
     machine: str  # platform.platform() of where it was measured
     rss_peak_bytes: int = Field(ge=0)
     device_bytes: int = Field(ge=0)
+    # what device_bytes is made of, as the backend allocated it (TensorRT: engine, context, io); not a
+    # free-memory difference, which on unified memory moves with the page cache and other processes
+    device_parts: dict[str, int] = Field(default_factory=dict)
     total_bytes: int = Field(ge=0)
     rate_hz: float = Field(gt=0)
     ticks: int = Field(ge=0)
@@ -60,7 +64,9 @@ class PolicyMeasurement(BaseModel):
 
     def describe(self) -> str:
         label = "STAND-IN policy" if self.stand_in else "policy"
-        dev = f" + {self.device_bytes / 2**30:.2f} GiB device" if self.device_bytes else ""
+        parts = ", ".join(f"{k} {v / 2**30:.2f}" for k, v in self.device_parts.items())
+        dev = (f" + {self.device_bytes / 2**30:.2f} GiB device" + (f" ({parts})" if parts else "")
+               if self.device_bytes else "")
         return (f"{label} measured with {self.backend} on {self.device}: {self.total_bytes / 2**30:.2f} GiB "
                 f"(peak RSS {self.rss_peak_bytes / 2**30:.2f} GiB{dev}), {self.utc}")
 

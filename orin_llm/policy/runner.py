@@ -26,6 +26,7 @@ from typing import Optional
 from .. import placement
 from ..errors import OrinError
 from .backends import BACKENDS, open_backend
+from .inputs import parse_range_option, parse_shape_option
 from .loop import run_loop, summarize
 from .measure import PolicyMeasurement, machine, proc_status_kib, write_measurement
 from .standin import is_stand_in
@@ -35,12 +36,14 @@ WARMUP_STEPS = 10
 
 def run(onnx: Path, rate_hz: float, seconds: Optional[float], backend: str = "auto", threads: int = 1,
         where: placement.Placement = placement.Placement(), stream_priority: str = "high",
-        ticks_out: Optional[Path] = None, measurement_out: Optional[Path] = None, ready=None) -> dict:
+        ticks_out: Optional[Path] = None, measurement_out: Optional[Path] = None, ready=None,
+        shapes: Optional[dict] = None, ranges: Optional[dict] = None) -> dict:
     if not rate_hz > 0:
         raise OrinError(f"--rate-hz {rate_hz}: give a control rate above 0")
     in_force = placement.apply(where)
     stand_in = is_stand_in(onnx) if Path(onnx).is_file() else False
-    policy = open_backend(backend, onnx, threads=threads, stream_priority=stream_priority)
+    policy = open_backend(backend, onnx, threads=threads, stream_priority=stream_priority, shapes=shapes,
+                          ranges=ranges)
     stop = {"now": False}
 
     def on_signal(signum, frame):
@@ -58,6 +61,7 @@ def run(onnx: Path, rate_hz: float, seconds: Optional[float], backend: str = "au
                          lambda: stop["now"] or (deadline is not None and time.monotonic() >= deadline))
         status = proc_status_kib()
         device_bytes = policy.device_bytes()
+        device_parts = dict(getattr(policy, "memory", {}))
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -66,7 +70,8 @@ def run(onnx: Path, rate_hz: float, seconds: Optional[float], backend: str = "au
     rss_peak = status.get("VmHWM", 0) * 1024
     measurement = PolicyMeasurement(
         onnx=str(onnx), stand_in=stand_in, backend=policy.name, device=policy.device, machine=machine(),
-        rss_peak_bytes=rss_peak, device_bytes=device_bytes, total_bytes=rss_peak + device_bytes, rate_hz=rate_hz,
+        rss_peak_bytes=rss_peak, device_bytes=device_bytes, device_parts=device_parts,
+        total_bytes=rss_peak + device_bytes, rate_hz=rate_hz,
         ticks=summary["ticks"], tick_p99_ms=summary.get("tick_p99_ms"), missed_deadlines=summary["missed_deadlines"])
     result = {"onnx": str(onnx), "stand_in": stand_in, "backend": policy.name, "device": policy.device,
               "rate_hz": rate_hz, "threads": threads, "placement": in_force,
@@ -98,14 +103,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--rt-priority", type=int, help="SCHED_FIFO priority 1-99 (needs privileges)")
     p.add_argument("--stream-priority", default="high", choices=["high", "default"],
                    help="TensorRT only: the CUDA stream priority of the policy's kernels")
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=DxD...",
+                   help="the shape to feed a dynamic input (repeatable); a dynamic leading axis is 1 by default")
+    p.add_argument("--input-range", action="append", default=[], metavar="NAME=MIN:OPT:MAX",
+                   help="TensorRT's optimization profile for a dynamic input (repeatable); the runner feeds OPT")
     p.add_argument("--ticks-out", type=Path, help="write every tick and the summary here (JSON)")
     p.add_argument("--measurement-out", type=Path, help="write the memory measurement here (JSON): name it in a "
                    "profile's [policy] measured = ..., or give it to orin-llm doctor --policy")
     a = p.parse_args(argv)
     try:
+        shapes = dict(parse_shape_option(t) for t in a.input_shape)
+        ranges = dict(parse_range_option(t) for t in a.input_range)
         result = run(a.onnx, a.rate_hz, a.seconds, a.backend, a.threads,
                      placement.Placement(a.cpus, a.nice, a.rt_priority), a.stream_priority, a.ticks_out,
-                     a.measurement_out)
+                     a.measurement_out, shapes=shapes, ranges=ranges)
     except OrinError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -38,6 +38,8 @@ class Capabilities:
     kernels: bool  # kernels() says which of our CPU fast paths run, or why not (/health)
     pins_hold: bool  # a pinned prefix is never evicted; else its stored blocks are evicted like any others
     speculation: tuple[str, ...]  # the `speculation` values a request may name
+    # those a request with a grammar (a constrained plan, a structured answer) may name; None: the same
+    constrained_speculation: Optional[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)

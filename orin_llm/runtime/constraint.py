@@ -16,6 +16,7 @@ How it meets the decode loop (generate.py):
 
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import torch
@@ -50,6 +51,27 @@ class Vocabulary:
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id in eos_ids else min(eos_ids)
         self.lltok = llg.LLTokenizer(tokenizer.json, n_vocab=vocab_size, eos_token=eos)
         self.vocab_size = vocab_size
+        self._bytes: Optional[list[bytes]] = None
+        self._special: Optional[frozenset[int]] = None
+        self._enders: Optional[list[int]] = None
+
+    def token_bytes(self) -> list[bytes]:
+        """Each token's bytes (a special token's: its text), made on first use."""
+        if self._bytes is None:
+            self._bytes = [self.lltok.decode_bytes([i]) for i in range(self.vocab_size)]
+        return self._bytes
+
+    def special_ids(self) -> frozenset[int]:
+        """The special tokens (the end of the turn among them): they write no text of a plan."""
+        if self._special is None:
+            self._special = frozenset(i for i in range(self.vocab_size) if self.lltok.is_special_token(i))
+        return self._special
+
+    def line_enders(self) -> list[int]:
+        """The tokens that can end a line of a plan: a newline in their bytes, or a special token."""
+        if self._enders is None:
+            self._enders = sorted({i for i, b in enumerate(self.token_bytes()) if b"\n" in b} | self.special_ids())
+        return self._enders
 
 
 class Grammar:
@@ -61,13 +83,16 @@ class Grammar:
         if error:
             raise GrammarError(f"{what} does not compile: {' '.join(error.split())}")
         self.vocab, self.what = vocab, what
+        self.lark: Optional[str] = None  # the Lark text it came from, for a remote engine (runtime/remote)
         self._template = llg.LLMatcher(vocab.lltok, grammar)
         if self._template.is_error():
             raise GrammarError(f"{what} does not compile: {self._template.get_error()}")
 
     @classmethod
     def lark(cls, vocab: Vocabulary, text: str, what: str = "grammar") -> Grammar:
-        return cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar = cls(vocab, _llg().LLMatcher.grammar_from_lark(text), what)
+        grammar.lark = text
+        return grammar
 
     @classmethod
     def json_schema(cls, vocab: Vocabulary, schema: dict, what: str = "json_schema") -> Grammar:
@@ -78,7 +103,9 @@ class Grammar:
         return cls(vocab, grammar, what)
 
     def constraint(self) -> Constraint:
-        return Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c = Constraint(self._template.deep_copy(), self.vocab.vocab_size, self.what)
+        c.lark = self.lark
+        return c
 
 
 class Constraint:
@@ -87,13 +114,20 @@ class Constraint:
         # one bit per token, 32 to an int32, as llguidance.torch.allocate_token_bitmask lays it out
         self._bits = torch.full(((vocab_size + 31) // 32,), -1, dtype=torch.int32)
         self.forced_tokens = 0  # tokens emitted without a model step (jump-forward)
+        self.mask_s = 0.0  # time spent computing masks (the request's timings report it)
+        self.masks_computed = 0
+        self.lark: Optional[str] = None  # the grammar's Lark text, where it has one (Grammar.lark)
 
     def allowed(self) -> torch.Tensor:
         """[vocab] bool: the tokens the grammar allows next."""
+        t0 = time.perf_counter()
         # what llguidance.torch.fill_next_token_bitmask does: the matcher writes the mask in place
         self.m.unsafe_compute_mask_ptr(self._bits.data_ptr(), self._bits.numel() * self._bits.element_size())
         bits = (self._bits.unsqueeze(-1) >> _SHIFTS) & 1
-        return bits.flatten()[: self.vocab_size].bool()
+        out = bits.flatten()[: self.vocab_size].bool()
+        self.mask_s += time.perf_counter() - t0
+        self.masks_computed += 1
+        return out
 
     def accept(self, token: int) -> None:
         if not self.m.consume_token(token):
@@ -110,9 +144,13 @@ class Constraint:
         for _i, tok in enumerate(draft):
             self.accept(tok)
             rows.append(self.allowed())
-        if draft:
-            self.m.rollback(len(draft))
+        self.rollback(len(draft))
         return torch.stack(rows)
+
+    def rollback(self, n: int) -> None:
+        """Undo the last `n` accepted tokens."""
+        if n > 0:
+            self.m.rollback(n)
 
     def forced(self) -> Optional[int]:
         """The one token the grammar allows now, if only one is allowed."""

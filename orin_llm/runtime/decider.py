@@ -106,6 +106,10 @@ class Decider:
             gen.drafter.finish(gen.out)
         t = gen.timings
         t.completion_tokens = len(gen.out)
+        c = gen.constraint
+        if c is not None:
+            t.feasibility_s = getattr(c, "narrow_s", 0.0)
+            t.mask_s, t.masks = c.mask_s + t.feasibility_s, c.masks_computed
         t.total_s = time.perf_counter() - gen.t0
         if gen.error is None and gen.status == "done":
             gen.result = Result(gen.stream.text, gen.out, gen.finish_reason, t, gen.stats)

@@ -40,6 +40,9 @@ class Timings:
     computed_prompt_tokens: int = 0  # prompt tokens this request fed through prefill (the engine's count)
     completion_tokens: int = 0
     forced_tokens: int = 0  # completion tokens the grammar forced: emitted without a model step
+    mask_s: float = 0.0  # computing the constraint's masks: the grammar's and the state's narrowing
+    feasibility_s: float = 0.0  # of which narrowing by the simulated state (runtime/feasibility.py)
+    masks: int = 0  # masks computed (one per sampled position, verify rows included)
     ttft_s: float = 0.0
     total_s: float = 0.0
     queue_s: float = 0.0
@@ -59,6 +62,9 @@ class Timings:
             "computed_prompt_tokens": self.computed_prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "forced_tokens": self.forced_tokens,
+            "mask_ms": round(self.mask_s * 1e3, 3),
+            "feasibility_ms": round(self.feasibility_s * 1e3, 3),
+            "masks": self.masks,
         }
 
 
@@ -104,7 +110,7 @@ class Generation:
     constraint (constraint.py) every token, drafted or sampled, is one the grammar allows.
 
     Every field is declared here; the engine's parts change them (module doc), the caller reads them
-    and sets `started`, `on_done` and `conversation` before it submits the request.
+    and sets `started`, `on_done`, `conversation`, `world` and `planning` before it submits the request.
     """
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, tokenizer, eos_ids: set[int],
@@ -125,6 +131,8 @@ class Generation:
         self.started: Optional[float] = None  # perf_counter() when the request began (else: when submitted)
         self.on_done: Optional[Callable[[], None]] = None  # called once the request is over
         self.conversation: Optional[Any] = None  # the planner's Conversation this request is a turn of
+        self.world: Optional[Any] = None  # the simulated state a plan starts in (environment/world.py World)
+        self.planning: Optional[Any] = None  # the planner's PlanRun: what its plan is checked against
         # -- where it stands (the engine and the scheduler)
         self.status: Literal["new", "waiting", "running", "done"] = "new"
         self.kv: Optional[SeqKV] = None  # its blocks while it is admitted

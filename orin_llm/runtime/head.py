@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 SLACK = 1e-3  # absolute, on top of the bound: the exact sums' own rounding (float64, then float32)
 REFINE_ROWS = 1024  # candidates recomputed per chunk (bounds the temporary when a row has many)
+LOAD_ROWS = 4096  # head rows requantized and checked at a time while loading (_requantize)
 
 
 def vocab_mask(allowed: Optional[torch.Tensor], rows: int, vocab: int, device=None) -> torch.Tensor:
@@ -64,24 +65,40 @@ class Q8Head(nn.Module):
         self.pack_full = pack
         self.embedding = [embedding]  # not a submodule: the codes are the embedding's
         self.out_features, self.in_features = embedding.codes.shape
-        w = self._rows(torch.arange(self.out_features, device=embedding.codes.device), torch.float64)
-        # per-row scales as the kernel holds them (bf16), and the codes that round to nearest under them
-        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).to(torch.bfloat16).double()
-        q = torch.clamp(torch.round(w / scales[:, None]), -127, 127).to(torch.int8)
-        kept = q.double() * scales[:, None]  # the values the int8 pass multiplies
+        q, scales, delta, w_max, kept_max = self._requantize(embedding.codes.device)
         self.approx = QuantLinear(q, scales.float(), torch.float32)
         if not self.approx.pack(use_q8_dot):
             raise RuntimeError("no packed int8 kernel here")  # the loader checks kernel_available first
-        delta = (w - kept).abs().amax(dim=1)
         # q8_dot's pass quantizes h to int16 (its error is measured per call: Σ|h - h~| times the row's
         # largest kept weight); torch's takes bf16 (h's rounding, 2^-9, and the sums', with room)
         self.on_q8_dot = self.approx.q8 is not None
-        coef = delta if self.on_q8_dot else delta + 2.0 ** -8 * w.abs().amax(dim=1)
+        coef = delta if self.on_q8_dot else delta + 2.0 ** -8 * w_max
         self.register_buffer("coef", coef.float() * (1 + 2.0 ** -20), persistent=False)  # rounded up
-        self.register_buffer("coef_acts", kept.abs().amax(dim=1).float() * (1 + 2.0 ** -20), persistent=False)
+        self.register_buffer("coef_acts", kept_max.float() * (1 + 2.0 ** -20), persistent=False)
         blocks = self.in_features // q8_dot.BLOCK
         self.sum_eps = (blocks + 8) * 2.0 ** -24  # float32 sums of the blocks' products, relative to Σ|terms|
         self.full_head: Optional[nn.Module] = None  # float32 logits, made on first use (full)
+
+    def _requantize(self, device) -> tuple[torch.Tensor, ...]:
+        """The int8 codes (round to nearest under per-row bf16 scales, as the kernel holds them), the
+        scales, and per row: the largest |w - kept| (the requantization's error), the largest |w| and
+        the largest |kept|. Computed LOAD_ROWS rows at a time: the whole head in float64 would be
+        vocab × hidden × 8 B (3.1 GB for Llama 3.2 3B) three times over while the engine loads, on a
+        device the policy shares; every figure is per row, so the chunks give the same numbers."""
+        rows, cols = self.out_features, self.in_features
+        q = torch.empty(rows, cols, dtype=torch.int8, device=device)
+        scales, delta, w_max, kept_max = (torch.empty(rows, dtype=torch.float64, device=device) for _ in range(4))
+        for a in range(0, rows, LOAD_ROWS):
+            b = min(rows, a + LOAD_ROWS)
+            w = self._rows(torch.arange(a, b, device=device), torch.float64)
+            amax = w.abs().amax(dim=1)
+            s = (amax / 127).clamp(min=1e-8).to(torch.bfloat16).double()
+            qc = torch.clamp(torch.round(w / s[:, None]), -127, 127).to(torch.int8)
+            kept = qc.double().mul_(s[:, None])  # the values the int8 pass multiplies
+            q[a:b], scales[a:b], w_max[a:b] = qc, s, amax
+            kept_max[a:b] = kept.abs().amax(dim=1)
+            delta[a:b] = w.sub_(kept).abs_().amax(dim=1)
+        return q, scales, delta, w_max, kept_max
 
     def _rows(self, idx: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The exact weights of rows `idx`: code times its block's scale, as the GGUF defines them."""

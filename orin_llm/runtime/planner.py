@@ -9,6 +9,13 @@ text re-tokenized.
 A new environment gets a new version: its prefix is pinned, then the previous one unpinned.
 Requests already running keep their own references to the old prefix's blocks, so they finish on
 the version they began with, and a request never mixes versions.
+
+The home's state (where the robot is, what it holds, ...: environment/state.py) changes more often
+than the home: it is rendered after the static prefix, at the head of the task's turn, and a state
+change (`set_state`) pins the prefix followed by the state's tokens, so only those are computed.
+Plans are checked against the state (feasibility: "enforce" narrows the grammar by the simulated
+state as the plan is decoded, runtime/feasibility.py; "report" simulates the finished plan; "off"
+does neither), and a goal is searched for (runtime/goal_search.py).
 """
 
 from __future__ import annotations
@@ -16,17 +23,26 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from ..environment import Environment, Step, prefix_messages, task_message
+from ..environment.render import state_text
+from ..environment.state import HomeState, apply_update
+from ..environment.world import World
 from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..home.grammar import plan_grammar
 from ..home.steps import Rejected, check_steps
 from .backend import Backend
 from .cache import Pin
 from .constraint import Grammar
+from .feasibility import StepSets, narrowed, whole_steps
 from .generate import Generation, Result
+from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
+from .home_state import StateChange, StatePart, ids_after_part, state_part
 from .sampling import SamplingParams
+
+FEASIBILITY = ("enforce", "report", "off")
+CURRENT = object()  # messages(): the home's current state
 
 
 @dataclass
@@ -37,6 +53,13 @@ class Plan:
     environment_version: int
     rejected: list[Rejected] = field(default_factory=list)  # the other lines, and why
     constrained: bool = False
+    # what the simulator says of it (environment/world.py); "off" and plain-text homes: nothing
+    violations: list = field(default_factory=list)  # world.Violation per step that cannot run ("enforce": none)
+    final_state: Optional[HomeState] = None  # the state predicted after the plan
+    goal_reached: Optional[bool] = None  # None: no goal given
+    goal_missing: list[str] = field(default_factory=list)  # the goal's facts still false after the plan
+    search: Optional[dict] = None  # with a goal: {"candidates", "source": model|search|none, "reason", ...}
+    feasibility: str = "off"  # the mode the plan was checked in (an unconstrained plan: report at most)
 
 
 @dataclass(frozen=True)
@@ -47,6 +70,7 @@ class Prefix:
     ids: tuple[int, ...]
     messages: tuple[dict[str, str], ...]  # rendered once: every request starts with them
     grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
+    steps: Optional[StepSets] = None  # the feasible steps per simulated state, made as plans meet them
 
 
 @dataclass
@@ -78,6 +102,10 @@ class Home:
 
     prefix: Prefix
     pin: Pin
+    state: Optional[HomeState] = None  # reported by the robot (set_state); None: the home's own `state:`
+    state_version: int = 0  # set_state calls since this version of the home
+    part: Optional[StatePart] = None  # the current state rendered after the prefix
+    state_pin: Optional[Pin] = None  # the prefix and the part, pinned by the last set_state
 
 
 class Planner:
@@ -132,7 +160,8 @@ class Planner:
             grammar = Grammar.lark(self.engine.vocabulary(), plan_grammar(environment),
                                    f"the plan grammar of {environment.name!r}")
         old = self.homes.get(name)
-        return Prefix(old.prefix.version + 1 if old else 1, environment, text, ids, messages, grammar)
+        steps = StepSets(environment) if grammar is not None else None
+        return Prefix(old.prefix.version + 1 if old else 1, environment, text, ids, messages, grammar, steps)
 
     @property
     def constrains(self) -> bool:
@@ -151,23 +180,97 @@ class Planner:
     def use(self, prefix: Prefix, pin: Pin, prefill_s: Optional[float] = None, name: Optional[str] = None) -> int:
         """Make a computed, pinned prefix home `name`'s current one (and unpin its previous)."""
         old = self.homes.get(name)
-        self.homes[name] = Home(prefix, pin)
+        self.homes[name] = Home(prefix, pin)  # a new version starts from its own state
         if old is not None:
             self.engine.unpin(old.pin)
+            if old.state_pin is not None:
+                self.engine.unpin(old.state_pin)
         if prefill_s is not None:
             self.prefill_s = prefill_s
         return prefix.version
 
     def remove(self, name: str) -> None:
         """Unpin a named home (requests still running on it finish; its blocks then become evictable)."""
-        self.engine.unpin(self.home(name).pin)
+        home = self.home(name)
+        self.engine.unpin(home.pin)
+        if home.state_pin is not None:
+            self.engine.unpin(home.state_pin)
         del self.homes[name]
         for key in [k for k in self.conversations if k[0] == name]:
             del self.conversations[key]
 
-    def messages(self, task: str, observations: Optional[list[str]] = None,
-                 home: Optional[str] = None) -> list[dict[str, str]]:
-        return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations)]
+    def messages(self, task: str, observations: Optional[list[str]] = None, home: Optional[str] = None,
+                 state: Any = CURRENT) -> list[dict[str, str]]:
+        """The prefix's messages and the task's turn, headed by `state`'s lines (by default the home's
+        current state, when it has one; None: no state)."""
+        if state is CURRENT:
+            state = self._known_state(home)
+        block = state_text(state) if state is not None else None
+        return [dict(m) for m in self.home(home).prefix.messages] + [task_message(task, observations, block)]
+
+    # ------------------------------------------------------------------ state over time
+
+    def current_state(self, home: Optional[str] = None) -> HomeState:
+        """The state plans of home `home` start in: the robot's last report, else the home's own
+        `state:`, else nothing known but an empty hand. OrinError for a plain-text home."""
+        state = self._known_state(home)
+        if state is None and self.home(home).prefix.environment.is_text:
+            raise OrinError(f"environment {self.home(home).prefix.environment.name!r} is plain text: it has no "
+                            "state; give rooms and actions")
+        return state if state is not None else HomeState()
+
+    def _known_state(self, home: Optional[str]) -> Optional[HomeState]:
+        """The state to render before a task: None for a home that declares none and was never reported."""
+        h = self.home(home)
+        if h.prefix.environment.is_text:
+            return None
+        return h.state if h.state is not None else h.prefix.environment.state
+
+    def _part(self, prefix: Prefix, state: HomeState) -> Optional[StatePart]:
+        return state_part(self.engine, prefix.text, prefix.messages, state)
+
+    def set_state(self, update: Any, home: Optional[str] = None, run: bool = False) -> StateChange:
+        """Change home `home`'s state: `update` is a partial state (environment/state.py apply_update:
+        the keys it names change, null forgets a fact) or a whole HomeState. OrinError naming what to
+        fix when it does not fit the home (nothing changes then). The state's part (rendered after
+        the static prefix) is pinned by the returned request: a caller that steps the engine submits
+        it, `run=True` steps it here; only the state's tokens are computed."""
+        h = self.home(home)
+        env = h.prefix.environment
+        if env.is_text:
+            raise OrinError(f"environment {env.name!r} is plain text: it has no state; give rooms and actions")
+        if isinstance(update, HomeState):
+            new = update
+            new.check(env)
+        else:
+            new = apply_update(self.current_state(home), update, env)
+        part = self._part(h.prefix, new)
+        gen = self.engine.pin_request(list(h.prefix.ids) + list(part.ids)) if part is not None else None
+        h.state, h.part = new, part
+        h.state_version += 1
+        if gen is not None:
+            gen.on_done = lambda: self._state_pinned(h, gen)
+            if run:
+                self.engine.submit(gen)
+                while not gen.done:
+                    self.engine.step()
+                if gen.error is not None:
+                    raise gen.error
+        return StateChange(new, h.prefix.version, gen, h.state_version)
+
+    def _state_pinned(self, h: Home, gen) -> None:
+        """A state's pin is done: it replaces the last one, unless the state or the home moved on since."""
+        pin = getattr(gen, "pin", None)
+        if pin is None or gen.error is not None:
+            return
+        ids = tuple(getattr(pin, "ids", pin))  # torch's Pin holds its ids; TensorRT-LLM's handle is them
+        current = any(x is h for x in self.homes.values()) and h.part is not None
+        if not current or ids != h.prefix.ids + h.part.ids:
+            self.engine.unpin(pin)
+            return
+        if h.state_pin is not None:
+            self.engine.unpin(h.state_pin)
+        h.state_pin = pin
 
     def prompt_ids(self, messages: list[dict], home: Optional[str] = None,
                    tools: Optional[list[dict]] = None) -> list[int]:
@@ -204,22 +307,67 @@ class Planner:
             return conv.ids + self.engine.encode(full[len(conv.text):]), full
         return self.prompt_ids(messages, home), full
 
+    def _state_ids(self, messages: list[dict], prefix: Prefix, part: StatePart, home: Optional[str]) -> list[int]:
+        """A task's ids after a state part (the prefix's, the part's, the rest's), or rendered afresh."""
+        ids = ids_after_part(self.engine, messages, prefix.text, prefix.ids, part)
+        return ids if ids is not None else self.prompt_ids(messages, home)
+
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constrained: bool = True,
-              conversation: Optional[Conversation] = None, home: Optional[str] = None) -> Generation:
+              conversation: Optional[Conversation] = None, home: Optional[str] = None,
+              feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+              deadline_s: Optional[float] = None) -> Generation:
         """A plan request on home `home`'s current version; `constrained`: every line it writes is a
         step of the home (its grammar), where the engine and the home allow it. With a
-        `conversation`, the request is its next turn (finish() records it)."""
+        `conversation`, the request is its next turn (finish() records it).
+
+        `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
+        "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
+        must make true (environment/goals.py); finish() searches for a plan that does, within
+        `deadline_s` of now (GOAL_BUDGET_S when None). `state`: this request's state (a partial
+        update of the home's current one, or a HomeState), the home's stays as it is."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
-        prefix = self.home(home).prefix
-        extra: dict = {"history": history_key(prefix.environment)}  # an engine with one history ignores it
+        if feasibility not in FEASIBILITY:
+            raise OrinError(f"feasibility {feasibility!r}: choose enforce, report or off")
+        h = self.home(home)
+        prefix = h.prefix
+        env = prefix.environment
+        if env.is_text:
+            if goal or state is not None:
+                raise OrinError(f"environment {env.name!r} is plain text: it has no state to "
+                                f"{'reach a goal in' if goal else 'set'}; give rooms and actions")
+            feasibility = "off"
+        if goal and feasibility == "off":
+            raise OrinError("a goal is checked by simulating the plan, and feasibility \"off\" simulates nothing; "
+                            "send \"enforce\" or \"report\"")
+        current = self._known_state(home)
+        if state is None:
+            run_state = current
+        elif isinstance(state, HomeState):
+            state.check(env)
+            run_state = state
+        else:
+            run_state = apply_update(current or HomeState(), state, env)
+        goal_ = parse_goal(goal, env) if goal else None
+        world = World.start(env, run_state) if feasibility != "off" else None
+        extra: dict = {"history": history_key(env)}  # an engine with one history ignores it
         if constrained and prefix.grammar is not None:
-            extra["constraint"] = prefix.grammar.constraint()
-        elif constrained and not prefix.environment.is_text:
+            c = prefix.grammar.constraint()
+            if feasibility == "enforce":
+                c = narrowed(c, prefix.steps, world, self.engine.vocabulary())
+            extra["constraint"] = c
+        elif constrained and not env.is_text:
             raise OrinError(f"this {self.engine.manifest.backend} engine cannot constrain a plan to the home's "
                             "grammar yet; send \"constrained\": false")
         if conversation is None:
-            ids = self.prompt_ids(self.messages(task, observations, home), home)
+            messages = self.messages(task, observations, home, run_state)
+            part = h.part if state is None and h.part is not None and h.part.state == run_state else None
+            if part is None and run_state is not None:
+                part = self._part(prefix, run_state)
+                if state is None and h.state is None:
+                    h.part = part  # the home's own state: rendered once per version
+            ids = (self._state_ids(messages, prefix, part, home) if part is not None
+                   else self.prompt_ids(messages, home))
         else:
             messages = conversation.messages + [task_message(task, observations)]
             ids, text = self._turn_ids(conversation, messages, home)
@@ -234,11 +382,28 @@ class Planner:
             conversation.messages, conversation.ids, conversation.text = messages, ids, text
         gen.started = started
         gen.conversation = conversation
+        gen.world = world
+        budget = GOAL_BUDGET_S if deadline_s is None else deadline_s
+        gen.planning = PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
+                               world, goal_, started + budget, started)
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
-        """Plan text, typed steps and rejected lines, checked against the environment the request ran on."""
+        """Plan text, typed steps and rejected lines, checked against the environment the request ran
+        on; simulated from its state (feasibility), and with a goal, searched on until one is reached
+        (further model candidates run here, stepping the engine: requests in flight advance too)."""
+        plan = self.finish_one(generation, prefix)
+        run: Optional[PlanRun] = getattr(generation, "planning", None)
+        if run is not None and run.goal is not None and run.world is not None:
+            plan = reach_goal(self, plan, run, prefix)
+        return plan
+
+    def finish_one(self, generation: Generation, prefix: Prefix) -> Plan:
+        """finish() without the goal's search: this request's plan, checked and simulated."""
         result = generation.result if generation.result is not None else self.engine.run(generation)
+        constrained = generation.constraint is not None
+        if constrained and result.finish_reason == "length":
+            result = whole_steps(result, self.engine.tokenizer)  # never half a step
         steps, rejected = check_steps(result.text, prefix.environment, truncated=result.finish_reason == "length")
         conv = generation.conversation
         if conv is not None:  # the plan becomes the conversation's last turn
@@ -247,10 +412,17 @@ class Planner:
             conv.ids = conv.ids + list(result.token_ids) if exact else []  # a stop string cut it: re-render
             conv.text = conv.text + result.text if exact else ""
             conv.turns += 1
-        return Plan(result.text.strip(), steps, result, prefix.version, rejected,
-                    constrained=generation.constraint is not None)
+        plan = Plan(result.text.strip(), steps, result, prefix.version, rejected, constrained=constrained)
+        run: Optional[PlanRun] = getattr(generation, "planning", None)
+        if run is None or run.world is None:
+            return plan
+        check_plan(plan, run, prefix)
+        return plan
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
-             speculation: str = "auto", constrained: bool = True, home: Optional[str] = None) -> Plan:
+             speculation: str = "auto", constrained: bool = True, home: Optional[str] = None,
+             feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+             deadline_s: Optional[float] = None) -> Plan:
         prefix = self.home(home).prefix
-        return self.finish(self.start(task, params, observations, speculation, constrained, home=home), prefix)
+        return self.finish(self.start(task, params, observations, speculation, constrained, home=home,
+                                      feasibility=feasibility, goal=goal, state=state, deadline_s=deadline_s), prefix)

@@ -194,7 +194,7 @@ class DraftModelDrafter:
                 c.accept(tok)
             feed = [tok]
         if c is not None and out:
-            c.m.rollback(len(out))
+            c.rollback(len(out))
         return out, (torch.stack(dists) if dists else None)
 
     def rollback(self, valid: int) -> None:

@@ -2,7 +2,7 @@
 
 `create_app` assembles the middleware, the error handlers and /health + /metrics (routes/health.py),
 none of which imports the runtime, so a daemon serves them from the moment it binds; `open_app` adds
-the engine's routes (routes/environment.py, plan.py, chat.py) once the worker has loaded its planner.
+the engine's routes (routes/environment.py, home_state.py, plan.py, chat.py) once the worker has loaded its planner.
 Until then every other path answers 503 with Retry-After (`LoadingGate`). What the routes share
 travels in an `AppState` (routes/state.py) on `app.state.orin`, so a route can be tested in-process
 with a stub worker (tests/server/test_routes.py).
@@ -32,7 +32,8 @@ from .schemas import ChatRequest, PlanRequest
 
 __all__ = ["AppState", "ServerConfig", "create_app", "engine_max_tokens", "open_app"]
 
-ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment"}
+ENDPOINTS = {"/v1/plan": "plan", "/v1/chat/completions": "chat", "/v1/environment": "environment",
+             "/v1/environment/state": "state"}
 MODELS = {"/v1/plan": PlanRequest, "/v1/chat/completions": ChatRequest}
 OPEN_WHILE_LOADING = ("/health", "/metrics")
 

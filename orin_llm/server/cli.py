@@ -19,13 +19,40 @@ def serve_command(config: DaemonConfig) -> None:
     serve(config)
 
 
+FEASIBILITY = ("enforce", "report", "off")  # runtime/planner.py's, here without importing torch
+
+
+def feasibility_options(goal: Optional[list[str]], feasibility: str, state: Optional[str]) -> dict:
+    """--goal, --feasibility and --state as /v1/plan fields, checked here so that a typo is one line."""
+    if feasibility not in FEASIBILITY:
+        raise OrinError(f"--feasibility {feasibility!r}: choose enforce, report or off")
+    opts: dict = {"feasibility": feasibility}
+    if goal:
+        opts["goal"] = list(goal)
+    if state is not None:
+        opts["state"] = json_object(state, "--state")
+    return opts
+
+
+def json_object(text: str, what: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise OrinError(f"{what}: not JSON ({e}); write an object like '{{\"robot_at\": \"kitchen\"}}'") from None
+    if not isinstance(value, dict):
+        raise OrinError(f"{what}: must be a JSON object like '{{\"robot_at\": \"kitchen\"}}', got {text!r}")
+    return value
+
+
 def plan_command(task: str, socket: Optional[Path], observations: Optional[list[str]], as_json: bool,
                  stream: bool, max_tokens: Optional[int], temperature: Optional[float], seed: Optional[int],
-                 timeout_s: float, speculation: str = "auto") -> None:
-    """Ask the daemon for a plan. --json prints the response (with --stream: one JSON event per line)."""
+                 timeout_s: float, speculation: str = "auto", plan_opts: Optional[dict] = None) -> None:
+    """Ask the daemon for a plan. --json prints the response (with --stream: one JSON event per line).
+    `plan_opts`: feasibility_options()'s fields."""
     from ..client import PlannerClient, PlannerError
 
-    opts = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "speculation": speculation}
+    opts = {"max_tokens": max_tokens, "temperature": temperature, "seed": seed, "speculation": speculation,
+            **(plan_opts or {})}
     try:
         with PlannerClient(socket, timeout_s=timeout_s) as client:
             if not stream:
@@ -62,9 +89,23 @@ def summary(result: dict) -> str:
     if "queue_ms" in t:  # from the daemon
         engine = (f"queued {t['queue_ms']:.0f} ms, then {engine} (since arrival: TTFT "
                   f"{t['ttft_since_arrival_ms']:.0f} ms, total {t['total_since_arrival_ms']:.0f} ms)")
-    return (f"-- {len(result.get('steps', []))} step(s): {steps}\n"
+    return (f"-- {len(result.get('steps', []))} step(s): {steps}\n" + feasibility_lines(result) +
             f"-- environment v{result.get('environment_version')}, {t.get('prompt_tokens')} prompt tokens "
             f"({cached}), {t.get('completion_tokens')} completion tokens, {engine}")
+
+
+def feasibility_lines(result: dict) -> str:
+    """What the simulation found: each violated step, and the goal reached or the facts missing."""
+    lines = [f"-- violation at step {v['index']} {v['step']}: {v['reason']}" for v in result.get("violations") or []]
+    if result.get("goal_reached") is not None:
+        search = result.get("search") or {}
+        source = f" (plan from the {search['source']})" if search.get("source") in ("model", "search") else ""
+        if result["goal_reached"]:
+            lines.append(f"-- goal reached{source}")
+        else:
+            why = f"; {search['reason']}" if search.get("reason") else ""
+            lines.append(f"-- goal not reached: missing {', '.join(result.get('goal_missing') or [])}{why}")
+    return "".join(line + "\n" for line in lines)
 
 
 def health_command(socket: Optional[Path], wait_s: float, as_json: bool) -> bool:
@@ -124,3 +165,30 @@ def environment_push_command(file: Path, socket: Optional[Path], if_match: Optio
             raise OrinError(f"{e.message}; nothing was changed") from None
         raise OrinError(str(e)) from None
     print(f"environment {r['name']!r} is now version {r['version']} ({r['prefix_tokens']} prefix tokens pinned)")
+
+
+def state_show_command(socket: Optional[Path], environment: Optional[str]) -> None:
+    """Print the home's state as JSON."""
+    from ..client import PlannerClient, PlannerError
+
+    try:
+        with PlannerClient(socket, timeout_s=30) as client:
+            state = client.get_state(environment)
+    except PlannerError as e:
+        raise OrinError(str(e)) from None
+    print(json.dumps(state, indent=2, ensure_ascii=False))
+
+
+def state_update_command(update: str, socket: Optional[Path], environment: Optional[str]) -> None:
+    """Send what changed; print the new state, and what the change cost on stderr."""
+    from ..client import PlannerClient, PlannerError
+
+    body = json_object(update, "the state update")
+    try:
+        with PlannerClient(socket, timeout_s=120) as client:
+            r = client.update_state(body, environment)
+    except PlannerError as e:
+        raise OrinError(f"{e}; nothing was changed" if e.status == 422 else str(e)) from None
+    print(json.dumps(r["state"], indent=2, ensure_ascii=False))
+    print(f"-- environment v{r['environment_version']}: {r['computed_tokens']} tokens computed for the change",
+          file=sys.stderr)

@@ -27,6 +27,7 @@ from ..errors import OrinError
 DEFAULT_ENGINE = Path("engines/smollm2-135m-demo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 THREADS_VARIABLE = "ORIN_LLM_THREADS"  # the user's thread count for the torch runtime (README)
+REMOTE_TOKEN_VARIABLE = "ORIN_LLM_REMOTE_TOKEN"  # the remote engine's bearer token (--remote-token-file wins)
 
 
 def option(default: Any, help: str, minimum: Optional[float] = None, choices: tuple[str, ...] = (),
@@ -64,13 +65,25 @@ class DaemonConfig:
                                       "$XDG_STATE_HOME/orin-llm; none: not at all).")
     weights: Optional[str] = option(None, "fp32: run a q4_1 engine's float32 export instead of its Q4_1 blocks "
                                     "(torch; default: the engine's own).")
+    remote: Optional[str] = option(None, "Generate on this OpenAI-compatible engine (vLLM), e.g. "
+                                   "https://site-server:8000; the local engine answers when it cannot "
+                                   "(jetson/GUIDE.md, \"Site server\"). https + a token beyond loopback.")
+    remote_token_file: Optional[Path] = option(None, "File holding the remote engine's bearer token "
+                                               "(default: $ORIN_LLM_REMOTE_TOKEN).")
+    remote_model: Optional[str] = option(None, "The remote engine's model name (default: its first /v1/models).")
+    remote_first_token_share: float = option(0.5, "Start the local engine when the remote has no first token "
+                                             "by this share of the request's deadline.", minimum=0.01)
+    remote_timeout_s: float = option(10.0, "A request's budget on the remote when it has no deadline_ms.",
+                                     minimum=0.05)
     # Not an option: $ORIN_LLM_THREADS as the user set it, read by from_options (the edge).
     env_threads: Optional[int] = field(default=None, metadata={"edge": True})
+    env_remote_token: Optional[str] = field(default=None, metadata={"edge": True})  # $ORIN_LLM_REMOTE_TOKEN
 
     @classmethod
     def from_options(cls, values: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> DaemonConfig:
         """The config for a front end's parsed options, with the user's environment read once here."""
-        return cls(**{k: v for k, v in values.items() if k in OPTION_NAMES}, env_threads=env_threads(environ))
+        return cls(**{k: v for k, v in values.items() if k in OPTION_NAMES}, env_threads=env_threads(environ),
+                   env_remote_token=environ.get(REMOTE_TOKEN_VARIABLE) or None)
 
     def check(self) -> None:
         """Refuse values out of range (before the daemon claims its socket): OrinError, one line."""
@@ -80,6 +93,23 @@ class DaemonConfig:
                 raise OrinError(f"{flag(f.name)} must be ≥ {minimum:g}, got {value:g}")
             if choices and str(value).lower() not in choices:
                 raise OrinError(f"{flag(f.name)} must be one of {', '.join(choices)}, got {value!r}")
+        self.remote_settings()  # an unsafe --remote is refused before the socket is claimed
+
+    def remote_settings(self):
+        """runtime/remote's RemoteSettings for --remote (None: plan on this device only); OrinError for a
+        URL that is not safe to use or a token file that cannot be read."""
+        if not self.remote:
+            return None
+        from ..runtime.remote.settings import RemoteSettings  # light: no torch
+
+        token = self.env_remote_token
+        if self.remote_token_file is not None:
+            try:
+                token = Path(self.remote_token_file).read_text().strip()
+            except OSError as e:
+                raise OrinError(f"--remote-token-file {self.remote_token_file}: {e.strerror}") from None
+        return RemoteSettings(self.remote, token or None, self.remote_model, self.remote_first_token_share,
+                              self.remote_timeout_s)
 
     def placement_and_threads(self) -> tuple[placement.Placement, Optional[int]]:
         """Where the daemon runs and the engine's thread count (None: torch's own choice): --threads,

@@ -2,8 +2,9 @@
 
 `curl -d '{"task": ...}'` sends `Content-Type: application/x-www-form-urlencoded`, and FastAPI then
 hands the model the raw bytes ("Input should be a valid dictionary"). Like llama.cpp's server, which
-parses every body as JSON, the daemon reads the body of POST /v1/plan and /v1/chat/completions as
-JSON whatever the header says; a body that is not JSON gets the JSON parser's own message.
+parses every body as JSON, the daemon reads the body of POST /v1/plan and /v1/chat/completions, and
+of PATCH /v1/environment/state and /v1/environments/NAME/state, as JSON whatever the header says; a
+body that is not JSON gets the JSON parser's own message.
 
 PUT /v1/environment takes the home as JSON (the shape GET returns) or, with a YAML content type
 (`application/yaml`, RFC 9512, or the older `application/x-yaml`, `text/yaml`, `text/x-yaml`), as the
@@ -13,11 +14,13 @@ YAML file itself.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 JSON_PATHS = frozenset({"/v1/plan", "/v1/chat/completions"})
+STATE_PATH = re.compile(r"/v1/(environment|environments/[^/]+)/state")
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 
 
@@ -28,10 +31,14 @@ class JsonBodies:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in JSON_PATHS:
+        if scope["type"] == "http" and json_body(scope["method"], scope["path"]):
             headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
             scope = {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
         await self.app(scope, receive, send)
+
+
+def json_body(method: str, path: str) -> bool:
+    return (method == "POST" and path in JSON_PATHS) or (method == "PATCH" and STATE_PATH.fullmatch(path) is not None)
 
 
 def media_type(content_type: Optional[str]) -> str:

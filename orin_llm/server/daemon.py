@@ -213,6 +213,7 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
     from .worker import Worker
 
     env = load_environment(config.environment or EXAMPLE_HOME_PATH)
+    remote = config.remote_settings()  # refused here, before the engine loads, when unsafe
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
         options = {"weights": config.weights} if config.weights else {}
@@ -221,6 +222,11 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
         state_dir = config.state_dir
         state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
         tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, state)
+        if remote is not None:  # plans generate there first; this engine answers when it cannot
+            from ..runtime.remote.hedged import HedgedBackend
+
+            engine = HedgedBackend(engine, remote)
+            log.info("remote engine %s: plans generate there, this engine is the fallback", remote.url)
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)

@@ -14,34 +14,49 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Optional
 
 from ..environment import Environment
-from ..home.steps import StepStream
+from ..environment.world import World
+from ..runtime.feasibility import narrowed
 from ..runtime.generate import Result
-from ..runtime.planner import Planner
+from ..runtime.planner import Plan, Planner
 from ..runtime.sampling import SamplingParams
+from .call_narrowing import CallSets
 from .errors import RequestError
+from .plan_calls import CheckedCalls, checked_message, plan_tools
 from .schemas import ChatRequest, PlanRequest
+from .step_events import FeasibleSteps
 from .structured import Answer, GrammarCache
 from .tool_calls import CallParser, chat_messages, parse_answer
 from .worker import JobStart
 
 
-def plan_job(req: PlanRequest, params: SamplingParams):
+def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] = None):
+    """A plan: its goal, its one-off state and its feasibility mode are checked against the home on
+    this thread (a goal or state naming things the home lacks: 422), as the planner starts it. A
+    goal's search ends within the request's deadline (`arrived`: time.monotonic() at its arrival;
+    default: now)."""
+    arrived = time.monotonic() if arrived is None else arrived
+
     def begin(planner: Planner) -> JobStart:
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
+        left_s = req.deadline_ms / 1e3 - (time.monotonic() - arrived) if req.deadline_ms else None
         gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
-                            req.environment)
-        steps = StepStream(prefix.environment)  # {"step": ...} events for a streamed plan
+                            req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state,
+                            deadline_s=left_s)
+        # with a goal the plan may be another candidate's or the search's: its steps are sent once chosen
+        steps = FeasibleSteps(prefix.environment, gen.world, hold=bool(req.goal))
 
         def finish(queue_s: float) -> dict:
             plan = planner.finish(gen, prefix)
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
-                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s)}
+                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s),
+                   **feasibility_fields(plan)}
             if req.environment:
                 out["environment"] = req.environment
             if conv is not None:
@@ -51,10 +66,47 @@ def plan_job(req: PlanRequest, params: SamplingParams):
     return begin
 
 
+def feasibility_fields(plan: Plan) -> dict:
+    """What the simulation says of a plan: the mode, the violated steps, the predicted final state,
+    and, with a goal, whether it is reached, what is missing and how the plan was found."""
+    final = plan.final_state
+    return {"feasibility": plan.feasibility, "violations": [v.as_dict() for v in plan.violations],
+            "final_state": final.model_dump(mode="json") if final is not None else None,
+            "goal_reached": plan.goal_reached, "goal_missing": list(plan.goal_missing), "search": plan.search}
+
+
+def state_job(update: dict, home: Optional[str]):
+    """A state change of a home (None: the default one), checked against the home (422, nothing
+    changes) and rendered after its pinned static prefix; plans already running keep their state."""
+    def begin(planner: Planner) -> JobStart:
+        if home not in planner.homes:
+            raise RequestError(404, f"no environment named {home!r}; GET /v1/environments lists them")
+        change = planner.set_state(update, home)
+
+        def finish(queue_s: float) -> dict:
+            return {"state": change.state.model_dump(mode="json"), "environment_version": change.version,
+                    "computed_tokens": change.computed_tokens, **({"environment": home} if home else {})}
+        return JobStart(change.generation, finish)
+    return begin
+
+
+@dataclass
+class PlanCheck:
+    """A chat answer whose calls are steps of the default home (server/plan_calls.py): the world
+    its calls start from, set by the job on the engine's thread, read by the stream's checker too."""
+
+    feasibility: str
+    world: Optional[World] = None
+
+    def checker(self) -> Optional[CheckedCalls]:
+        return CheckedCalls(self.world, self.feasibility) if self.world is not None else None
+
+
 def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answer, grammars: GrammarCache,
-             native_tools: bool):
+             native_tools: bool, check: Optional[PlanCheck] = None):
     """`answer`: what the answer must be (server/structured.py); `native_tools`: the chat template renders
-    tools itself (server/tool_calls.py). Tool messages that answer no earlier call: 422, here."""
+    tools itself (server/tool_calls.py); `check`: the calls are checked against the default home's
+    state (when its tools are the home's actions). Tool messages that answer no earlier call: 422, here."""
     messages, tools = chat_messages(req.messages, req.tools, native_tools)
 
     def begin(planner: Planner) -> JobStart:
@@ -62,12 +114,20 @@ def chat_job(req: ChatRequest, params: SamplingParams, meta: dict, answer: Answe
         ids = planner.prompt_ids(messages, tools=tools)  # reuses the pinned prefix when the chat starts with it
         grammar = grammars.for_answer(answer, planner.engine)  # compiled once per distinct shape (422 if bad)
         extra = {"constraint": grammar.constraint()} if grammar is not None else {}
+        if check is not None and check.feasibility != "off":
+            env = planner.home().prefix.environment
+            if plan_tools(answer, env):
+                check.world = World.start(env, planner.current_state(None))
+                if check.feasibility == "enforce" and answer.calls == "must" and "constraint" in extra:
+                    # calls only: narrowed as a plan's steps are (an answer that may be text: checked after)
+                    extra["constraint"] = narrowed(extra["constraint"], CallSets(env, answer), check.world,
+                                                   planner.engine.vocabulary())
         gen = planner.engine.generate(ids, params, req.speculation, **extra)
         gen.started = started
 
         def finish(queue_s: float) -> dict:
             assert gen.result is not None
-            return chat_completion(meta, gen.result, queue_s, answer)
+            return chat_completion(meta, gen.result, queue_s, answer, check.checker() if check else None)
         return JobStart(gen, finish)
     return begin
 
@@ -119,13 +179,22 @@ def chat_meta(model: str) -> dict:
     return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": model}
 
 
-def chat_completion(meta: dict, result: Result, queue_s: float, answer: Optional[Answer] = None) -> dict:
+def chat_completion(meta: dict, result: Result, queue_s: float, answer: Optional[Answer] = None,
+                    checker: Optional[CheckedCalls] = None) -> dict:
+    """`checker`: the calls are steps of the home, simulated (server/plan_calls.py); the answer then
+    says `violations`."""
     message, finish_reason = {"role": "assistant", "content": result.text}, result.finish_reason
+    violations: Optional[list[dict]] = None
     if answer is not None and answer.parser_mode is not None:
-        message, finish_reason = answer_message(parse_answer(result.text, answer.parser_mode), finish_reason)
+        parsed = parse_answer(result.text, answer.parser_mode)
+        message, finish_reason = answer_message(parsed, finish_reason)
+        if checker is not None:
+            message, finish_reason, violations = checked_message(message, finish_reason, parsed.complete_calls,
+                                                                 checker)
     return {**meta, "object": "chat.completion",
             "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
-            "usage": usage(result), **stats(result, queue_s)}
+            "usage": usage(result), **stats(result, queue_s),
+            **({"violations": violations} if checker is not None else {})}
 
 
 def answer_message(parsed: CallParser, finish_reason: str) -> tuple[dict, str]:

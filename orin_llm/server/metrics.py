@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..runtime.generate import Result
     from ..runtime.planner import Planner
 
-ENDPOINTS = ("plan", "chat", "environment")
+ENDPOINTS = ("plan", "chat", "environment", "state")
 OUTCOMES = ("ok", "invalid", "rejected", "cancelled", "deadline", "shutdown", "error")
 SECONDS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120)
 RATES = (1, 2, 5, 10, 20, 30, 50, 75, 100, 150, 200, 300, 500)

@@ -20,6 +20,8 @@ MAX_OBSERVATIONS = 64
 MIN_TEMPERATURE = 0.01  # below this (and above 0) logits / T overflows: use 0 for greedy
 MAX_SEED = 2**63 - 1
 MAX_DEADLINE_MS = 3_600_000
+MAX_GOAL_FACTS = 64
+MAX_FACT_CHARS = 256
 
 
 def utf8(value: str) -> str:
@@ -74,6 +76,7 @@ class Sampling(_Strict):
         return v
 
 
+Fact = Annotated[str, Field(min_length=1, max_length=MAX_FACT_CHARS), AfterValidator(utf8)]
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
 HomeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
@@ -91,6 +94,20 @@ class PlanRequest(Sampling):
                                          "computed). A new environment version starts it over.")
     environment: Optional[HomeName] = Field(None, description="A named environment (PUT /v1/environments/NAME) "
                                         "instead of the default one.")
+    goal: Optional[list[Fact]] = Field(
+        None, min_length=1, max_length=MAX_GOAL_FACTS,
+        description="Facts the plan must make true, written like steps: at(mug, coffee_table), holding(o), "
+                    "robot_at(p), open(p), closed(p), on(d), off(d), done(action, p), said. The answer says "
+                    "goal_reached and, when false, goal_missing; the planner searches for a plan that reaches it "
+                    "within the deadline.")
+    feasibility: Literal["enforce", "report", "off"] = Field(
+        "enforce", description="enforce (the default): every step's preconditions hold in the state simulated "
+                               "from the steps before it (the constraint allows only those); report: the grammar "
+                               "only, and the violations listed; off: no state checked.")
+    state: Optional[dict[str, Any]] = Field(
+        None, description="A change to the home's state for this request only (the keys of GET "
+                          "/v1/environment/state: robot_at, holding, object_at, open, on, said); the home's "
+                          "own state stays as it is (PATCH /v1/environment/state changes it).")
 
     @field_validator("task")
     @classmethod
@@ -244,6 +261,12 @@ class ChatRequest(Sampling):
     tool_choice: Union[Literal["none", "auto", "required"], NamedToolChoice, None] = Field(
         None, description="none, auto (the default with tools), required, or one named function.")
     parallel_tool_calls: Optional[bool] = Field(None, description="false: at most one call (default true).")
+    feasibility: Literal["enforce", "report", "off"] = Field(
+        "enforce", description="When every function of tools is an action of the home, the calls are steps of a "
+                               "plan, simulated from the home's state: enforce (the default) decodes only calls "
+                               "that can run when the answer must call, and returns the calls up to the first "
+                               "whose preconditions fail; report returns them all; both list violations. off: no "
+                               "check.")
 
     @field_validator("stop")
     @classmethod
@@ -300,6 +323,13 @@ class RejectedLine(BaseModel):
     reason: str = Field(description="Why the line is not a step the home can execute.")
 
 
+class Violation(BaseModel):
+    index: int = Field(description="The step's index in steps.")
+    step: str
+    kind: Literal["precondition", "affordance", "unknown"]
+    reason: str = Field(description="Which precondition failed, e.g. the hand is not empty.")
+
+
 class PlanResponse(BaseModel):
     engine: str
     environment_version: int = Field(description="The environment version this plan was made in.")
@@ -307,13 +337,15 @@ class PlanResponse(BaseModel):
     steps: list[StepOut] = Field(description="The lines that call a declared action with things of the home of "
                                              "the right types.")
     rejected_lines: list[RejectedLine] = Field(description="The other lines, each with why (an unconstrained "
-                                                           "plan, or the last line of a plan cut by max_tokens).")
+                                                           "plan's; a constrained plan cut by max_tokens ends at its "
+                                                           "last whole step).")
     constrained: bool = Field(description="Whether the plan was decoded under the home's grammar.")
     finish_reason: Literal["stop", "length"]
     timings: dict[str, float] = Field(description=(
         "Engine figures from when the worker began the request: ttft_ms, total_ms, decode_tokens_per_s; "
         "prompt_tokens, cached_prompt_tokens (served from the KV cache, not computed), computed_prompt_tokens, "
-        "completion_tokens, forced_tokens (emitted by the grammar without a model step); queue_ms (the wait "
+        "completion_tokens, forced_tokens (emitted by the grammar without a model step), mask_ms (the "
+        "constraint's masks), feasibility_ms (of which narrowing by the simulated state), masks; queue_ms (the wait "
         "from arrival), ttft_since_arrival_ms and total_since_arrival_ms (what the client waited)."))
     speculation: dict[str, Any] = Field(description="drafter, drafted, accepted, acceptance_rate, "
                                                     "mean_accepted_length")
@@ -321,6 +353,24 @@ class PlanResponse(BaseModel):
                                                          "default home).")
     conversation: Optional[dict[str, Any]] = Field(None, description="id and turn of the conversation the plan "
                                                                     "continued.")
+    feasibility: Literal["enforce", "report", "off"] = Field(description="The feasibility mode the plan was made "
+                                                                         "under.")
+    violations: list[Violation] = Field(description="Steps whose preconditions did not hold in the simulated state "
+                                                    "(report and off; empty with enforce).")
+    final_state: Optional[dict[str, Any]] = Field(description="The state predicted after the plan (null for a "
+                                                              "plain-text home).")
+    goal_reached: Optional[bool] = Field(description="Whether the simulated plan makes every goal fact true (null "
+                                                     "without a goal).")
+    goal_missing: list[str] = Field(description="The goal facts the plan leaves false.")
+    search: Optional[dict[str, Any]] = Field(description="With a goal: candidates (model plans tried), source "
+                                                         "(model, search or none) and reason.")
+
+
+class StateChange(BaseModel):
+    state: dict[str, Any] = Field(description="The home's state after the change (as GET returns it).")
+    environment_version: int = Field(description="The home's version (a state change does not make a new one).")
+    computed_tokens: int = Field(description="Tokens the engine computed for the change: the state part after the "
+                                             "cached static home, not the whole home.")
 
 
 class EnvironmentVersion(BaseModel):

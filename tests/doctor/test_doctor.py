@@ -31,7 +31,7 @@ CLOCKS_PINNED = ("SOC family:tegra234  Machine:NVIDIA Jetson AGX Orin Developer 
                  "EMC MinFreq=204000000 MaxFreq=3199000000 CurrentFreq=3199000000 FreqOverride=1\n"
                  "NV Power Mode: MAXN\n")
 CLOCKS_FREE = CLOCKS_PINNED.replace("GPU MinFreq=1300500000", "GPU MinFreq=306000000")
-ORIN_VERSIONS = {"tensorrt_llm": "0.12.0", "tensorrt": "10.3.0", "torch": "2.5.0a0+872d972e41.nv24.08"}
+ORIN_VERSIONS = {"tensorrt_llm": "0.12.0", "tensorrt": "10.3.0", "torch": "2.5.0a0+872d972e41.nv24.08.17622132"}
 
 
 def commands(nvpmodel: str = "NV Power Mode: MAXN\n0\n", clocks: Optional[str] = CLOCKS_PINNED,
@@ -49,8 +49,19 @@ def commands(nvpmodel: str = "NV Power Mode: MAXN\n0\n", clocks: Optional[str] =
     return run
 
 
+def importer(versions: dict, error: Optional[str] = None):
+    """Probe.import_version as a child Python answers: the version, or the import's last error line."""
+    def import_version(name: str) -> tuple[Optional[str], Optional[str]]:
+        if error is not None:
+            return None, error
+        if name not in versions:
+            return None, f"ModuleNotFoundError: No module named '{name}'"
+        return versions[name], None
+    return import_version
+
+
 def orin(tmp_path: Path, release: str = R36_4, swaps: str = DISK_SWAP, versions: Optional[dict] = None,
-         python: str = "3.10.12", **cmds) -> Probe:
+         python: str = "3.10.12", import_error: Optional[str] = None, **cmds) -> Probe:
     """A Jetson AGX Orin 64 GB as fixture files."""
     files = {"nv_tegra_release": release, "model": "NVIDIA Jetson AGX Orin Developer Kit\x00",
              "meminfo": MEMINFO, "swaps": swaps}
@@ -59,7 +70,8 @@ def orin(tmp_path: Path, release: str = R36_4, swaps: str = DISK_SWAP, versions:
     versions = ORIN_VERSIONS if versions is None else versions
     return Probe(tegra_release=tmp_path / "nv_tegra_release", device_model=tmp_path / "model",
                  proc_meminfo=tmp_path / "meminfo", proc_swaps=tmp_path / "swaps", run_cmd=commands(**cmds),
-                 dist_version=versions.get, module_found=lambda name: name in versions, python_version=python)
+                 dist_version=versions.get, module_found=lambda name: name in versions, python_version=python,
+                 import_version=importer(versions, import_error))
 
 
 def statuses(report, section: str) -> list[str]:
@@ -303,3 +315,38 @@ def test_stand_in_and_cpu_measurements_are_labelled_and_bad_files_are_errors(tmp
     assert checks[0][0] == "error" and "none.json not found" in checks[0][1]
     code, lines = run_doctor(probe=probe, policy=policy_measured(tmp_path, 1.0))
     assert "give --engine DIR too" in "\n".join(lines)
+
+
+@pytest.mark.parametrize("error, hint", [
+    ("ImportError: libnvinfer.so.10: cannot open shared object file: No such file or directory", "nvidia-jetpack"),
+    ("ImportError: libcusparseLt.so.0: cannot open shared object file", "cuSPARSELt"),
+    ("ImportError: A module that was compiled using NumPy 1.x cannot be run in NumPy 2.1.0", "numpy==1.26.1"),
+])
+def test_a_tensorrt_llm_that_does_not_import_is_an_error_with_the_next_step(tmp_path, error, hint):
+    """The metadata says 0.12.0, the import fails: the import's error and what to try, not "0.12.0 OK"."""
+    report = diagnose(probe=orin(tmp_path, import_error=error))
+    line = next(ln for ln in report.lines() if "import tensorrt_llm" in ln)
+    assert line.strip().startswith("ERROR") and error in line and hint in line
+    assert report.exit_code == 2 and not any("TensorRT-LLM 0.12.0 (imports)" in ln for ln in report.lines())
+
+
+def test_the_imported_version_is_the_one_reported(tmp_path):
+    probe = orin(tmp_path)
+    probe.import_version = lambda name: ("0.12.0.dev2024080600", None)
+    line = next(ln for ln in diagnose(probe=probe).lines() if "(imports)" in ln)
+    assert "TensorRT-LLM 0.12.0.dev2024080600 (imports)" in line
+
+
+def test_import_version_runs_a_child_python():
+    from orin_llm.doctor.host import import_version
+
+    assert import_version("json")[1] is None
+    version, error = import_version("orin_llm_no_such_module")
+    assert version is None and error == "ModuleNotFoundError: No module named 'orin_llm_no_such_module'"
+
+
+def test_on_the_orin_a_version_off_the_pins_is_a_warning_with_the_fix(tmp_path):
+    report = diagnose(probe=orin(tmp_path, versions={**ORIN_VERSIONS, "transformers": "4.57.1", "numpy": "1.26.1"}))
+    warn = messages(report.lines(), "WARN")
+    assert "transformers 4.57.1 is installed; constraints-0.12-jetson.txt pins transformers==4.43.4" in warn
+    assert "numpy" not in warn and report.exit_code == 1

@@ -9,6 +9,15 @@ is one: "each input must have a non-null address and each output must have a non
 `build_serialized_network` and `deserialize_cuda_engine` return None. The logged text of TensorRT's
 own errors is not reproduced: TensorRT's core is closed source.
 
+Dynamic shapes as TensorRT 10.3 has them: a parsed network's inputs carry -1 for a dynamic axis
+(INetworkDefinition.num_inputs/get_input, ITensor.name/.shape: pyGraph.cpp); a network with a dynamic
+input and no optimization profile does not build (NvInferRuntime.h, IOptimizationProfile: "users need
+to specify at least one optimization profile"), nor does a profile whose shapes leave a fixed axis or
+are not min <= opt <= max (set_shape raises RuntimeError "Shape provided for min is inconsistent with
+other shapes.", pyCore.cpp opt_profile_set_shape); the engine keeps -1 in get_tensor_shape, the
+execution context takes set_input_shape within the profile (False outside it) and enqueues only with
+every dynamic input's shape set.
+
 The "engine" runs the ONNX file with onnxruntime, reading its inputs from and writing its outputs to
 fake_pycuda's device memory at the addresses the caller set, so a wrong address or a missing copy
 shows up in the numbers. CALLS records (method, arguments) for the tests.
@@ -117,10 +126,48 @@ class ExecutionContextAllocationStrategy(enum.Enum):
     USER_MANAGED = 2
 
 
+class ITensor:
+    def __init__(self, name: str, shape: tuple):
+        self.name, self.shape = name, shape
+
+
 class INetworkDefinition:
     def __init__(self, flags):
         self.flags = flags
         self.onnx = None
+        self._inputs: list[ITensor] = []
+
+    @property
+    def num_inputs(self):
+        return len(self._inputs)
+
+    def get_input(self, index):
+        return self._inputs[index]
+
+
+def _onnx_inputs(path: str) -> list[ITensor]:
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in model.graph.initializer}
+    return [ITensor(vi.name, tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else -1
+                                   for d in vi.type.tensor_type.shape.dim))
+            for vi in model.graph.input if vi.name not in inits]
+
+
+class IOptimizationProfile:
+    def __init__(self):
+        self.shapes: dict[str, tuple] = {}
+
+    def set_shape(self, input, min, opt, max):  # noqa: A002 - pyCore.cpp's keyword names
+        CALLS.append(("set_shape", {"input": input, "min": tuple(min), "opt": tuple(opt), "max": tuple(max)}))
+        lo, mid, hi = tuple(min), tuple(opt), tuple(max)
+        if not (len(lo) == len(mid) == len(hi)) or any(not a <= b <= c for a, b, c in zip(lo, mid, hi, strict=True)):
+            raise RuntimeError("Shape provided for min is inconsistent with other shapes.")
+        self.shapes[input] = (lo, mid, hi)
+
+    def get_shape(self, input):  # noqa: A002
+        return list(self.shapes.get(input, ()))
 
 
 class ParserError:
@@ -150,6 +197,7 @@ class OnnxParser:
             self._errors.append(ParserError(f"Failed to parse the ONNX file {model}: {type(e).__name__}"))
             return False
         self.network.onnx = str(model)
+        self.network._inputs = _onnx_inputs(str(model))
         return True
 
     @property
@@ -164,6 +212,14 @@ class IBuilderConfig:
     def __init__(self):
         self.pools: dict = {}
         self.flags: set = set()
+        self.profiles: list[IOptimizationProfile] = []
+
+    def add_optimization_profile(self, profile):
+        CALLS.append(("add_optimization_profile", {"profile": profile}))
+        if not profile.shapes:  # NvInfer.h: -1 if the profile is not valid
+            return -1
+        self.profiles.append(profile)
+        return len(self.profiles) - 1
 
     def set_memory_pool_limit(self, pool, pool_size):
         CALLS.append(("set_memory_pool_limit", {"pool": pool, "pool_size": pool_size}))
@@ -199,11 +255,27 @@ class Builder:
     def create_builder_config(self):
         return IBuilderConfig()
 
+    def create_optimization_profile(self):
+        CALLS.append(("create_optimization_profile", {}))
+        return IOptimizationProfile()
+
     def build_serialized_network(self, network, config):
         CALLS.append(("build_serialized_network", {"network": network, "config": config}))
         if network.onnx is None:  # an empty network: TensorRT logs an error and returns nullptr
             return None
-        body = {"onnx": network.onnx, "fp16": BuilderFlag.FP16 in config.flags}
+        profile = config.profiles[0].shapes if config.profiles else {}
+        for t in network._inputs:
+            if -1 not in t.shape:
+                continue
+            if t.name not in profile:  # a dynamic input needs a profile (NvInferRuntime.h): nullptr
+                LOG.append(f"fake: dynamic input {t.name} {t.shape} has no optimization profile")
+                return None
+            if any(not all(g in (-1, d) for g, d in zip(t.shape, s, strict=True)) or len(s) != len(t.shape)
+                   for s in profile[t.name]):
+                LOG.append(f"fake: profile {profile[t.name]} does not fit {t.name} {t.shape}")
+                return None
+        body = {"onnx": network.onnx, "fp16": BuilderFlag.FP16 in config.flags,
+                "profile": {n: [list(x) for x in s] for n, s in profile.items()}}
         return IHostMemory(PLAN_MAGIC + json.dumps(body).encode())
 
 
@@ -225,6 +297,7 @@ class ICudaEngine:
 
         self.onnx = body["onnx"]
         self.fp16 = body["fp16"]
+        self.profile = {n: tuple(tuple(x) for x in s) for n, s in body.get("profile", {}).items()}
         self._session = ort.InferenceSession(self.onnx, providers=["CPUExecutionProvider"])
         io = [(t, TensorIOMode.INPUT) for t in self._session.get_inputs()]
         io += [(t, TensorIOMode.OUTPUT) for t in self._session.get_outputs()]
@@ -248,6 +321,11 @@ class ICudaEngine:
     def get_tensor_dtype(self, name):
         return self._io[name][2]
 
+    def get_tensor_profile_shape(self, name, profile_index):
+        if profile_index != 0 or name not in self.profile:
+            return []
+        return list(self.profile[name])
+
     @property
     def device_memory_size_v2(self):
         return 64 * 2**20
@@ -266,6 +344,36 @@ class IExecutionContext:
     def __init__(self, engine: ICudaEngine):
         self.engine = engine
         self.addresses: dict[str, int] = {}
+        self.input_shapes: dict[str, tuple] = {}
+
+    def set_input_shape(self, name, shape):
+        CALLS.append(("set_input_shape", {"name": name, "shape": tuple(shape)}))
+        e, shape = self.engine, tuple(shape)
+        if e.get_tensor_mode(name) != TensorIOMode.INPUT:
+            return False  # NvInferRuntime.h: false if the name does not map to an input tensor
+        graph = e._io[name][1]
+        if len(shape) != len(graph) or any(g not in (-1, d) for g, d in zip(graph, shape, strict=True)):
+            return False
+        if name in e.profile:
+            lo, _, hi = e.profile[name]
+            if any(not a <= d <= b for a, d, b in zip(lo, shape, hi, strict=True)):
+                return False  # outside the profile
+        self.input_shapes[name] = shape
+        return True
+
+    def _shapes(self) -> dict[str, tuple]:
+        """Every I/O tensor's shape in this context: -1 where an input's is not set (and its outputs')."""
+        e = self.engine
+        ins = {n: self.input_shapes.get(n, e._io[n][1]) for n in e._names if e._io[n][0] == TensorIOMode.INPUT}
+        outs = [n for n in e._names if e._io[n][0] == TensorIOMode.OUTPUT]
+        if any(-1 in s for s in ins.values()):
+            return {**ins, **{n: e._io[n][1] for n in outs}}
+        feed = {n: np.zeros(s, nptype(e._io[n][2])) for n, s in ins.items()}
+        values = e._session.run(None, feed)
+        return {**ins, **{n: tuple(v.shape) for n, v in zip(outs, values, strict=True)}}
+
+    def get_tensor_shape(self, name):
+        return self._shapes().get(name, ())
 
     def set_tensor_address(self, name, memory):
         CALLS.append(("set_tensor_address", {"name": name, "memory": memory}))
@@ -279,9 +387,13 @@ class IExecutionContext:
         e = self.engine
         if any(not self.addresses.get(n) for n in e._names):
             return False  # every input and output needs a non-null address before enqueueV3
+        shapes = self._shapes()
+        if any(-1 in shapes[n] for n in e._names if e._io[n][0] == TensorIOMode.INPUT):
+            return False  # a dynamic input's shape was never set (all_binding_shapes_specified is false)
         feed = {}
         for name in e._names:
-            mode, shape, dtype = e._io[name]
+            mode, _, dtype = e._io[name]
+            shape = shapes[name]
             if mode != TensorIOMode.INPUT:
                 continue
             nbytes = int(np.prod(shape)) * np.dtype(nptype(dtype)).itemsize

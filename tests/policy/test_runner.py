@@ -66,3 +66,19 @@ def test_runner_in_process_on_the_tensorrt_fakes(trt_fakes, stand_in, tmp_path):
     assert result["stream_priority"] == "high" and result["summary"]["ticks"] >= 1
     m = read_measurement(tmp_path / "m.json")
     assert m.backend == "tensorrt" and m.device_bytes > 0 and m.total_bytes == m.rss_peak_bytes + m.device_bytes
+    assert m.device_parts["context"] == 64 * 2**20 and sum(m.device_parts.values()) == m.device_bytes
+    assert "device (engine " in m.describe()
+
+
+def test_runner_cli_feeds_a_dynamic_policy_the_stated_shape(tmp_path):
+    from tests.policy.test_tensorrt import dynamic_policy
+
+    onnx_file = dynamic_policy(tmp_path / "dyn.onnx", second="features")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "orin_llm.policy.runner", "--onnx", str(onnx_file), "--backend", "onnxruntime",
+           "--seconds", "0.3", "--rate-hz", "20"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert refused.returncode == 2 and "--input-shape obs=1xN" in refused.stderr
+    ok = subprocess.run(cmd + ["--input-range", "obs=1x8:2x8:4x8"], capture_output=True, text=True, cwd=ROOT,
+                        env=env, timeout=120)
+    assert ok.returncode == 0, ok.stderr

@@ -14,19 +14,14 @@ imported from orin_llm/runtime/trtllm/rules.py: a rule written wrongly there dis
 test shows it.
 
 It runs the scripted model MODELS[<engine dir name>] (a callable `model(context) -> token`, with
-`.sample(context, rng)` for sampled requests). Draft tokens are checked the way 0.12's decoder does
-it: the target's token at each draft position is compared by id, the matching prefix is accepted and
-the target's own next token follows; each position counts one step towards max_new_tokens
-(gptDecoderBatched.cpp), and a request with steps left decodes on plainly. A request stops at its
-end_id or at one of its stop_words (the stop word's tokens are in the output: INCLUDE_STOP_WORDS).
-Streaming responses carry one iteration's new tokens each, several of them per await_responses call.
-
-KV block reuse is modelled like 0.12's BlockManager (kvCacheManager.cpp of the 0.11/0.12 series): a
-request's tokens but the last are cut into blocks of tokens_per_block (the last one partial), matched
-from the first block on against the blocks stored by earlier requests, one `reused_blocks` count per
-matched block (a cumulative counter); a finished request stores the blocks of its tokens but the
-last. The fake never evicts. Every iteration is recorded as an IterationStats whose kv_cache_stats
-carries that counter; get_latest_iteration_stats() returns the ones since its last call.
+`.sample(context, rng)` for sampled requests) on a thread of its own, as 0.12's executor does: how it
+schedules, batches, chunks, cancels, calls the logits post-processor and keeps KV blocks is written,
+with what each point follows, above the Executor class below. Draft tokens are checked the way 0.12's
+decoder does it: the target's token at each draft position is compared by id, the matching prefix is
+accepted and the target's own next token follows; each position counts one step towards
+max_new_tokens (gptDecoderBatched.cpp), and a request with steps left decodes on plainly. A request
+stops at its end_id or at one of its stop_words (the stop word's tokens are in the output:
+INCLUDE_STOP_WORDS).
 """
 
 from __future__ import annotations
@@ -34,6 +29,9 @@ from __future__ import annotations
 import enum
 import json
 import random
+import threading
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -52,13 +50,17 @@ INCLUDE_STOP_WORDS = True  # whether an output ends with the stop word that ende
 
 
 def reset() -> None:
-    global INCLUDE_END_ID, INCLUDE_STOP_WORDS
+    global INCLUDE_END_ID, INCLUDE_STOP_WORDS, CANCEL_SENDS_FINAL, PROCESS_DRAFT_ROWS
+    for executor in EXECUTORS:
+        executor.shutdown()  # its thread ends
     CALLS.clear()
     EXECUTORS.clear()
     MODELS.clear()
     LOAD_ERRORS.clear()
     INCLUDE_END_ID = False
     INCLUDE_STOP_WORDS = True
+    CANCEL_SENDS_FINAL = False
+    PROCESS_DRAFT_ROWS = True
 
 
 def calls(name: str) -> list[dict]:
@@ -278,9 +280,66 @@ class ScriptedModel:
 
 
 # ---------------------------------------------------------------------------------- executor
+#
+# How the fake runs requests (no kinder than 0.12; each point cites what it follows):
+#
+# * Its own thread. The Executor starts a thread that schedules requests and runs iterations, as 0.12's
+#   executor runs its batch manager on a thread of its own; enqueue_request only queues. Responses appear
+#   when an iteration produced them, and await_responses waits for them (std::chrono timeouts, J executor.h:
+#   "Responses may be empty", and an id whose responses were all given "will hang unless a timeout is
+#   specified": here such a poll waits out its whole timeout and is counted in wasted_polls()).
+# * In-flight batching: up to max_batch_size requests run together (ExecutorConfig(max_batch_size) or the
+#   engine's build_config.max_batch_size; trtllm-build's default 256, R≡J build.py L77-81), scheduled as
+#   GUARANTEED_NO_EVICT (SchedulerConfig's default, J executor.h SchedulerConfig): a request starts only
+#   when the KV blocks of its whole length (prompt + max_new_tokens + drafts) are free or evictable.
+# * Chunked context: with ExecutorConfig(enable_chunked_context=True) a prompt is computed over several
+#   iterations, at most max_num_tokens per iteration for all requests together, each chunk but the last a
+#   multiple of tokens_per_block (build_config.max_num_tokens; trtllm-build's default 8192, L95-100).
+#   Without it a context runs whole, in one iteration.
+# * cancel_request: J executor.h says only "Cancel the request with provided request id". Silent on what
+#   comes back, so the fake takes the worse case: the request is dropped at its next iteration and NO final
+#   response follows (CANCEL_SENDS_FINAL = True gives the kinder behaviour of later releases). Responses
+#   queued before the cancel stay queued until someone reads them.
+# * The logits post-processor is called on the executor's thread, once per iteration that decides tokens
+#   for the request, with (request id, logits, the request's tokens per beam, the stream as an int, its
+#   client_id): the LogitsPostProcessor signature and its call site in the first open batch manager
+#   (logitsPostProcessor.cpp: `(*llmReq->mLogitsPostProcessor)(llmReq->mRequestId, logits,
+#   llmReq->getTokens(), stream, llmReq->mClientId)`; StreamPtr is cast to an int, pybind
+#   customCasters.h). Its logits have one row per decided position: 1 + the request's draft tokens on
+#   the iteration that ends its context ("Get the logits from the last context token and draft tokens",
+#   numDecoderLogits = 1 + draftLength, trtGptModelInflightBatching.cpp of the first open series), one
+#   row on a generation step. getTokens() holds the prompt and output, not the drafts. An exception raised
+#   by the callback fails every request of that iteration (the worse case; 0.12 is closed here).
+# * KV blocks as 0.12's BlockManager keeps them (kvCacheManager.cpp of the 0.11/0.12 series, the code
+#   index's copy): a request's tokens but the last are cut into blocks (chopVectorIntoBlocks(tokens,
+#   inputLength - 1, tokensPerBlock, true), the last one partial); loadOrAllocateBlocks matches stored
+#   blocks from the first on (++mReusedBlocks per match; a matched partial block is claimed as the
+#   request's own, claimLeafBlock), else takes a free block; releaseBlocks stores the finished request's
+#   blocks (storeBlocks) and appends them to the end of the free queue (releaseBlock), and getFreeBlock
+#   takes the front one (findBestGPUBlockToFree: a leaf under it), evicting what it held: least recently
+#   used first. The pool holds KvCacheConfig(max_tokens) // tokens_per_block blocks.
+# * Every iteration is recorded as an IterationStats (kv_cache_stats: the BlockManager's counters as they
+#   stand; reused_blocks cumulative); get_latest_iteration_stats() returns the ones since its last call.
 
-CHUNKS = (1, 2, 1, 3)  # iterations per streamed response batch, cycling
-RESPONSES_PER_AWAIT = (1, 2)
+ITERATION_S = 0.0005  # the time one fake iteration takes
+CANCEL_SENDS_FINAL = False  # see above: 0.12 does not say, so the worse case
+DEFAULT_MAX_BATCH = 256
+DEFAULT_MAX_NUM_TOKENS = 8192
+DEFAULT_KV_BLOCKS = 4096  # KvCacheConfig without max_tokens: 90 % of free memory on a real device
+PROCESS_DRAFT_ROWS = True  # False: the post-processor gets only the first row of a verifying iteration
+DEVICE = "cpu"  # where the post-processor's logits live ("cuda" to measure the mask's copy on a GPU)
+
+
+class Block:
+    """A KV block (KVCacheBlock): its tokens once stored, its place in the reuse tree, its users."""
+
+    __slots__ = ("tokens", "parent", "children", "refs")
+
+    def __init__(self):
+        self.tokens: Optional[tuple[int, ...]] = None
+        self.parent: Optional[Block] = None
+        self.children: dict[tuple[int, ...], Block] = {}
+        self.refs = 0
 
 
 @dataclass
@@ -290,13 +349,25 @@ class Run:
     input_len: int
     max_new: int
     draft: list[int]
+    tokens: list[int] = field(default_factory=list)  # prompt + output so far (getTokens, beam 0)
     accepted: Optional[int] = None  # draft tokens accepted (spec requests)
-    iterations: list[list[int]] = field(default_factory=list)  # new tokens per iteration, all computed
-    next_iter: int = 0
+    iterations: list[list[int]] = field(default_factory=list)  # new tokens per deciding iteration
+    chunks: list[int] = field(default_factory=list)  # context tokens computed per iteration
+    computed: int = -1  # prompt tokens computed (-1: not scheduled yet; reused blocks count)
+    reused: int = 0  # blocks matched when it was added
+    steps: int = 0  # decoding steps towards max_new_tokens
+    blocks: list = field(default_factory=list)
+    rng: Any = None
+    done: bool = False
+    final_queued: bool = False
     final_delivered: bool = False
     cancelled: bool = False
     error: str = ""
     empty_polls: int = 0
+
+    @property
+    def output(self) -> list[int]:
+        return [t for it in self.iterations for t in it]
 
 
 class Executor:
@@ -333,20 +404,33 @@ class Executor:
         self.block_reuse = bool(kv_config.enable_block_reuse)
         self._check_load(plugins.get("use_paged_context_fmha", False), build.get("speculative_decoding_mode", 1),
                          kv_config)
-        self.max_kv_blocks = (kv_config.max_tokens or 0) // self.tokens_per_block
+        self.max_batch = self.config.max_batch_size or build.get("max_batch_size", DEFAULT_MAX_BATCH)
+        self.max_num_tokens = self.config.max_num_tokens or build.get("max_num_tokens", DEFAULT_MAX_NUM_TOKENS)
+        self.chunked = bool(self.config.enable_chunked_context)
+        self.max_kv_blocks = (kv_config.max_tokens // self.tokens_per_block if kv_config.max_tokens
+                              else DEFAULT_KV_BLOCKS)
+        self.free: list[Block] = [Block() for _ in range(self.max_kv_blocks)]  # front: the next one taken
+        self.root = Block()  # mCachedBlocksRoot
+        self.kv = KvCacheStats()
+        self.kv.tokens_per_block, self.kv.max_num_blocks = self.tokens_per_block, self.max_kv_blocks
+        self.evicted = 0  # stored blocks overwritten (the fake's count; 0.12's stats have none)
         self.runs: dict[int, Run] = {}
         self.cancelled: list[int] = []
         self.timeouts: list[Any] = []
         self.fail_next: Optional[str] = None
         self.is_shut_down = False
-        self._next_id = 1
-        self._batch = 0
-        self.stored: dict = {}  # the block tree: block tokens -> the blocks stored after it
-        self.kv = KvCacheStats()
-        self.kv.tokens_per_block, self.kv.max_num_blocks = self.tokens_per_block, self.max_kv_blocks
-        self.kv.free_num_blocks = self.max_kv_blocks
+        self.processor_threads: set[int] = set()  # threads the logits post-processor was called on
+        self.max_running_seen = 0  # the most requests one iteration ran
+        self.polls_of_cancelled = 0  # await_responses calls naming a cancelled request
         self.iteration_stats: list[IterationStats] = []
+        self._next_id = 1
         self._iter = 0
+        self._queue: deque[Run] = deque()
+        self._active: list[Run] = []
+        self._ready: dict[int, deque] = {}
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._loop, name=f"fake-executor-{self.path.name}", daemon=True)
+        self._thread.start()
         EXECUTORS.append(self)
 
     def _check_load(self, paged_context_fmha: bool, speculative_decoding_mode: int, kv_config) -> None:
@@ -364,80 +448,11 @@ class Executor:
         if self.config.enable_chunked_context and not paged_context_fmha:
             refuse("Chunked context requires the engine to be built with paged FMHA enabled.")
 
-    # -------------------------------------------------------------- the model run
-
     @property
     def model(self) -> Callable:
         return MODELS[self.path.name]  # looked up per request: tests install models after loading
 
-    def _simulate(self, run: Run) -> None:
-        req = run.request
-        sc = req.sampling_config
-        rng = random.Random(sc.random_seed or 0)  # 0.12's default seed is 0
-        processor = None
-        if req.logits_post_processor_name is not None:
-            processor = (self.config.logits_post_processor_map or {}).get(req.logits_post_processor_name)
-
-        def step(ctx: list[int]) -> int:
-            t = self.model(ctx) if sc.greedy else self.model.sample(ctx, rng)
-            if processor is None:
-                return t
-            # the step's logits, the model's choice on top; the named post-processor edits them in place
-            # (request id, logits, token ids per beam: prompt and output so far, stream, client_id), then
-            # the decoder picks from what is left
-            logits = _scores(self.vocab_size or max(t, req.end_id or 0) + 1, t)
-            processor(run.request_id, logits, [list(ctx)], 0, req.client_id)
-            return int(logits[0].argmax())
-
-        ctx = list(req.input_token_ids)
-        end_id = req.end_id
-        stops = [list(w) for w in req.stop_words or []]
-        out: list[int] = []  # every token generated so far, for the stop words
-
-        def stopped(new: list[int]) -> bool:
-            """`new` (this iteration's tokens) ends a stop word: drop it from the output unless included."""
-            for word in stops:
-                if word and (out + new)[-len(word):] == word:
-                    if not INCLUDE_STOP_WORDS:
-                        del new[len(new) - min(len(word), len(new)):]
-                    return True
-            return False
-
-        steps, ended = 0, False
-        if run.draft:  # one iteration over the draft positions: accept by id, then the target's own token
-            new: list[int] = []
-            run.accepted = 0
-            for i in range(len(run.draft) + 1):
-                t = step(ctx + new)
-                if t == end_id:
-                    ended = True
-                    if INCLUDE_END_ID:
-                        new.append(t)
-                    break
-                new.append(t)
-                if stopped(new):
-                    ended = True
-                    break
-                if i == len(run.draft) or t != run.draft[i]:
-                    break  # the bonus token, or the target's correction
-                run.accepted += 1
-            steps = len(run.draft) + 1  # every position is a decoding step (gptDecoderBatched.cpp L931-932)
-            run.iterations.append(new)
-            ctx += new
-            out += new
-        while not ended and steps < run.max_new:
-            t = step(ctx)
-            if t == end_id:
-                if INCLUDE_END_ID:
-                    run.iterations.append([t])
-                break
-            new = [t]
-            ended = stopped(new)
-            if new:
-                run.iterations.append(new)
-            ctx.append(t)
-            out.append(t)
-            steps += 1
+    # -------------------------------------------------------------- the caller's side
 
     def enqueue_request(self, request: Request) -> int:
         if not isinstance(request, Request):
@@ -447,107 +462,46 @@ class Executor:
             raise RuntimeError(f"[TensorRT-LLM][ERROR] Assertion failed: LogitsPostProcessor {name} not found.")
         if self.is_shut_down:
             raise RuntimeError("[TensorRT-LLM][ERROR] Shutdown called, cannot enqueue request")
-        request_id = self._next_id
-        self._next_id += 1
-        ids = request.input_token_ids
+        ids = list(request.input_token_ids)
         config = request.external_draft_tokens_config
         draft = list(config.tokens) if config is not None else []
-        run = Run(request, request_id, len(ids), request.max_new_tokens, draft)
-        self.runs[request_id] = run
-        if self.fail_next is not None:
-            run.error, self.fail_next = self.fail_next, None
-        elif len(ids) > self.max_input_len:  # llmRequest.h validate()
-            run.error = (f"[TensorRT-LLM][ERROR] Prompt length ({len(ids)}) exceeds maximum input length "
-                         f"({self.max_input_len}).")
-        elif draft and len(draft) > self.max_draft_len:
-            run.error = (f"[TensorRT-LLM][ERROR] Draft tokens length ({len(draft)}) exceeds maximum draft "
-                         f"tokens length ({self.max_draft_len}).")
-        else:
-            if draft and len(ids) + len(draft) > self.max_input_len:
-                run.draft = draft[:self.max_input_len - len(ids)]
-            per_step = len(run.draft) if run.draft else self.max_draft_len
-            if len(ids) + run.max_new + per_step > self.max_seq_len:
-                run.max_new = self.max_seq_len - len(ids) - per_step
-            reused = self._add_sequence(ids)
-            self._simulate(run)
-            self._release(ids + [t for it in run.iterations for t in it])
-            self._record_iterations(run, reused)
+        with self._cond:
+            request_id = self._next_id
+            self._next_id += 1
+            run = Run(request, request_id, len(ids), request.max_new_tokens, draft, tokens=list(ids))
+            run.rng = random.Random(request.sampling_config.random_seed or 0)  # 0.12's default seed is 0
+            self.runs[request_id] = run
+            self._ready[request_id] = deque()
+            if self.fail_next is not None:
+                run.error, self.fail_next = self.fail_next, None
+            elif len(ids) > self.max_input_len:  # llmRequest.h validate()
+                run.error = (f"[TensorRT-LLM][ERROR] Prompt length ({len(ids)}) exceeds maximum input length "
+                             f"({self.max_input_len}).")
+            elif draft and len(draft) > self.max_draft_len:
+                run.error = (f"[TensorRT-LLM][ERROR] Draft tokens length ({len(draft)}) exceeds maximum draft "
+                             f"tokens length ({self.max_draft_len}).")
+            else:
+                if draft and len(ids) + len(draft) > self.max_input_len:
+                    run.draft = draft[:self.max_input_len - len(ids)]
+                per_step = len(run.draft) if run.draft else self.max_draft_len
+                if len(ids) + run.max_new + per_step > self.max_seq_len:
+                    run.max_new = self.max_seq_len - len(ids) - per_step
+            if run.error:
+                self._finish(run, Response(request_id, error_msg=run.error))
+            else:
+                self._queue.append(run)
+            self._cond.notify_all()
         return request_id
 
-    # -------------------------------------------------------------- KV blocks and stats
+    def enqueue_requests(self, requests: list) -> list[int]:
+        return [self.enqueue_request(r) for r in requests]
 
-    def _blocks(self, tokens: list[int]) -> list[tuple[int, ...]]:
-        """chopVectorIntoBlocks(tokens, len - 1, tokens_per_block, partial): the last token is never stored."""
-        n, k = len(tokens) - 1, self.tokens_per_block
-        return [tuple(tokens[i:i + k]) for i in range(0, max(n, 0), k)]
-
-    def _add_sequence(self, ids: list[int]) -> int:
-        """loadOrAllocateBlocks: match stored blocks from the first on; count each match."""
-        matched, node = 0, self.stored
-        for block in self._blocks(ids) if self.block_reuse else []:
-            if block not in node:
-                break
-            node = node[block]
-            matched += 1
-        need = -(-(len(ids)) // self.tokens_per_block)
-        self.kv.reused_blocks += matched
-        self.kv.alloc_total_blocks += need
-        self.kv.alloc_new_blocks += need - matched
-        return matched
-
-    def _release(self, tokens: list[int]) -> None:
-        """releaseBlocks -> storeBlocks: a finished request's blocks become reusable."""
-        node = self.stored
-        for block in self._blocks(tokens) if self.block_reuse else []:
-            node = node.setdefault(block, {})
-
-    def _record_iterations(self, run: Run, reused: int) -> None:
-        """One IterationStats per iteration the request ran (the first is its context iteration), each
-        with the KV counters as they stand; at most iter_stats_max_iterations are kept."""
-        for i, tokens in enumerate(run.iterations or [[]]):
-            self._iter += 1
-            stats = IterationStats()
-            stats.iter, stats.num_active_requests, stats.max_num_active_requests = self._iter, 1, 1
-            kv = KvCacheStats()
-            kv.__dict__.update(self.kv.__dict__)
-            stats.kv_cache_stats = kv
-            ifb = InflightBatchingStats()
-            ifb.num_scheduled_requests = 1
-            ifb.num_context_requests, ifb.num_gen_requests = (1, 0) if i == 0 else (0, 1)
-            ifb.num_ctx_tokens = run.input_len - reused * self.tokens_per_block if i == 0 else 0
-            ifb.avg_num_decoded_tokens_per_iter = float(len(tokens))
-            stats.inflight_batching_stats = ifb
-            self.iteration_stats.append(stats)
-        del self.iteration_stats[:-self.config.iter_stats_max_iterations or None]
-
-    # -------------------------------------------------------------- responses
-
-    def _respond(self, run: Run) -> list[Response]:
-        if run.final_delivered:  # a real executor waits out the whole timeout here
-            run.empty_polls += 1
-            if run.empty_polls > 50:
-                raise AssertionError(f"request {run.request_id} polled 50 times after its final response")
-            return []
-        if run.error:
-            run.final_delivered = True
-            return [Response(run.request_id, error_msg=run.error)]
-        if run.cancelled:
-            run.final_delivered = True
-            return [Response(run.request_id, Result([[]], True))]
-        if not run.request.streaming:
-            run.final_delivered = True
-            return [Response(run.request_id, Result([[t for it in run.iterations for t in it]], True))]
-        out = []
-        for _ in range(RESPONSES_PER_AWAIT[self._batch % len(RESPONSES_PER_AWAIT)]):
-            n = CHUNKS[self._batch % len(CHUNKS)]
-            self._batch += 1
-            chunk = run.iterations[run.next_iter:run.next_iter + n]
-            run.next_iter += len(chunk)
-            final = run.next_iter >= len(run.iterations)
-            out.append(Response(run.request_id, Result([[t for it in chunk for t in it]], final)))
-            if final:
-                run.final_delivered = True
-                break
+    def _take(self, request_id: int) -> list[Response]:
+        out = list(self._ready.get(request_id, ()))
+        if out:
+            self._ready[request_id].clear()
+            if any(r.has_error() or r.result.is_final for r in out):
+                self.runs[request_id].final_delivered = True
         return out
 
     def await_responses(self, *args, **kwargs) -> list:
@@ -560,27 +514,323 @@ class Executor:
         if not isinstance(timeout, (timedelta, float)) or isinstance(timeout, bool):
             raise TypeError("await_responses(): timeout must be a timedelta or float seconds (pybind chrono)")
         self.timeouts.append(timeout)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        deadline = time.monotonic() + seconds
         target = args[0] if args else kwargs.get("id", kwargs.get("ids"))
-        if target is None:
-            return [r for run in self.runs.values() for r in self._respond(run)]
-        if isinstance(target, list):
-            return [self._respond(self.runs[i]) for i in target]
-        run = self.runs.get(target)
-        return self._respond(run) if run is not None else []
+        with self._cond:
+            if target is None:  # any ready responses, without order guarantees
+                self._cond.wait_for(lambda: any(self._ready.values()), seconds)
+                return [r for i in sorted(self._ready) for r in self._take(i)]
+            ids = target if isinstance(target, list) else [target]
+            self.polls_of_cancelled += sum(i in self.cancelled for i in ids)
+            for i in ids:
+                run = self.runs.get(i)
+                if run is not None and run.final_delivered and not self._ready[i]:
+                    run.empty_polls += 1  # a real executor waits out the whole timeout here
+                    if run.empty_polls > 50:
+                        raise AssertionError(f"request {i} polled 50 times after its final response")
+            self._cond.wait_for(lambda: any(self._ready.get(i) for i in ids) or time.monotonic() >= deadline,
+                                seconds)
+            out = [self._take(i) for i in ids]
+        return out if isinstance(target, list) else out[0]
+
+    def get_num_responses_ready(self, id: Optional[int] = None) -> int:  # noqa: A002
+        with self._cond:
+            return sum(len(q) for i, q in self._ready.items() if id is None or i == id)
 
     def cancel_request(self, id: int) -> None:  # noqa: A002 (the binding's keyword name)
-        self.cancelled.append(id)
-        run = self.runs.get(id)
-        if run is not None and not run.final_delivered:
-            run.cancelled = True
+        with self._cond:
+            self.cancelled.append(id)
+            run = self.runs.get(id)
+            if run is not None and not run.done:
+                run.cancelled = True
+            self._cond.notify_all()
 
     def get_latest_iteration_stats(self) -> list:
         """getLatestIterationStats: the iterations since the last call (J executor.h)."""
-        out, self.iteration_stats = self.iteration_stats, []
+        with self._cond:
+            out, self.iteration_stats = self.iteration_stats, []
         return out
 
+    def can_enqueue_requests(self) -> bool:
+        return not self.is_shut_down
+
     def shutdown(self) -> None:
-        self.is_shut_down = True
+        with self._cond:
+            self.is_shut_down = True
+            self._cond.notify_all()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+    # -------------------------------------------------------------- the executor's thread
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self.is_shut_down or self._queue or self._active)
+                if self.is_shut_down:
+                    return
+                for run in [r for r in self._active if r.cancelled]:
+                    self._drop(run)
+                for run in [r for r in self._queue if r.cancelled]:
+                    self._queue.remove(run)
+                    self._drop(run)
+                self._schedule()
+                batch = list(self._active)
+            if batch:
+                self._iteration(batch)
+            time.sleep(ITERATION_S)
+
+    def _need(self, run: Run) -> int:
+        """KV blocks a request may hold by its end."""
+        return -(-(run.input_len + run.max_new + len(run.draft)) // self.tokens_per_block)
+
+    def _schedule(self) -> None:
+        """GUARANTEED_NO_EVICT: start queued requests, in order, while their whole length fits."""
+        while self._queue and len(self._active) < self.max_batch:
+            run = self._queue[0]
+            reserved = sum(self._need(r) for r in self._active)
+            if self._need(run) > self.max_kv_blocks:
+                self._queue.popleft()  # the fake's choice: say it rather than wait forever
+                run.error = (f"[fake] request needs {self._need(run)} KV blocks, the pool has {self.max_kv_blocks}")
+                self._finish(run, Response(run.request_id, error_msg=run.error))
+                continue
+            if self._need(run) > self.max_kv_blocks - reserved:
+                return
+            self._queue.popleft()
+            self._active.append(run)
+        self.max_running_seen = max(self.max_running_seen, len(self._active))
+
+    def _iteration(self, batch: list[Run]) -> None:
+        budget = self.max_num_tokens
+        decided: list[tuple[Run, list[list[int]]]] = []  # (run, contexts whose next token is decided)
+        num_ctx, ctx_tokens = 0, 0
+        with self._cond:
+            for run in batch:
+                if run.computed < 0:  # addSequence
+                    run.computed = self._add_sequence(run)
+                if run.computed < run.input_len:
+                    remaining = run.input_len - run.computed
+                    if self.chunked:
+                        chunk = min(remaining, budget)
+                        if chunk < remaining:
+                            chunk = chunk // self.tokens_per_block * self.tokens_per_block
+                    else:
+                        chunk = remaining if budget == self.max_num_tokens or remaining <= budget else 0
+                    if chunk <= 0:
+                        continue
+                    budget -= chunk
+                    num_ctx, ctx_tokens = num_ctx + 1, ctx_tokens + chunk
+                    run.computed += chunk
+                    run.chunks.append(chunk)
+                    if run.computed < run.input_len:
+                        continue
+                    ctx = list(run.tokens)
+                    decided.append((run, [ctx + run.draft[:i] for i in range(len(run.draft) + 1)]))
+                else:
+                    decided.append((run, [list(run.tokens)]))
+        results: list[tuple[Run, list[int]]] = []
+        try:
+            for run, contexts in decided:
+                results.append((run, self._decide(run, contexts)))
+        except Exception as e:  # the post-processor raised: the iteration fails for every request in it
+            with self._cond:
+                for run in batch:
+                    self._release(run, store=False)
+                    self._finish(run, Response(run.request_id, error_msg=f"[TensorRT-LLM][ERROR] {e}"))
+                    self._active.remove(run)
+                self._cond.notify_all()
+            return
+        with self._cond:
+            for run, tokens in results:
+                if run.cancelled:
+                    continue
+                new, ended = self._accept(run, tokens)
+                if new or ended:
+                    run.iterations.append(new)
+                run.tokens += new
+                self._grow(run)
+                if ended or run.steps >= run.max_new:
+                    self._complete(run)
+                elif run.request.streaming and new:
+                    self._ready[run.request_id].append(Response(run.request_id, Result([list(new)], False)))
+            self._record(batch, num_ctx, ctx_tokens)
+            self._cond.notify_all()
+
+    def _decide(self, run: Run, contexts: list[list[int]]) -> list[int]:
+        """The decoder's token at each position: the model's choice, after the named post-processor."""
+        req = run.request
+        sc = req.sampling_config
+        choices = [self.model(ctx) if sc.greedy else self.model.sample(ctx, run.rng) for ctx in contexts]
+        name = req.logits_post_processor_name
+        processor = (self.config.logits_post_processor_map or {}).get(name) if name is not None else None
+        if processor is None:
+            return choices
+        import torch
+
+        vocab = self.vocab_size or max(choices + [req.end_id or 0]) + 1
+        logits = torch.cat([_scores(vocab, c) for c in choices]).to(DEVICE)  # [1 + drafts, vocab]
+        self.processor_threads.add(threading.get_ident())
+        stream = torch.cuda.current_stream().cuda_stream if logits.is_cuda else 0
+        rows = logits if PROCESS_DRAFT_ROWS else logits[:1]  # a view: masked in place either way
+        processor(run.request_id, rows, [list(run.tokens)], stream, req.client_id)
+        return [int(t) for t in logits.argmax(dim=-1).tolist()]
+
+    def _accept(self, run: Run, tokens: list[int]) -> tuple[list[int], bool]:
+        """The tokens an iteration adds (drafts accepted by id, then the target's own) and whether the
+        request ended (end_id, a stop word); each draft position is a step (gptDecoderBatched.cpp L931-932)."""
+        new: list[int] = []
+        stops = [list(w) for w in run.request.stop_words or []]
+        out = run.output
+        drafting = len(tokens) > 1
+        if drafting:
+            run.accepted = 0
+        for i, t in enumerate(tokens):
+            if t == run.request.end_id:
+                if INCLUDE_END_ID:
+                    new.append(t)
+                run.steps += len(tokens) if drafting else 1
+                return new, True
+            new.append(t)
+            for word in stops:
+                if word and (out + new)[-len(word):] == word:
+                    if not INCLUDE_STOP_WORDS:
+                        del new[len(new) - min(len(word), len(new)):]
+                    run.steps += len(tokens) if drafting else 1
+                    return new, True
+            if i == len(tokens) - 1 or t != run.draft[i]:
+                break  # the bonus token, or the target's correction
+            run.accepted += 1
+        run.steps += len(tokens) if drafting else 1
+        return new, False
+
+    def _complete(self, run: Run) -> None:
+        """The request is over: its final response (streaming: this iteration's tokens; else all of them),
+        and its blocks stored and freed."""
+        if run.request.streaming:
+            final = Response(run.request_id, Result([list(run.iterations[-1]) if run.iterations else []], True))
+        else:
+            final = Response(run.request_id, Result([run.output], True))
+        self._release(run, store=True)
+        self._active.remove(run)
+        self._finish(run, final)
+
+    def _finish(self, run: Run, response: Response) -> None:
+        run.done = run.final_queued = True
+        self._ready[run.request_id].append(response)
+
+    def _drop(self, run: Run) -> None:
+        """A cancelled request leaves at its next iteration; what it computed is stored like a finished one's."""
+        if run in self._active:
+            self._active.remove(run)
+            self._release(run, store=True)
+        run.done = True
+        if CANCEL_SENDS_FINAL:
+            self._finish(run, Response(run.request_id, Result([[]], True)))
+
+    # -------------------------------------------------------------- KV blocks (kvCacheManager.cpp)
+
+    def _chop(self, tokens: list[int], n: int) -> list[tuple[int, ...]]:
+        """chopVectorIntoBlocks(tokens, n, tokens_per_block, partial=True)."""
+        k = self.tokens_per_block
+        return [tuple(tokens[i:min(i + k, n)]) for i in range(0, max(n, 0), k)]
+
+    def _get_free_block(self) -> Block:
+        """getFreeBlock: the front of the free queue (a leaf under it), evicting what it stored."""
+        block = self.free[0]
+        while block.children:  # findBestGPUBlockToFree: a stored block is freed leaf first
+            block = next(iter(block.children.values()))
+        self.free.remove(block)
+        if block.tokens is None:
+            self.kv.alloc_new_blocks += 1
+        else:
+            self.evicted += 1
+            self._detach(block)
+        self.kv.alloc_total_blocks += 1
+        return block
+
+    @staticmethod
+    def _detach(block: Block) -> None:
+        if block.parent is not None:
+            block.parent.children.pop(block.tokens, None)
+        block.tokens, block.parent = None, None
+
+    def _add_sequence(self, run: Run) -> int:
+        """addSequence + loadOrAllocateBlocks: returns the prompt tokens found stored (prepopulated)."""
+        blocked = self._chop(run.tokens, run.input_len - 1)
+        if run.input_len % self.tokens_per_block == 1:
+            blocked.append(())  # "Add empty block if last token is separated"
+        matched, node = 0, self.root
+        for tokens in blocked:
+            found = node.children.get(tokens) if (self.block_reuse and node is not None and tokens) else None
+            if found is not None:
+                if len(tokens) < self.tokens_per_block:
+                    self._detach(found)  # claimLeafBlock: a matched partial block becomes the request's own
+                if found in self.free:
+                    self.free.remove(found)
+                found.refs += 1
+                run.blocks.append(found)
+                matched += len(tokens)
+                run.reused += 1
+                self.kv.reused_blocks += 1
+                node = found
+            else:
+                block = self._get_free_block()
+                block.refs += 1
+                run.blocks.append(block)
+                node = None
+        return matched
+
+    def _grow(self, run: Run) -> None:
+        """allocateBlock as the sequence grows past its blocks."""
+        while len(run.blocks) * self.tokens_per_block < len(run.tokens) and self.free:
+            block = self._get_free_block()
+            block.refs += 1
+            run.blocks.append(block)
+
+    def _release(self, run: Run, store: bool) -> None:
+        """releaseBlocks: store the blocks of the request's tokens but the last, then free them (to the end
+        of the free queue: the most recently used)."""
+        if store and self.block_reuse and run.computed >= run.input_len:
+            node, match = self.root, True
+            for tokens, block in zip(self._chop(run.tokens, len(run.tokens) - 1), run.blocks, strict=False):
+                found = node.children.get(tokens) if match else None
+                if found is not None:
+                    node = found
+                    continue
+                match = False
+                if block.tokens is None:
+                    block.tokens, block.parent = tokens, node
+                    node.children[tokens] = block
+                node = block
+        for block in reversed(run.blocks):
+            block.refs -= 1
+            if block.refs == 0:
+                self.free.append(block)
+        run.blocks = []
+
+    def _record(self, batch: list[Run], num_ctx: int, ctx_tokens: int) -> None:
+        self._iter += 1
+        stats = IterationStats()
+        stats.iter, stats.num_active_requests = self._iter, len(batch)
+        stats.max_num_active_requests, stats.num_queued_requests = self.max_batch, len(self._queue)
+        kv = KvCacheStats()
+        kv.__dict__.update(self.kv.__dict__)
+        kv.free_num_blocks = len(self.free)
+        kv.used_num_blocks = self.max_kv_blocks - len(self.free)
+        stats.kv_cache_stats = kv
+        ifb = InflightBatchingStats()
+        ifb.num_scheduled_requests, ifb.num_context_requests = len(batch), num_ctx
+        ifb.num_gen_requests, ifb.num_ctx_tokens = len(batch) - num_ctx, ctx_tokens
+        stats.inflight_batching_stats = ifb
+        self.iteration_stats.append(stats)
+        del self.iteration_stats[:-self.config.iter_stats_max_iterations or None]
 
     # -------------------------------------------------------------- test helpers
 
@@ -589,10 +839,21 @@ class Executor:
         return [run.request for run in self.runs.values()]
 
     def undelivered(self) -> list[int]:
-        """Requests whose last response nobody read: left queued in a real executor."""
-        return [i for i, run in self.runs.items() if not run.final_delivered]
+        """Requests with responses nobody read: left queued in a real executor."""
+        with self._cond:
+            return [i for i, q in self._ready.items() if q]
 
     def wasted_polls(self) -> int:
         """await_responses calls for requests whose final response was already returned: each one
-        would cost a real caller the whole timeout."""
+        costs a real caller the whole timeout."""
         return sum(run.empty_polls for run in self.runs.values())
+
+    def idle(self, timeout: float = 2.0) -> bool:
+        """Wait until no request is queued or running."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._cond:
+                if not self._queue and not self._active:
+                    return True
+            time.sleep(0.001)
+        return False

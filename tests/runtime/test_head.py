@@ -117,3 +117,23 @@ def test_a_sampled_request_gets_float32_logits_of_every_token(engine_dir):
     full = head.full(h)
     assert full.dtype == torch.float32
     assert torch.allclose(full.double(), head.exact(h), atol=1e-3, rtol=0)
+
+
+@pytest.mark.full
+def test_the_load_check_in_chunks_gives_the_whole_heads_numbers(fresh, monkeypatch):
+    """The requantization and its error check, LOAD_ROWS rows at a time, equal the whole head's in float64
+    (what the load did before, at vocab × hidden × 8 B three times over)."""
+    from orin_llm.runtime import head as head_module
+
+    head = fresh.model.lm_head
+    w = head._rows(torch.arange(head.out_features), torch.float64)
+    s = (w.abs().amax(dim=1) / 127).clamp(min=1e-8).to(torch.bfloat16).double()
+    q = torch.clamp(torch.round(w / s[:, None]), -127, 127).to(torch.int8)
+    kept = q.double() * s[:, None]
+    monkeypatch.setattr(head_module, "LOAD_ROWS", 1000)  # chunks that do not divide the vocabulary
+    assert head.out_features % 1000
+    codes, scales, delta, w_max, kept_max = head._requantize(w.device)
+    assert torch.equal(codes, q) and torch.equal(scales, s)
+    assert torch.equal(delta, (w - kept).abs().amax(dim=1)) and torch.equal(w_max, w.abs().amax(dim=1))
+    assert torch.equal(kept_max, kept.abs().amax(dim=1))
+    assert torch.equal(head.coef_acts, (kept.abs().amax(dim=1).float() * (1 + 2.0 ** -20)))

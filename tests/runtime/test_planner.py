@@ -52,8 +52,7 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
     engine.unpin(planner.pin)
     engine.clear_cache()
     try:
-        cold = engine.run(engine.generate(planner.prompt_ids(planner.messages(task)), GREEDY,
-                                          constraint=planner.prefix.grammar.constraint()))  # as plans are
+        cold = planner.plan(task, GREEDY).result  # now computed cold: nothing of it is cached
     finally:
         planner.pin = engine.pin(list(planner.prefix.ids))
     assert cold.timings.cached_prompt_tokens == 0

@@ -31,7 +31,7 @@ WORDS = " kitchen table robot cup moves apple towards sink door opens"
 def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: bool = True,
                     max_draft_len: int = 4, limits: dict | None = None, kv_tokens=(4096, 2048),
                     tokens_per_block: int = 32, lookup_seed: bool = False, chunked_context: bool = False,
-                    paged_context_fmha: bool | None = None, kv_cache: str = "fp16") -> Path:
+                    paged_context_fmha: bool | None = None, kv_cache: str = "fp16", build: dict | None = None) -> Path:
     """A trtllm engine dir from the torch one: tokenizer, adapted manifest, engine config.json files as
     trtllm-build writes them (and the lookup seed plans, if asked: without them the lookup history starts
     empty). Paged context FMHA is built in where prefix reuse or chunked context needs it, as the build
@@ -62,15 +62,16 @@ def make_engine_dir(src: Path, dst: Path, *, prefix_reuse: bool = True, draft: b
     paged = prefix_reuse or chunked_context if paged_context_fmha is None else paged_context_fmha
     for role in ("target", "draft") if draft else ("target",):
         plugins = {"tokens_per_block": tokens_per_block, "use_paged_context_fmha": paged}
-        build = {"max_input_len": lim["max_input_len"], "max_seq_len": lim["max_seq_len"],
-                 "plugin_config": plugins, "speculative_decoding_mode": 1}  # SpeculativeDecodingMode.NONE
+        build_config = {"max_input_len": lim["max_input_len"], "max_seq_len": lim["max_seq_len"],
+                        "plugin_config": plugins, "speculative_decoding_mode": 1,  # SpeculativeDecodingMode.NONE
+                        **(build or {})}
         if role == "target" and max_draft_len:
-            build["max_draft_len"] = max_draft_len
-            build["speculative_decoding_mode"] = 2  # DRAFT_TOKENS_EXTERNAL (modeling_utils.py L65-86)
-            build["max_seq_len"] += max_draft_len  # the builder adds it (builder.py L898-916)
+            build_config["max_draft_len"] = max_draft_len
+            build_config["speculative_decoding_mode"] = 2  # DRAFT_TOKENS_EXTERNAL (modeling_utils.py L65-86)
+            build_config["max_seq_len"] += max_draft_len  # the builder adds it (builder.py L898-916)
         (dst / role).mkdir()
         vocab = {"vocab_size": data[role]["arch"]["vocab_size"]}
-        (dst / role / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": build,
+        (dst / role / "config.json").write_text(json.dumps({"version": "0.12.0", "build_config": build_config,
                                                             "pretrained_config": vocab}))
     return dst
 

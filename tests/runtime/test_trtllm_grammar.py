@@ -2,6 +2,7 @@
 post-processor masks every step of a constrained request, found by its client_id."""
 
 import json
+import threading
 
 import pytest
 
@@ -52,11 +53,85 @@ def test_a_constrained_plan_is_masked_by_the_post_processor_on_every_step(eng, f
     assert eng.grammar._requests == {}  # every request's grammar state was released
 
 
-def test_a_named_drafter_with_a_grammar_is_refused(eng):
+@pytest.mark.parametrize("mode", ["lookup", "draft_model", "combined"])
+def test_constrained_plans_speculate_and_plan_what_plain_decoding_plans(eng, fake, mode):
+    """Drafts are cut on the host at the first token the grammar forbids, go to the target as external
+    draft tokens, and the target decides every position under the post-processor (1 + drafts rows)."""
     planner = Planner(eng, SMALL_HOME)
-    with pytest.raises(OrinError, match="'lookup' with a grammar is not available on TensorRT-LLM 0.12"):
-        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="lookup")
-    assert planner.plan("Open the fridge.", SamplingParams(max_tokens=8)).result.speculation.drafter == "none"
+    task, params = "Bring the mug to the sofa.", SamplingParams(max_tokens=48)
+    plain = planner.plan(task, params, speculation="none")
+    target = target_executor(fake)
+    before = len(target.requests)
+    runs = [planner.plan(task, params, speculation=mode) for _ in range(2)]  # the 2nd looks up the 1st
+    assert all(spec.result.token_ids == plain.result.token_ids and spec.text == plain.text for spec in runs)
+    s = runs[1].result.speculation
+    assert s.drafter == mode and s.drafted > 0 and 0 < s.accepted <= s.drafted
+    drafted = [r for r in target.requests[before:] if r.external_draft_tokens_config is not None]
+    assert drafted and all(r.logits_post_processor_name == PROCESSOR and r.client_id is not None for r in drafted)
+    grammar = planner.prefix.grammar
+    for r in drafted:  # every draft the target saw is one the grammar allows from that request's context
+        c = grammar.constraint()
+        for tok in r.input_token_ids[len(plain.result.token_ids) * 0 + _prompt_len(target, r):]:
+            c.accept(tok)
+        draft = r.external_draft_tokens_config.tokens
+        assert c.valid_prefix(draft) == len(draft)
+    assert eng.grammar.rows > eng.grammar.calls  # some calls masked several positions at once
+    assert threading.main_thread().ident not in target.processor_threads  # the executor's own thread
+    assert eng.grammar._requests == {}
+
+
+def _prompt_len(target, request) -> int:
+    """The planner's prompt length: the input of the first request of that plan (no drafts)."""
+    firsts = [r for r in target.requests if r.input_token_ids == request.input_token_ids[:len(r.input_token_ids)]
+              and r.external_draft_tokens_config is None and r.logits_post_processor_name == PROCESSOR]
+    return min(len(r.input_token_ids) for r in firsts)
+
+
+def test_positions_decided_unmasked_are_dropped_on_the_host(eng, fake, monkeypatch, caplog):
+    """Were 0.12 to post-process only one row of a verifying iteration, a target correction the grammar
+    forbids is dropped on the host and decoding goes on from the valid prefix: the same plan."""
+    planner = Planner(eng, SMALL_HOME)
+    task, params = "Put the book on the sofa.", SamplingParams(max_tokens=40)
+    plain = planner.plan(task, params, speculation="none")
+    monkeypatch.setattr(fake, "PROCESS_DRAFT_ROWS", False)
+    for _ in range(2):  # the second looks up the first: drafts the grammar allows
+        spec = planner.plan(task, params, speculation="lookup")
+        assert spec.result.token_ids == plain.result.token_ids
+    assert "the grammar forbids (its logits were not post-processed)" in caplog.text  # it did happen
+
+
+def test_a_step_the_post_processor_cannot_place_fails_the_request(eng, fake, monkeypatch):
+    """No client_id (and a request id it was never told): an error in the answer, never an unmasked plan."""
+    planner = Planner(eng, SMALL_HOME)
+    real_request = eng.request
+
+    def without_client(*args, **kwargs):
+        req = real_request(*args, **kwargs)
+        req.client_id = None  # as a 4-argument 0.12 call would come
+        return req
+
+    monkeypatch.setattr(eng, "request", without_client)
+    monkeypatch.setattr(eng.grammar, "bind", lambda client, request_id: None)
+    with pytest.raises(OrinError, match="grammar could not be applied to this request: .*without a client_id"):
+        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="none")
+    target = target_executor(fake)
+    assert target.idle()
+    assert target.runs[max(target.runs)].output in ([], [eng.end_id])  # ended at once: only end_id was allowed
+
+
+def test_a_call_without_client_id_is_placed_by_request_id(eng, fake, monkeypatch):
+    planner = Planner(eng, SMALL_HOME)
+    plain = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none")
+    real_request = eng.request
+
+    def without_client(*args, **kwargs):
+        req = real_request(*args, **kwargs)
+        req.client_id = None
+        return req
+
+    monkeypatch.setattr(eng, "request", without_client)
+    again = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none")
+    assert again.result.token_ids == plain.result.token_ids
 
 
 def test_an_unknown_post_processor_is_refused_like_the_executor_does(eng, fake):
@@ -82,3 +157,21 @@ def test_a_chat_answer_schema_is_masked_on_the_orin_too(eng, fake):
     request = target_executor(fake).requests[-1]
     assert request.logits_post_processor_name == PROCESSOR
     assert json.loads(result.text)["room"] in ("kitchen", "hall")  # the scripted model, held to the schema
+
+
+def test_a_late_step_of_a_released_request_ends_it_and_an_unknown_client_is_an_error(eng):
+    """After a cancel the executor may still decide one step: nobody owns it, it is ended; a client id the
+    engine never gave out is an error against that request id."""
+    import torch
+
+    planner = Planner(eng, SMALL_HOME)
+    grammar = eng.grammar
+    client = grammar.register(planner.prefix.grammar.constraint(), 3)
+    grammar.bind(client, 77)
+    grammar.release(client, [])
+    logits = torch.zeros(1, 64)
+    grammar(77, logits, [[1, 2, 3]], 0, client)
+    assert grammar.error(77) is None and int(logits.argmax()) == eng.end_id
+    assert torch.isinf(logits).sum() == logits.numel() - 1
+    grammar(78, torch.zeros(1, 64), [[1, 2, 3]], 0, 10_000)
+    assert "client_id 10000 is not a request of this engine" in grammar.error(78)

@@ -36,10 +36,11 @@ def test_concurrent_clients_each_get_their_own_answer(daemon, client):
         with daemon.client() as c:
             for j in range(REQUESTS):
                 task = TASKS[(3 * i + j) % len(TASKS)]
-                if j % 5 == 0:  # some stream: the deltas add up to the final text
+                if j % 5 == 0:  # some stream: the deltas spell the final text (a plan cut by max_tokens
+                    # ends at its last whole step: the deltas may go on into the step it leaves out)
                     events = list(c.plan_stream(task, max_tokens=MAX_TOKENS))
                     final = events[-1]
-                    assert "".join(e.get("delta", "") for e in events[:-1]).strip() == final["plan"]
+                    assert "".join(e.get("delta", "") for e in events[:-1]).strip().startswith(final["plan"])
                     r = final
                 else:
                     r = c.plan(task, max_tokens=MAX_TOKENS)

@@ -16,7 +16,8 @@ from schemathesis.checks import not_a_server_error  # noqa: E402
 
 pytestmark = pytest.mark.full
 
-OPERATIONS = [("POST", "/v1/plan"), ("POST", "/v1/chat/completions"), ("PUT", "/v1/environment")]
+OPERATIONS = [("POST", "/v1/plan"), ("POST", "/v1/chat/completions"), ("PUT", "/v1/environment"),
+              ("PATCH", "/v1/environment/state")]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from .conftest import Daemon
 
 pytestmark = pytest.mark.full
 
-PLAN_BODY = b'{"task": "Open the fridge.", "max_tokens": 4}'
+PLAN_BODY = b'{"task": "Open the fridge.", "max_tokens": 16}'  # a whole step (a cut plan ends at the last)
 
 
 def exchange(daemon: Daemon, data: bytes, timeout_s: float = 60, half_close: bool = False) -> bytes:
@@ -62,7 +62,7 @@ def test_a_json_body_is_json_whatever_the_content_type_says(daemon, client, cont
     headers = (f"Content-Type: {content_type}",) if content_type else ()
     status, _, body = parse(exchange(daemon, request("POST", "/v1/plan", PLAN_BODY, headers)))
     assert status == "HTTP/1.1 200 OK", body
-    assert json.loads(body)["plan"] == client.plan("Open the fridge.", max_tokens=4)["plan"]
+    assert json.loads(body)["plan"] == client.plan("Open the fridge.", max_tokens=16)["plan"] != ""
 
 
 def test_a_body_that_is_not_json_gets_the_parser_message(daemon):
@@ -156,7 +156,7 @@ def test_a_client_that_goes_away_with_pipelined_requests_leaves_no_traceback(dae
     log = daemon.log()[log_start:]
     assert "Traceback" not in log and "Exception in ASGI application" not in log, log
     assert cancelled(client.metrics()) > cancelled(before)  # the first one was stopped, not decoded for nobody
-    assert client.plan("Open the fridge.", max_tokens=2)["plan"]
+    assert client.plan("Open the fridge.", max_tokens=2)["finish_reason"] == "length"  # it answers
 
 
 def cancelled(metrics: str) -> float:

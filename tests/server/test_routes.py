@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.environment.state import HomeState
 from orin_llm.errors import OrinError
 from orin_llm.runtime.backend import Capabilities, EngineStats
 from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
@@ -25,7 +26,7 @@ LIMITS = {"max_input_len": 512, "max_seq_len": 640, "max_batch_size": 2}  # max_
 
 def stub_planner() -> SimpleNamespace:
     """What the routes (and Metrics.watch) read of a planner and its engine."""
-    env = SimpleNamespace(name="stub home", model_dump=lambda **kw: {"name": "stub home"})
+    env = SimpleNamespace(name="stub home", model_dump=lambda **kw: {"name": "stub home"}, is_text=False)
     prefix = SimpleNamespace(environment=env, version=3, ids=[1, 2, 3, 4])
     usage = {"device": "cpu", "tokens": 4, "capacity_tokens": 1024, "bytes": 4096}
     caps = Capabilities(backend="torch", max_batch=2, tunable_batch=False, paced_prefill=False,
@@ -35,7 +36,9 @@ def stub_planner() -> SimpleNamespace:
                              tokenizer=SimpleNamespace(chat_template=None), kv_usage=lambda: dict(usage),
                              capabilities=caps, busy=False, stats=lambda: EngineStats(0, 0, 2),
                              save_histories=lambda: None)
-    return SimpleNamespace(engine=engine, prefix=prefix, version=3, homes={None: SimpleNamespace(prefix=prefix)})
+    states = {None: HomeState(robot_at="hallway", open={"fridge": False})}
+    return SimpleNamespace(engine=engine, prefix=prefix, version=3, homes={None: SimpleNamespace(prefix=prefix)},
+                           current_state=lambda home=None: states.get(home))
 
 
 class StubWorker:
@@ -128,6 +131,12 @@ def test_a_failed_load_is_reported_by_health_and_the_gate():
     ({"task": "x", "max_tokens": "8"}, 'max_tokens: Input should be a valid integer, got "8" (a string)'),
     ({"task": "x", "colour": "red"}, "colour: unknown field (allowed: "),
     ([1], "the body must be a JSON object, got a list"),
+    ({"task": "x", "feasibility": "strict"}, "feasibility: Input should be 'enforce', 'report' or 'off'"),
+    ({"task": "x", "goal": "at(mug, sink)"}, 'goal: Input should be a valid list, got "at(mug, sink)" (a string)'),
+    ({"task": "x", "goal": []}, "goal: List should have at least 1 item"),
+    ({"task": "x", "goal": [""]}, "goal.0: String should have at least 1 character"),
+    ({"task": "x", "goal": ["said"] * 65}, "goal: List should have at most 64 items"),
+    ({"task": "x", "state": ["robot_at", "kitchen"]}, "state: Input should be a valid dictionary"),
 ])
 def test_plan_validation_says_what_to_fix_and_never_reaches_the_worker(body, message):
     worker = StubWorker()
@@ -184,6 +193,36 @@ def test_environment_routes_check_names_etags_and_known_homes():
     assert r.status_code == 200 and worker.jobs[0].exclusive
 
 
+def test_state_routes_read_the_planners_state_and_send_changes_to_the_worker_in_order():
+    change = {"state": {"robot_at": "kitchen"}, "environment_version": 3, "computed_tokens": 21}
+    worker = StubWorker(lambda job: ("done", change))
+    worker.planner.homes["attic"] = SimpleNamespace(prefix=worker.planner.prefix)  # declares no state
+    app, state = make_app(worker)
+    r = call(app, "GET", "/v1/environment/state")
+    assert r.status_code == 200 and r.headers["etag"] == '"3"'
+    assert (r.json()["robot_at"], r.json()["open"], r.json()["holding"]) == ("hallway", {"fridge": False}, None)
+    assert call(app, "GET", "/v1/environments/attic/state").json() == HomeState().model_dump(mode="json")
+    r = call(app, "GET", "/v1/environments/cellar/state")
+    assert r.status_code == 404 and "no environment named 'cellar'" in r.text
+    for body, words in ((["robot_at", "kitchen"], "Input should be a valid dictionary"),
+                        ({"robot_at": "\ud800"}, "no lone surrogates")):
+        r = call(app, "PATCH", "/v1/environment/state", content=json_text(body))
+        assert r.status_code == 422 and words in r.json()["error"]["message"], r.text
+    assert worker.jobs == []
+    for path in ("/v1/environment/state", "/v1/environments/attic/state"):
+        r = call(app, "PATCH", path, json={"robot_at": "kitchen"})
+        assert r.status_code == 200 and r.json() == change
+    assert [(j.endpoint, j.exclusive) for j in worker.jobs] == [("state", True)] * 2  # one at a time, in order
+    assert requests_counted(state, "state", "ok") == 0  # the stub worker counts nothing; the app counts refusals
+    assert requests_counted(state, "state", "invalid") == 2
+
+
+def json_text(body) -> str:
+    import json
+
+    return json.dumps(body)
+
+
 def test_the_worker_constructor_returns_while_the_planner_loads():
     """A real Worker whose make_planner is slow: constructed at once, /health says loading, then ok."""
     release = threading.Event()
@@ -208,3 +247,16 @@ def test_the_worker_constructor_returns_while_the_planner_loads():
     finally:
         release.set()
         worker.stop()
+
+
+def test_the_feasibility_modes_are_the_planners_everywhere():
+    from typing import get_args
+
+    from orin_llm.runtime.planner import FEASIBILITY
+    from orin_llm.server import cli
+    from orin_llm.server.schemas import ChatRequest, PlanRequest
+
+    assert cli.FEASIBILITY == FEASIBILITY
+    for model in (PlanRequest, ChatRequest):
+        assert get_args(model.model_fields["feasibility"].annotation) == FEASIBILITY
+        assert model.model_fields["feasibility"].default == FEASIBILITY[0] == "enforce"

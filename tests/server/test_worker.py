@@ -79,7 +79,8 @@ def test_one_worker_loop_serves_a_tensorrt_llm_engine(tmp_path, engine_dir, fake
     try:
         worker.wait_loaded(60)
         worker.start()
-        assert worker.max_running == 1 and worker.depth == 0
+        # the engine's max_batch_size (what the plan reserved KV for), batched inside the executor
+        assert worker.max_running == eng.manifest.limits["max_batch_size"] > 1 and worker.depth == 0
         req = PlanRequest(task="Put the mug in the sink.", max_tokens=12, constrained=False)
         params = SamplingParams(max_tokens=12)
         events = run_job(worker, "plan", plan_job(req, params), stream=True)

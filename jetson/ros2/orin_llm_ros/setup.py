@@ -6,7 +6,7 @@ package_name = 'orin_llm_ros'
 
 setup(
     name=package_name,
-    version='0.1.0',
+    version='0.2.0',
     packages=find_packages(exclude=['test']),
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
@@ -14,8 +14,7 @@ setup(
         ('share/' + package_name + '/launch', glob('launch/*.launch.py')),
         ('share/' + package_name + '/config', glob('config/*.yaml')),
     ],
-    # orin_llm (the client and the bridge) is installed with pip, not by colcon:
-    # see jetson/ros2/README.md
+    # nothing beyond the standard library and package.xml's rosdep keys
     install_requires=['setuptools'],
     zip_safe=True,
     maintainer='orin-llm maintainers',
@@ -26,6 +25,7 @@ setup(
     entry_points={
         'console_scripts': [
             'planner_node = orin_llm_ros.planner_node:main',
+            'plan_client = orin_llm_ros.plan_client:main',
         ],
     },
 )

@@ -5,10 +5,12 @@ submit, step, abort, pin_request/pin/unpin, stats, capabilities, ...), and its r
 (runtime/trtllm/generation.py) are `Request`s as runtime/generate.py's `Generation` is, so the planner
 and the server do not care which backend serves them. What differs is in `capabilities`.
 
-Stepping: `step` advances the running request to its next text delta (the executor's next
-response, or several while they decide no text). One request runs at a time (`MAX_RUNNING`): what a
-request was served from the cache is measured from a counter of the whole executor (below), and the
-engine has one lookup history; running several at once inside the executor is a later change.
+Stepping: `step` starts what has room and advances each running request to its next text delta (the
+executor's next response, or several while they decide no text). Up to `max_running` requests run at
+once: the target engine's max_batch_size (its config.json, what trtllm-build sized the engine and the
+memory plan its KV for), so the daemon runs as many as the plan reserved KV for, and their requests are
+in the executor together, which batches them in flight (generation.py: a request whose response has not
+come yields and the next one is stepped; the target's responses are read for all of them at once).
 
 Every binding call goes through `bindings.executor_module()`; the keyword names are those
 of `tensorrt_llm.bindings.executor` at v0.12.0 (R) / v0.12.0-jetson (J), see
@@ -29,13 +31,18 @@ the same tokens reuses them, in whole blocks of `tokens_per_block` (the engine's
 build/trtllm.py), never its last token. `cached_prefix()` is what the pinned prefix *can* serve.
 What a request was really served is measured: `cached_prompt_tokens` is the growth of the target
 executor's `KvCacheStats.reused_blocks` over the request × tokens_per_block (capped at the prompt
-length − 1). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` starts at 0 and only
+length − 1), when no other target request was enqueued meanwhile (else what the pins can serve,
+generation.py `_measure_cached`). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` starts at 0 and only
 grows, once per block matched when a request is added (loadOrAllocateBlocks in the code index's copy
 of kvCacheManager.cpp of that series), and the iteration stats copy it as it is (first open
 trtGptModelInflightBatching.cpp, getCurrentIterationStats); get_latest_iteration_stats() returns the
-iterations since its last call (J executor.h); docs/trtllm-0.12-jetson.md §4, §7. The engine serves one
-request at a time, so the growth belongs to that request. Without reuse nothing is stored and every
-request prefills its whole prompt.
+iterations since its last call (J executor.h); docs/trtllm-0.12-jetson.md §4, §7. Without reuse
+nothing is stored and every request prefills its whole prompt.
+
+KV figures (/health, /metrics: `kv_usage`): the target executor's own KvCacheStats as last read from
+its iteration stats (max/free/used blocks, reused_blocks), not the plan's budget; the engine's thread
+reads them (get_latest_iteration_stats drains them, so only this engine calls it) at most every
+`STATS_EVERY_S` while requests run, and a scrape reads the copy.
 
 The requests of a planning call, plain or speculative, and their responses are
 runtime/trtllm/generation.py's.
@@ -60,13 +67,15 @@ from ..generate import Result
 from ..sampling import SamplingParams
 from ..speculative import LookupDrafter
 from .bindings import executor_module
-from .generation import Stepped, TrtllmGeneration, TrtllmPin, enqueue_request, first_line, follow
+from .generation import Stepped, TrtllmGeneration, TrtllmPin
 from .grammar import PROCESSOR, GrammarProcessor, processor_map
+from .responses import STEP_WAIT, Mailbox, enqueue_request, first_line, follow
 from .rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
 
 log = logging.getLogger(__name__)
 
-MAX_RUNNING = 1  # requests that run together (module doc)
+DEFAULT_MAX_BATCH = 1  # an engine whose config.json and manifest name no max_batch_size
+STATS_EVERY_S = 0.5  # how often a busy engine refreshes its KV figures from the executor's stats
 
 # ---------------------------------------------------------------------------------- loading
 
@@ -96,6 +105,15 @@ def _tokens_per_block(cfg: dict) -> int:
     if isinstance(value, int) and value > 0:
         return value
     return TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
+
+
+def _max_batch(cfg: dict, manifest: Manifest) -> int:
+    """The requests the target engine runs at once: config.json's build_config.max_batch_size (what
+    trtllm-build was given, R≡J build.py L77-81), else the manifest's limits."""
+    value = _build_value(cfg, "max_batch_size")
+    if not isinstance(value, int) or value <= 0:
+        value = manifest.limits.get("max_batch_size", DEFAULT_MAX_BATCH)
+    return max(1, int(value))
 
 
 def _max_kv_tokens(manifest: Manifest, role: str, engine_dir: Path) -> int:
@@ -155,7 +173,7 @@ class TrtllmEngine(EngineText):
 
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, module: Any, target: Any,
                  draft: Optional[Any] = None, *, block_reuse: bool, tokens_per_block: int, draft_len: int,
-                 chunked_context: bool = False):
+                 chunked_context: bool = False, max_running: int = DEFAULT_MAX_BATCH):
         self.dir, self.manifest, self.tokenizer, self.module = engine_dir, manifest, tokenizer, module
         self.target_executor, self.draft_executor = target, draft
         self.block_reuse, self.tokens_per_block = block_reuse, tokens_per_block
@@ -187,7 +205,12 @@ class TrtllmEngine(EngineText):
         self._vocab: Optional[Vocabulary] = None
         self._closed = False
         self.waiting: deque[Stepped] = deque()  # submitted requests, in order
-        self.running: list[Stepped] = []  # at most MAX_RUNNING
+        self.running: list[Stepped] = []  # at most max_running
+        self.max_running = max_running  # the target engine's max_batch_size (module doc)
+        self._mailboxes: dict[int, Mailbox] = {}  # id(executor) -> its responses, sorted by request
+        self.target_enqueues = 0  # requests enqueued on the target since load (generation.py's measurement)
+        self._kv_latest: Optional[Any] = None  # the target's KvCacheStats as last read
+        self._stats_read = 0.0
 
     @classmethod
     def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None) -> TrtllmEngine:
@@ -225,14 +248,16 @@ class TrtllmEngine(EngineText):
         draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
         tokenizer = load_tokenizer(engine_dir / "tokenizer")
         executors: dict[str, Any] = {}
-        grammar = GrammarProcessor()  # the target's: constrained plans (runtime/trtllm/grammar.py)
+        grammar = GrammarProcessor(end_id=0)  # the target's: constrained plans (runtime/trtllm/grammar.py)
         try:
             for role, entry in roles.items():
                 executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
                                                  grammar if role == "target" else None)
             engine = cls(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
                          block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
-                         draft_len=draft_len, chunked_context=chunked)
+                         draft_len=draft_len, chunked_context=chunked,
+                         max_running=_max_batch(configs["target"], manifest))
+            grammar.end_id = engine.end_id
             engine.grammar = grammar
             return engine
         except BaseException:
@@ -252,9 +277,10 @@ class TrtllmEngine(EngineText):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(backend="trtllm", max_batch=MAX_RUNNING, tunable_batch=False, paced_prefill=False,
+        return Capabilities(backend="trtllm", max_batch=self.max_running, tunable_batch=False, paced_prefill=False,
                             persistent_histories=False, grammars=True, kernels=False, pins_hold=False,
-                            speculation=tuple(self.speculation_modes))
+                            speculation=tuple(self.speculation_modes),
+                            constrained_speculation=tuple(self.speculation_modes))
 
     # ------------------------------------------------------------------ stepping requests
 
@@ -264,14 +290,21 @@ class TrtllmEngine(EngineText):
         self.waiting.append(request)
 
     def step(self) -> list[Stepped]:
-        """Start what has room, then advance each running request to its next delta (or its end)."""
-        while self.waiting and len(self.running) < MAX_RUNNING:
+        """Start what has room, then advance each running request to its next delta (or its end). When
+        none could move (each waits for the executor), wait at most STEP_WAIT for any response."""
+        while self.waiting and len(self.running) < self.max_running:
             self.running.append(self.waiting.popleft())
         ran = list(self.running)
+        moved = ended = False
         for request in ran:
-            request.advance()  # a failure is the request's (request.error), not the step's
+            moved |= request.advance()  # a failure is the request's (request.error), not the step's
             if request.done:
                 self.running.remove(request)
+                ended = True
+        if ran and not moved:
+            self.mailbox(self.target_executor).pump(STEP_WAIT)
+        if ended or (ran and time.monotonic() - self._stats_read > STATS_EVERY_S):
+            self.reused_blocks(read=True)  # the KV figures kv_usage reports
         return ran
 
     def abort(self, request: Stepped) -> None:
@@ -287,7 +320,7 @@ class TrtllmEngine(EngineText):
         return bool(self.waiting or self.running)
 
     def stats(self) -> EngineStats:
-        return EngineStats(waiting=len(self.waiting), running=len(self.running), max_running=MAX_RUNNING)
+        return EngineStats(waiting=len(self.waiting), running=len(self.running), max_running=self.max_running)
 
     def tune(self, max_running: Optional[int] = None, prefill_chunk_tokens: Optional[int] = None) -> None:
         if max_running is not None or prefill_chunk_tokens is not None:
@@ -369,17 +402,11 @@ class TrtllmEngine(EngineText):
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
                  constraint: Optional[Constraint] = None, history: str = DEFAULT_HISTORY) -> TrtllmGeneration:
         """`constraint`: the request's grammar, applied by the target's logits post-processor on every
-        step. A constrained request decodes without a drafter: how 0.12 post-processes the logits of
-        external draft positions is not verified, so "auto" resolves to none and a named drafter is
-        refused. `history` is the torch engine's (one lookup history per engine here)."""
-        if constraint is not None:
-            if speculation not in ("auto", "none"):
-                raise OrinError(f"speculation {speculation!r} with a grammar is not available on TensorRT-LLM 0.12 "
-                                "(its logits post-processor is verified for plain decoding steps only); use "
-                                "speculation \"auto\" or \"none\", or \"constrained\": false")
-            if self.grammar is None:
-                raise OrinError("this TensorRT-LLM engine was loaded without its grammar post-processor")
-            speculation = "none"
+        step it decides, draft positions included; drafts are cut on the host at the first token it
+        forbids (generation.py), so a constrained request speculates as an unconstrained one does.
+        `history` is the torch engine's (one lookup history per engine here)."""
+        if constraint is not None and self.grammar is None:
+            raise OrinError("this TensorRT-LLM engine was loaded without its grammar post-processor")
         mode = self.resolve_speculation(speculation, params)
         prompt_ids = list(prompt_ids)
         if not prompt_ids:
@@ -407,16 +434,26 @@ class TrtllmEngine(EngineText):
         response's new tokens as they arrive (the benchmark times each engine with it; a Generation runs
         the target only). Read it to the end: an abandoned request is not cancelled."""
         request = self.request(ids, max_new_tokens, streaming=True, sampling=self.greedy_config())
-        for tokens, _final in follow(executor, self.enqueue(executor, request)):
+        for tokens, _final in follow(self.mailbox(executor), self.enqueue(executor, request)):
             yield tokens
 
     def kv_usage(self) -> dict:
-        """The executor owns its KV blocks; report the plan's budget and the pinned prefix."""
+        """The target executor's KV pool as its KvCacheStats last said (module doc): tokens held by running
+        requests, the pool's capacity, block counts and the tokens served from stored blocks so far;
+        `bytes` is the plan's KV allocation (what KvCacheConfig(max_tokens) sized). Before any stats
+        were read, the plan's capacity and no blocks."""
         plan = self.manifest.memory_plan or {}
         target = plan.get("target") or {}
-        return {"device": "cuda (TensorRT-LLM)", "tokens": sum(len(p) for p in set(self.pins)),
-                "capacity_tokens": int(target.get("max_kv_tokens") or plan.get("max_kv_tokens") or 0),
-                "bytes": int(target.get("kv_bytes") or 0)}
+        planned = int(target.get("max_kv_tokens") or plan.get("max_kv_tokens") or 0)
+        kv, tpb = self._kv_latest, self.tokens_per_block
+        pool = {"blocks": 0, "used": 0, "free": 0, "hit_tokens": 0, "pinned": 0, "cached": 0, "evictions": 0}
+        if kv is not None:
+            pool.update(blocks=int(kv.max_num_blocks), used=int(kv.used_num_blocks), free=int(kv.free_num_blocks),
+                        hit_tokens=int(kv.reused_blocks) * tpb)
+        return {"device": "cuda (TensorRT-LLM)", "source": "executor" if kv is not None else "plan",
+                "tokens": pool["used"] * tpb, "capacity_tokens": pool["blocks"] * tpb if kv is not None else planned,
+                "bytes": int(target.get("kv_bytes") or 0), "pinned_tokens": sum(len(p) for p in set(self.pins)),
+                "pool": pool, "batch": len(self.running)}
 
     def close(self) -> None:
         """Shut the executors down (frees their engines and KV caches); the engine is unusable after."""
@@ -434,11 +471,20 @@ class TrtllmEngine(EngineText):
     # ------------------------------------------------------------------ requests
 
     def enqueue(self, executor: Any, request: Any) -> int:
-        """enqueue_request, noting that the target's KV stats may have moved (reused_blocks)."""
+        """enqueue_request, its responses to be sorted into the executor's mailbox; noting that the
+        target's KV stats may have moved (reused_blocks)."""
         request_id = enqueue_request(executor, request)
+        self.mailbox(executor).open(request_id)
         if executor is self.target_executor:
             self._reuse_unread = True
+            self.target_enqueues += 1
         return request_id
+
+    def mailbox(self, executor: Any) -> Mailbox:
+        box = self._mailboxes.get(id(executor))
+        if box is None:
+            box = self._mailboxes[id(executor)] = Mailbox(executor)
+        return box
 
     def reused_blocks(self, read: bool = False) -> Optional[int]:
         """The target executor's cumulative KvCacheStats.reused_blocks (module doc), read from its
@@ -446,6 +492,7 @@ class TrtllmEngine(EngineText):
         no KV stats. Reading drains the executor's stats: only this engine reads them."""
         if read or self._reuse_unread:
             self._reuse_unread = False
+            self._stats_read = time.monotonic()
             # get_latest_iteration_stats() -> list[IterationStats], the iterations since the last call
             # (J executor.h); IterationStats.kv_cache_stats is Optional[KvCacheStats] whose reused_blocks
             # is an int (R≡J bindings.cpp L88-132; tensorrtllm_backend v0.12.0 model.py L893-901 reads them
@@ -459,6 +506,7 @@ class TrtllmEngine(EngineText):
                     self._kv_stats = False
                     break
                 self._reused_blocks = int(kv.reused_blocks)
+                self._kv_latest = kv
                 break
         return self._reused_blocks if self._kv_stats else None
 

@@ -29,6 +29,27 @@ v0.12.0 all_models/inflight_batcher_llm/tensorrt_llm_bls/1/lib/decode.py L214-29
   whenever the target added its own token, and still right if it ever decoded on past that iteration).
   SpecStats counts that per step.
 
+In-flight batching: the engine runs up to its executor's max_batch_size generations at once (engine.py);
+their requests are in the executor together, which batches them in flight. A generation never blocks
+the others on the target: when its response has not come, its step yields WAIT and the engine steps the
+next one, and reads the target's responses for all of them with the any-id `await_responses(timeout)`
+(a `Mailbox` per executor sorts them by request id). Drafting on the draft engine and pins wait for their
+own response, reading the others' into their mailboxes meanwhile.
+
+Cancelling: `cancel_request(id)` and nothing else: 0.12's executor.h says only "Cancel the request with
+provided request id" (J executor.h, Executor::cancelRequest), not whether a final response follows, so
+the runtime does not wait for one. The id's mailbox is closed; what the executor still returns for it
+is read by later polls and dropped.
+
+Constrained speculation: a draft (lookup or the draft engine) is cut on the host at the first token the
+request's grammar forbids (Constraint.valid_prefix), before it goes to the target as
+ExternalDraftTokensConfig, as the torch backend cuts it (runtime/model_runner.py). The target's request
+names the grammar's post-processor (grammar.py), which masks each position it decides: 1 + drafts rows
+on the iteration that verifies them. The tokens the target returns are checked again on the host
+(GrammarProcessor.release): were a position ever decided unmasked, its token is dropped if the grammar
+forbids it and decoding goes on from the valid prefix, so the output is the constrained greedy output in
+any case.
+
 Each step re-sends the whole context. With block reuse the executor finds every block of it stored
 by the previous step, its partial last block included, so a step costs the target K + 1 tokens (the
 last context token and the K drafts) and a round trip (docs/trtllm-0.12-jetson.md §9); without reuse
@@ -46,7 +67,6 @@ import random
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
-from datetime import timedelta
 from typing import Any, Literal, Optional, Protocol
 
 from ...errors import OrinError
@@ -55,19 +75,11 @@ from ..sampling import SamplingParams
 from ..speculative import AdaptiveK, CombinedDrafter, LookupDrafter
 from ..text import TextStream
 from .grammar import GrammarProcessor
+from .responses import Mailbox, cancel_request, follow
 
 log = logging.getLogger(__name__)
 
-# await_responses(id, timeout) returns as soon as a response is ready, else [] after the timeout
-# (a std::chrono::milliseconds; pybind11/chrono.h takes a timedelta, J executor.cpp). Never call it
-# without a timeout: it then blocks, forever if that id's responses were all delivered (doc §4).
-POLL = timedelta(milliseconds=100)
-DRAIN_POLLS = 20  # after cancel_request: wait at most this many POLLs for the request's last response
-
-
-def first_line(text: str) -> str:
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    return lines[0] if lines else "(no message)"
+WAIT = object()  # what a request's step yields when its response has not come: no progress
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -102,6 +114,10 @@ class EngineView(Protocol):
 
     def enqueue(self, executor: Any, request: Any) -> int: ...
 
+    def mailbox(self, executor: Any) -> Mailbox: ...
+
+    def cached_prefix(self, prompt_ids: list[int]) -> int: ...
+
     def reused_blocks(self, read: bool = False) -> Optional[int]: ...
 
     def greedy_config(self) -> Any: ...
@@ -116,52 +132,6 @@ class EngineView(Protocol):
 
 
 # ---------------------------------------------------------------------------------- responses
-
-
-def enqueue_request(executor: Any, request: Any) -> int:
-    try:
-        return executor.enqueue_request(request)  # -> request id (R≡J executor.cpp initBindings)
-    except RuntimeError as e:
-        raise OrinError(f"TensorRT-LLM refused the request: {first_line(str(e))}") from None
-
-
-def follow(executor: Any, request_id: int,
-             on_last: Optional[Callable[[], None]] = None) -> Iterator[tuple[list[int], bool]]:
-    """(new tokens, is_final) per response of one request, until its final one. `on_last` is called
-    as soon as the final (or an error) response has been *received*, before the responses of that
-    batch are handed out: a consumer that stops early must then not wait for more.
-
-    Response.has_error() is a method, error_msg/result properties (R≡J bindings.cpp L276-282);
-    Result.output_token_ids is one list per beam, is_final a field (L266-274). With
-    exclude_input_from_output, each streamed response holds that iteration's new tokens only
-    (R≡J tensorrt_llm/runtime/model_runner_cpp.py L522-585 appends them).
-    """
-    while True:
-        responses = executor.await_responses(request_id, timeout=POLL)
-        if on_last is not None and any(r.has_error() or r.result.is_final for r in responses):
-            on_last()
-        for response in responses:
-            if response.has_error():
-                raise OrinError(f"TensorRT-LLM request failed: {first_line(response.error_msg)}")
-            result = response.result
-            beams = result.output_token_ids
-            tokens = [int(t) for t in beams[0]] if beams else []
-            yield tokens, bool(result.is_final)
-            if result.is_final:
-                return
-
-
-def cancel_request(executor: Any, request_id: int) -> None:
-    """cancel_request(id) (R≡J executor.cpp), then read the request's last response so it does not
-    stay queued in the executor. Bounded: a slow executor is left to finish on its own."""
-    try:
-        executor.cancel_request(request_id)
-        for _ in range(DRAIN_POLLS):
-            responses = executor.await_responses(request_id, timeout=POLL)
-            if any(r.has_error() or r.result.is_final for r in responses):
-                return
-    except RuntimeError as e:  # never mask the reason we are cancelling
-        log.warning("cancelling TensorRT-LLM request %s: %s", request_id, first_line(str(e)))
 
 
 # ---------------------------------------------------------------------------------- drafters
@@ -182,7 +152,7 @@ class EngineDrafter:
         executor = self.engine.draft_executor
         request = self.engine.request(context, k, streaming=False, sampling=self.engine.greedy_config())
         tokens: list[int] = []
-        for new, _final in follow(executor, self.engine.enqueue(executor, request)):
+        for new, _final in follow(self.engine.mailbox(executor), self.engine.enqueue(executor, request)):
             tokens += new
         return tokens[:k], None
 
@@ -211,7 +181,8 @@ class Stepped:
         self.pending: deque[str] = deque()
         self._it: Optional[Iterator[str]] = None
 
-    def _steps(self) -> Iterator[str]:
+    def _steps(self) -> Iterator[Any]:
+        """Text deltas ("" where a step decided none), or WAIT while a response has not come."""
         raise NotImplementedError
 
     @property
@@ -219,22 +190,26 @@ class Stepped:
         """Over: finished, failed or ended early."""
         return self._over
 
-    def advance(self) -> None:
-        """One step (engine.step calls it): the request's next text delta, its end, or its error."""
+    def advance(self) -> bool:
+        """One step (engine.step calls it): the request's next text delta, its end, or its error;
+        False when it only waited for a response (WAIT)."""
         if self._over:
-            return
+            return False
         if self._it is None:
             self._it = self._steps()
         try:
             delta = next(self._it)
         except StopIteration:
             self._over = True
-            return
+            return True
         except Exception as e:  # the request failed (its generator cancelled what was in flight)
             self.error, self._over = e, True
-            return
+            return True
+        if delta is WAIT:
+            return False
         if delta:
             self.pending.append(delta)
+        return True
 
     def close(self) -> None:
         """End it early (engine.abort calls it): the request in flight is cancelled."""
@@ -282,7 +257,7 @@ class TrtllmPin(Stepped):
         if ids and engine.block_reuse:
             for executor in engine.executors:
                 request = engine.request(ids, 1, streaming=False, sampling=engine.greedy_config())
-                for _ in follow(executor, engine.enqueue(executor, request)):
+                for _ in follow(engine.mailbox(executor), engine.enqueue(executor, request)):
                     pass
                 yield ""
         self.pin = tuple(ids)
@@ -308,6 +283,8 @@ class TrtllmGeneration(Stepped):
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
         self._measured = False
+        self._enqueues_before = 0
+        self._unmasked = False  # the last verify returned a token the grammar forbids (dropped)
         self._seed_calls = 0
         self._rng: Optional[random.Random] = None
 
@@ -353,39 +330,53 @@ class TrtllmGeneration(Stepped):
         self._finish = "length" if len(self._ctx) >= self.engine.max_seq_len else "stop"
         self._done = True
 
-    def _decode(self, n: int) -> Generator[str, None, int]:
+    def _decode(self, n: int) -> Generator[Any, None, int]:
         """Up to n tokens of plain decoding, streamed; returns how many the engine produced."""
-        client = None
-        if self.constraint is not None:  # registered before the request exists: its first step is masked
-            client = self.engine.grammar.register(self.constraint, len(self._ctx))
+        client = self._register([])
+        produced: list[int] = []
         try:
             request = self.engine.request(self._ctx, n, streaming=True, sampling=self._sampling(),
                                           stop_ids=self.stop_ids, grammar_client=client)
-            produced = 0
-            for tokens, _final in self._run(self.engine.target_executor, request):
-                for tok in tokens:
-                    produced += 1
+            for item in self._run(self.engine.target_executor, request, client):
+                if item is None:
+                    yield WAIT
+                    continue
+                for tok in item[0]:
+                    produced.append(tok)
                     delta, done = self._take(tok)
                     if delta:
                         yield delta
                     if done:
                         self._done = True
                         self._cancel()  # stop string, extra stop id or max_tokens: nothing more is wanted
-                        return produced
-            if produced < n:
+                        return len(produced)
+            if len(produced) < n:
                 self._ended_by_engine()
-            return produced
+            return len(produced)
         finally:
             if client is not None:
-                self.engine.grammar.release(client)
+                self._unregister(client, produced)
 
-    def _verify(self, draft: list[int]) -> Generator[str, None, int]:
+    def _verify(self, draft: list[int]) -> Generator[Any, None, int]:
         """One speculative step: the target checks `draft`; returns how many draft tokens it accepted."""
-        request = self.engine.request(self._ctx, len(draft) + 1, streaming=False, sampling=self._sampling(),
-                                      draft=draft, stop_ids=self.stop_ids)
+        client = self._register(draft)
         new: list[int] = []
-        for tokens, _final in self._run(self.engine.target_executor, request):
-            new += tokens
+        try:
+            request = self.engine.request(self._ctx, len(draft) + 1, streaming=False, sampling=self._sampling(),
+                                          draft=draft, stop_ids=self.stop_ids, grammar_client=client)
+            for item in self._run(self.engine.target_executor, request, client):
+                if item is None:
+                    yield WAIT
+                    continue
+                new += item[0]
+        finally:
+            if client is not None:
+                valid = self._unregister(client, new)
+                if valid < len(new):  # a position decided unmasked (module doc): keep the valid prefix
+                    log.warning("TensorRT-LLM decided a draft position the grammar forbids (its logits were "
+                                "not post-processed): %d of %d tokens kept", valid, len(new))
+                    del new[valid:]
+                    self._unmasked = True
         accepted = _common_prefix(draft, new)
         for tok in new:
             delta, done = self._take(tok)
@@ -394,62 +385,97 @@ class TrtllmGeneration(Stepped):
             if done:
                 self._done = True
                 return accepted
-        if len(new) <= len(draft) and accepted == len(new):
+        if len(new) <= len(draft) and accepted == len(new) and not self._unmasked:
             self._ended_by_engine()  # no token of its own after the accepted ones: it hit end_id
+        self._unmasked = False
         return accepted
 
-    def _run(self, executor: Any, request: Any) -> Iterator[tuple[list[int], bool]]:
-        """Enqueue `request` and follow it; while it may still produce responses it is `_active`, the
-        request that closing the iterator (or a stop) cancels. The generation's first request is the one
-        that reads the prompt: once its first response is in, its blocks were matched, and what the
-        cache served is measured."""
+    def _register(self, draft: list[int]) -> Optional[int]:
+        """The request's grammar state under a fresh client_id, before the request exists: its first
+        step is already masked. None for an unconstrained request."""
+        if self.constraint is None:
+            return None
+        return self.engine.grammar.register(self.constraint, len(self._ctx), draft)
+
+    def _unregister(self, client: int, produced: list[int]) -> int:
+        """Forget the client's grammar state, the grammar caught up with `produced` (what the request
+        returned): how many of them the grammar allows."""
+        return self.engine.grammar.release(client, produced)
+
+    def _run(self, executor: Any, request: Any, client: Optional[int] = None) -> Iterator[Optional[tuple]]:
+        """Enqueue `request` and follow it (None while its response has not come); while it may still
+        produce responses it is `_active`, the request that closing the iterator (or a stop) cancels.
+        The generation's first request is the one that reads the prompt: once its first response is in,
+        its blocks were matched, and what the cache served is measured. A grammar step the
+        post-processor could not place (grammar.py) fails the request."""
         engine = self.engine
         first = not self._measured and executor is engine.target_executor
         if first and engine.block_reuse:
             self._reused_before = engine.reused_blocks()
+            self._enqueues_before = engine.target_enqueues
         request_id = engine.enqueue(executor, request)
         self._active = (executor, request_id)
+        if client is not None:
+            engine.grammar.bind(client, request_id)
 
         def received_last() -> None:  # the final (or an error) response is in: nothing left to cancel
             self._active = None
 
-        for item in follow(executor, request_id, on_last=received_last):
-            if first:
-                first = False
-                self._measure_cached()
+        for item in follow(engine.mailbox(executor), request_id, on_last=received_last, wait=False):
+            if item is not None:
+                if client is not None:
+                    why = engine.grammar.error(request_id)
+                    if why is not None:
+                        raise OrinError(f"the grammar could not be applied to this request: {why}")
+                if first:
+                    first = False
+                    self._measure_cached(request_id)
             yield item
 
-    def _measure_cached(self) -> None:
+    def _measure_cached(self, request_id: int) -> None:
         """timings.cached_prompt_tokens = the blocks the target reused for the first request, in tokens
-        (module doc). A matched block counts whole even when it is a stored partial block, so the figure
-        is capped at the prompt length - 1: the last prompt token is never served from the cache."""
+        (engine.py's module doc): the growth of the executor's cumulative counter, which belongs to this
+        request only when no other target request was enqueued meanwhile. When others were (requests
+        batched in flight), it is what the pinned prefixes can serve (engine.cached_prefix), the figure
+        a pinned home is planned for. A matched block counts whole even when it is a stored partial
+        block, so the figure is capped at the prompt length - 1: the last prompt token is never served
+        from the cache."""
         self._measured = True
-        if not self.engine.block_reuse or self._reused_before is None:
+        engine = self.engine
+        if not engine.block_reuse or self._reused_before is None:
             return
-        after = self.engine.reused_blocks(read=True)
-        if after is not None:
-            blocks = max(0, after - self._reused_before)
-            self.timings.cached_prompt_tokens = min(blocks * self.engine.tokens_per_block, len(self.prompt_ids) - 1)
-            # the executor computes the rest of the prompt (its own prefill; no per-chunk count at 0.12)
-            self.timings.computed_prompt_tokens = len(self.prompt_ids) - self.timings.cached_prompt_tokens
+        after = engine.reused_blocks(read=True)
+        if after is None:
+            return
+        alone = engine.target_enqueues == self._enqueues_before + 1
+        if alone:
+            cached = max(0, after - self._reused_before) * engine.tokens_per_block
+        else:
+            cached = engine.cached_prefix(self.prompt_ids)
+        self.timings.cached_prompt_tokens = min(cached, len(self.prompt_ids) - 1)
+        # the executor computes the rest of the prompt (its own prefill; no per-chunk count at 0.12)
+        self.timings.computed_prompt_tokens = len(self.prompt_ids) - self.timings.cached_prompt_tokens
 
     def _cancel(self) -> None:
         if self._active is not None:
             executor, request_id = self._active
             self._active = None
-            cancel_request(executor, request_id)
+            cancel_request(self.engine.mailbox(executor), request_id)
 
     def _drafter(self):
+        """This generation's drafter: a lookup drafter of its own on the engine's shared history (several
+        generations run at once), the draft engine, or both."""
         engine = self.engine
+        lookup = LookupDrafter(history=engine.lookup.history)
         if self.mode == "lookup":
-            return engine.lookup
+            return lookup
         if self.mode == "draft_model":
             return EngineDrafter(engine)
         if self.mode == "combined":
-            return CombinedDrafter(engine.lookup, EngineDrafter(engine))
+            return CombinedDrafter(lookup, EngineDrafter(engine))
         return None
 
-    def _speculate(self, drafter, stats: SpecStats) -> Generator[str, None, None]:
+    def _speculate(self, drafter, stats: SpecStats) -> Generator[Any, None, None]:
         engine, params = self.engine, self.params
         k_max = engine.draft_len
         adapt = AdaptiveK(k_max, k_max)  # k_max = the engine's --max_draft_len: more is refused
@@ -463,6 +489,8 @@ class TrtllmGeneration(Stepped):
                 break
             k = min(adapt.next_k(), k_max, remaining - 1, room - 1)
             draft = drafter.propose(self._ctx, k, params, None)[0][:k] if k > 0 else []
+            if draft and self.constraint is not None:  # a forbidden token is never verified (module doc)
+                draft = draft[:self.constraint.valid_prefix(draft)]
             if draft:
                 accepted = yield from self._verify(draft)
                 adapt.update(len(draft), accepted)
@@ -479,7 +507,7 @@ class TrtllmGeneration(Stepped):
 
     # ---------------------------------------------------------------- the loop
 
-    def _steps(self) -> Iterator[str]:
+    def _steps(self) -> Iterator[Any]:
         self._t0 = time.perf_counter() if self.started is None else self.started
         self._ctx: list[int] = list(self.prompt_ids)
         self._out: list[int] = []

@@ -207,10 +207,14 @@ class Deployment:
     speculation: tuple[str, ...]  # the modes a request may ask for ("auto" resolves to one of them)
     why_not: tuple[tuple[str, str], ...]  # (feature, why it is off: a rule or the profile's choice)
     refused: Optional[str] = None  # profile_refusal(): the build refuses this profile
+    # the modes a request with a grammar (a constrained plan: the default) may ask for; None: as speculation
+    constrained_speculation: Optional[tuple[str, ...]] = None
 
     def as_dict(self) -> dict:
+        constrained = self.speculation if self.constrained_speculation is None else self.constrained_speculation
         return {"backend": self.backend, "kv_cache": self.kv_cache, "prefix_reuse": self.prefix_reuse,
                 "chunked_context": self.chunked_context, "speculation": list(self.speculation),
+                "constrained_speculation": list(constrained),
                 "engines": {s.role: s.as_dict() for s in self.engines},
                 "why_not": [{"feature": f, "why": w} for f, w in self.why_not], "refused": self.refused}
 
@@ -231,6 +235,10 @@ def trtllm_deployment(profile) -> Deployment:
     if not chunked:
         why.append(("chunked_context", f"{fmha} + rule {CHUNKED_CONTEXT_NEEDS_PAGED_CONTEXT_FMHA.id} (chunked "
                                        "context needs it)" if int8 else "chunked_context = false in the profile"))
+    # Constrained requests speculate as the others do: drafts are cut on the host at the first token the
+    # grammar forbids and the target verifies them under its logits post-processor, which 0.12 calls with
+    # the logits of every position it decides (runtime/trtllm/generation.py; docs/trtllm-0.12-jetson.md
+    # §13), so constrained_speculation is the same list.
     speculation = ["none"]
     if pair and reuse:
         speculation += ["lookup", "draft_model", "combined"]
@@ -264,6 +272,8 @@ def format_deployment(d: dict) -> list[str]:
                f"{yes[e['chunked_context']]}"
         if role == "target":
             head += " · speculation " + ", ".join(d["speculation"])
+            constrained = d.get("constrained_speculation", d["speculation"])
+            head += " · with a grammar " + (", ".join(constrained) if constrained != d["speculation"] else "the same")
         else:
             head += " · drafts for " + (", ".join(m for m in d["speculation"] if m in ("draft_model", "combined"))
                                         or "nothing")

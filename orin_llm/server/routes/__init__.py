@@ -12,6 +12,6 @@ from fastapi import APIRouter
 
 def engine_routers() -> list[APIRouter]:
     """The routes that run jobs on the engine: importing them imports the runtime (torch)."""
-    from . import chat, environment, plan
+    from . import chat, environment, home_state, plan
 
-    return [environment.router, plan.router, chat.router]
+    return [environment.router, home_state.router, plan.router, chat.router]

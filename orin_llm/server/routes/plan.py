@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..jobs import plan_job
 from ..schemas import PlanRequest, PlanResponse
+from ..step_events import final_steps
 from ..worker import Job
 from .common import ERRORS, arrival, check_stream, respond, sampling
 from .state import AppState, app_state
@@ -19,9 +20,15 @@ router = APIRouter()
 @router.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "
                                           "text/event-stream ending with this object and [DONE]."}, **ERRORS})
 async def plan(req: PlanRequest, request: Request, state: AppState = Depends(app_state)) -> Response:
-    """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events,
-    then the full response, then `[DONE]`."""
+    """A plan for a task in the current environment; `stream` sends SSE: `{"delta"}` events and
+    `{"step"}` events (each step once complete and feasible; with a goal, the chosen plan's steps
+    once it is chosen), then the full response, then `[DONE]`."""
     check_stream(req, request)
-    job = Job("plan", plan_job(req, sampling(state, req, req.max_tokens)), asyncio.get_running_loop(),
-              stream=req.stream, deadline_ms=req.deadline_ms, created=arrival(request))
-    return await respond(state, job, request, JSONResponse)
+    arrived = arrival(request)
+    job = Job("plan", plan_job(req, sampling(state, req, req.max_tokens), arrived), asyncio.get_running_loop(),
+              stream=req.stream, deadline_ms=req.deadline_ms, created=arrived)
+
+    def on_done(answer: dict) -> list[dict]:
+        held = [{"step": s} for s in final_steps(answer)] if req.goal else []  # step events held back
+        return [*held, answer]
+    return await respond(state, job, request, JSONResponse, on_done=on_done)

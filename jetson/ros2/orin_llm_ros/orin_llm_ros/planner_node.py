@@ -1,200 +1,292 @@
-"""ROS 2 (Humble) planner node in front of the orin-llm planning daemon.
+"""
+ROS 2 planner node in front of the orin-llm planning daemon (runs on Humble and Kilted).
 
-Serves the ``plan`` action (orin_llm_interfaces/action/Plan: streamed feedback, cancel,
-deadline) and the ``set_environment`` service (orin_llm_interfaces/srv/SetEnvironment).
-Everything between a goal and the daemon's Unix socket is orin_llm.ros_bridge, plain Python
-tested off the robot against a real daemon; this file only maps messages and goal states.
+Serves the ``plan`` action (orin_llm_interfaces/action/Plan: typed steps as feedback, cancel,
+deadline), the services ``set_environment``, ``get_environment`` and ``list_environments``, the
+latched topic ``last_plan`` (the last plan's steps) and the daemon's state on ``/diagnostics``.
+What a goal does against the daemon is goal_runner.py; the socket client is daemon_client.py
+(standard library only). This file maps messages, parameters and goal states.
 
-Parameters (read at every goal, so ``ros2 param set`` takes effect on the next one):
-socket_path (string, '' = orin-llm's default), timeout_s (double), max_tokens (int, the default
-for goals that send 0), deadline_s (double, the default for goals that send 0; 0.0 = none).
-
-It never crashes on a goal: every failure, the daemon being down included, ends the goal as
-aborted with a result whose ``error`` says what to fix.
+It checks the daemon's /health at start and every health_period_s. While the daemon is not
+reachable or not ready, new goals are rejected at once (the reason is logged and on
+/diagnostics). It never crashes on a goal: every failure ends the goal aborted, with a result
+whose ``error`` says what to fix.
 """
 
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from orin_llm_interfaces.action import Plan
-from orin_llm_interfaces.srv import SetEnvironment
+from orin_llm_interfaces.msg import PlanSteps
 from rclpy import init, try_shutdown
 from rclpy.action import ActionServer, CancelResponse, GoalResponse
-from rclpy.callback_groups import ReentrantCallbackGroup
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-from orin_llm.environment import format_call  # noqa: I100 (ruff: first party)
-from orin_llm.ros_bridge import PlanBridge, PlanGoal, PlanOutcome
+from .daemon_client import DaemonClient, DaemonError, DaemonUnavailable
+from .environments import environment_services
+from .goal_runner import request_body, run_goal, unreachable
+from .messages import parameters, to_result, to_step
+from .policy import GoalSlots
 
 NODE_NAME = 'orin_llm_planner'
+POLICIES = ('parallel', 'preempt', 'reject_if_busy')
 CANCEL_STATE_WAIT_S = 1.0  # a cancel callback runs just before the goal turns CANCELING
+HEALTH_TIMEOUT_S = 2.0
+SHUTDOWN_WAIT_S = 2.0  # for running goals to end once stopped
+UNKNOWN_BATCH = 8  # goals at once when the daemon's /health names no batch size
 
 
 class PlannerNode(Node):
-    """The plan action server and the set_environment service."""
+    """The plan action server, the environment services, /diagnostics and last_plan."""
 
     def __init__(self):
         super().__init__(NODE_NAME)
-        self.declare_parameter('socket_path', '')
-        self.declare_parameter('timeout_s', 120.0)
-        self.declare_parameter('max_tokens', 256)
-        self.declare_parameter('deadline_s', 0.0)
-        self._cancel_events = {}
-        self._lock = threading.Lock()
-        group = ReentrantCallbackGroup()
+        for name, (default, descriptor) in parameters().items():
+            self.declare_parameter(name, default, descriptor)
+        self.add_on_set_parameters_callback(self._check_parameters)
+        self._slots = GoalSlots()
+        self._health_lock = threading.Lock()
+        self._daemon = {'ok': False, 'reason': 'not checked yet', 'health': {}}
+        self._told = False  # whether the daemon's state was logged once
+        goals = ReentrantCallbackGroup()
+        depth = int(self._param('feedback_depth'))
         self._action_server = ActionServer(
             self, Plan, 'plan', execute_callback=self._execute, goal_callback=self._on_goal,
-            cancel_callback=self._on_cancel, callback_group=group)
-        self._service = self.create_service(
-            SetEnvironment, 'set_environment', self._set_environment, callback_group=group)
-        socket_path = self._param('socket_path') or 'the default socket'
-        self.get_logger().info(f'planning with the orin-llm daemon at {socket_path}')
+            cancel_callback=self._on_cancel, callback_group=goals,
+            feedback_pub_qos_profile=QoSProfile(depth=depth,
+                                                reliability=ReliabilityPolicy.RELIABLE))
+        for srv_type, name, call in environment_services(self):
+            self.create_service(srv_type, name, call, callback_group=goals)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL,
+                             reliability=ReliabilityPolicy.RELIABLE)
+        self._last_plan = self.create_publisher(PlanSteps, 'last_plan', latched)
+        self._diagnostics = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._check_health()
+        self._timer = self.create_timer(float(self._param('health_period_s')), self._check_health,
+                                        callback_group=MutuallyExclusiveCallbackGroup())
+        self.get_logger().info(f'planning with the orin-llm daemon at {self.client().socket_path}')
 
     # -- parameters ---------------------------------------------------------------------
 
     def _param(self, name):
         return self.get_parameter(name).value
 
-    def _bridge(self):
-        return PlanBridge.for_socket(
-            self._param('socket_path') or None, timeout_s=float(self._param('timeout_s')),
-            max_tokens=int(self._param('max_tokens')),
-            deadline_s=float(self._param('deadline_s')))
+    def _check_parameters(self, params):
+        from rcl_interfaces.msg import SetParametersResult
+
+        for p in params:
+            if p.name == 'goal_policy' and p.value not in POLICIES:
+                return SetParametersResult(successful=False, reason=(
+                    f'goal_policy {p.value!r}: use parallel, preempt or reject_if_busy'))
+            if p.name == 'health_period_s' and hasattr(self, '_timer'):
+                self._timer.cancel()
+                self._timer = self.create_timer(float(p.value), self._check_health,
+                                                callback_group=MutuallyExclusiveCallbackGroup())
+        return SetParametersResult(successful=True)
+
+    def client(self, timeout_s=None):
+        """Return a socket client for one call (the socket_path parameter as it is now)."""
+        return DaemonClient(self._param('socket_path') or None,
+                            timeout_s or float(self._param('timeout_s')))
+
+    # -- the daemon's health ------------------------------------------------------------
+
+    def _check_health(self):
+        client = self.client(HEALTH_TIMEOUT_S)
+        try:
+            health = client.health()
+            ok = bool(health.get('ready'))
+            why = '' if ok else (
+                f'the planner daemon at {client.socket_path} is not ready (status '
+                f"{health.get('status')!r}{': ' + health['error'] if 'error' in health else ''})")
+        except DaemonUnavailable as e:
+            health, ok, why = {}, False, unreachable(e)
+        except DaemonError as e:
+            health, ok, why = {}, False, f'/health of the planner daemon failed: {e.message}'
+        with self._health_lock:
+            was = self._daemon['ok']
+            self._daemon = {'ok': ok, 'reason': why, 'health': health}
+        if ok and not was:  # rclpy's logger takes one severity per call site: two calls
+            self.get_logger().info(f'the planner daemon at {client.socket_path} is ready')
+        elif was and not ok or not ok and not self._told:
+            self.get_logger().error(f'{why}; new goals are rejected until it is back')
+        self._told = True
+        self._publish_diagnostics(client.socket_path)
+        return ok
+
+    def _publish_diagnostics(self, socket_path):
+        with self._health_lock:
+            daemon = dict(self._daemon)
+        health = daemon['health']
+        status = DiagnosticStatus()
+        status.name = f'{self.get_fully_qualified_name()}: planner daemon'
+        status.hardware_id = socket_path
+        running = self._slots.count()
+        if daemon['ok']:
+            status.level = DiagnosticStatus.OK
+            status.message = f"ready: {health.get('engine', '?')}, {running} goals running"
+        else:
+            status.level = DiagnosticStatus.ERROR
+            status.message = f"{daemon['reason']}; new goals are rejected"
+        queue = health.get('queue', {})
+        env = health.get('environment', {})
+        values = {'socket_path': socket_path, 'status': health.get('status', 'unreachable'),
+                  'engine': health.get('engine', ''), 'goals_running': running,
+                  'queue_depth': queue.get('depth', ''),
+                  'daemon_running': queue.get('running', ''),
+                  'environment': env.get('name', ''),
+                  'environment_version': env.get('version', ''),
+                  'goal_policy': self._param('goal_policy')}
+        status.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        array = DiagnosticArray()
+        array.header.stamp = self.get_clock().now().to_msg()
+        array.status = [status]
+        self._diagnostics.publish(array)
+
+    def _batch_size(self):
+        with self._health_lock:
+            scheduler = self._daemon['health'].get('scheduler') or {}
+        # the TensorRT-LLM backend batches inside its executor and does not say how many
+        return int(scheduler.get('max_running') or UNKNOWN_BATCH)
 
     # -- the action ---------------------------------------------------------------------
 
-    def _on_goal(self, goal_request):
-        self.get_logger().info(f'goal: {goal_request.task[:120]!r}')
+    def _on_goal(self, request):
+        log = self.get_logger()
+        with self._health_lock:
+            ok, why = self._daemon['ok'], self._daemon['reason']
+        if not ok and not self._check_health():  # it may have come back since the last check
+            with self._health_lock:
+                why = self._daemon['reason']
+            log.warning(f'goal rejected: {why}')
+            return GoalResponse.REJECT
+        policy = self._param('goal_policy')
+        limit = int(self._param('max_goals')) or self._batch_size()
+        refused = self._slots.admit(policy, limit)
+        if refused:
+            log.warning(f'goal rejected: {refused}')
+            return GoalResponse.REJECT
+        log.info(f'goal: {request.task[:120]!r}')
         return GoalResponse.ACCEPT
 
     def _on_cancel(self, goal_handle):
-        with self._lock:
-            event = self._cancel_events.get(bytes(goal_handle.goal_id.uuid))
-        if event is not None:
-            event.set()
+        self._slots.cancel(bytes(goal_handle.goal_id.uuid))
         return CancelResponse.ACCEPT
 
     def _execute(self, goal_handle):
         key = bytes(goal_handle.goal_id.uuid)
-        cancelled = threading.Event()
-        with self._lock:
-            self._cancel_events[key] = cancelled
+        slot = self._slots.start(key)
         try:
-            request = goal_handle.request
-            goal = PlanGoal(task=request.task, observations=list(request.observations),
-                            max_tokens=int(request.max_tokens),
-                            deadline_s=float(request.deadline_s),
-                            unconstrained=bool(request.unconstrained))
-            progress = {'tokens': 0}
-
-            def on_feedback(delta, tokens):
-                progress['tokens'] = tokens
-                goal_handle.publish_feedback(to_feedback(delta, tokens))
-
-            def on_step(step):  # a line complete as a step: the robot may start it now
-                goal_handle.publish_feedback(to_feedback('', progress['tokens'], step))
-
-            def is_cancelled():
-                return cancelled.is_set() or goal_handle.is_cancel_requested
-
-            outcome = self._bridge().run_goal(goal, on_feedback, is_cancelled, on_step)
-            result = to_result(outcome)
-            self._finish(goal_handle, outcome)
-            return result
+            return self._run(goal_handle, slot)
         except Exception as e:  # noqa: B902 (never crash: the goal ends aborted, with the message)
-            message = f'{type(e).__name__}: {e}'
-            self.get_logger().error(f'plan goal failed: {message}')
-            self._abort(goal_handle)
-            return to_result(PlanOutcome(False, error=f'the planner node failed: {message}'))
+            message = f'the planner node failed: {type(e).__name__}: {e}'
+            self.get_logger().error(message)
+            self._end(goal_handle, 'abort')
+            result = Plan.Result()
+            result.error = message
+            return result
         finally:
-            with self._lock:
-                self._cancel_events.pop(key, None)
+            self._slots.finish(key)
 
-    def _finish(self, goal_handle, outcome):
+    def _run(self, goal_handle, slot):
+        request = goal_handle.request
+        goal = {name: getattr(request, name) for name in (
+            'task', 'observations', 'environment', 'conversation', 'constrained', 'max_tokens',
+            'deadline_s', 'temperature', 'seed', 'goal', 'feasibility')}
+        body = request_body(goal, self._param('max_tokens'), self._param('deadline_s'))
+        tokens_wanted = bool(request.token_feedback or self._param('token_feedback'))
+        progress = {'tokens': 0}
+
+        def on_step(step):  # a line complete as a step: the robot may start it now
+            feedback = Plan.Feedback()
+            feedback.kind = Plan.Feedback.STEP
+            feedback.step = to_step(step)
+            feedback.tokens_so_far = progress['tokens']
+            goal_handle.publish_feedback(feedback)
+
+        def on_delta(delta, tokens):
+            progress['tokens'] = tokens
+            if tokens_wanted:
+                feedback = Plan.Feedback()
+                feedback.kind = Plan.Feedback.TOKENS
+                feedback.delta = delta
+                feedback.tokens_so_far = tokens
+                goal_handle.publish_feedback(feedback)
+
+        def is_cancelled():
+            return slot.is_set() or goal_handle.is_cancel_requested
+
+        outcome = run_goal(self.client(), body, on_step, on_delta, is_cancelled)
+        if outcome.cancelled and self._slots.preempted(bytes(goal_handle.goal_id.uuid)):
+            outcome.error = 'preempted by a newer goal (goal_policy preempt)'
+            outcome.cancelled = False
+        result = to_result(outcome)
         log = self.get_logger()
-        if outcome.cancelled:
-            end = time.monotonic() + CANCEL_STATE_WAIT_S
-            while not goal_handle.is_cancel_requested and time.monotonic() < end:
-                time.sleep(0.01)
-            if goal_handle.is_cancel_requested:
-                log.info(f'goal cancelled after {outcome.tokens} tokens')
-                goal_handle.canceled()
-                return
-        if outcome.success:
-            t = outcome.timings
-            log.info(f'plan: {len(outcome.steps)} steps, TTFT {t.get("ttft_ms", 0):.0f} ms, '
-                     f'{t.get("decode_tokens_per_s", 0):.1f} tokens/s')
-            if outcome.finish_reason == 'length':
+        if outcome.cancelled and self._wait_cancel_state(goal_handle):
+            log.info(f'goal cancelled after {outcome.tokens} tokens')
+            self._end(goal_handle, 'canceled')
+        elif outcome.success:
+            log.info(f'plan: {len(result.steps)} steps, queue {result.queue_ms:.0f} ms, '
+                     f'TTFT {result.ttft_ms:.0f} ms, finish {result.finish_reason}')
+            if result.finish_reason == 'length':
                 log.warning('the plan hit max_tokens and may be cut off; raise max_tokens')
-            goal_handle.succeed()
+            self._publish_last_plan(request, result)
+            self._end(goal_handle, 'succeed')
         else:
             log.warning(f'goal aborted: {outcome.error}')
-            goal_handle.abort()
+            self._end(goal_handle, 'abort')
+        return result
 
-    def _abort(self, goal_handle):
+    @staticmethod
+    def _wait_cancel_state(goal_handle):
+        end = time.monotonic() + CANCEL_STATE_WAIT_S
+        while not goal_handle.is_cancel_requested and time.monotonic() < end:
+            time.sleep(0.01)
+        return goal_handle.is_cancel_requested
+
+    def _end(self, goal_handle, how):
         try:
             if goal_handle.is_active:
-                goal_handle.abort()
+                getattr(goal_handle, how)()
         except Exception as e:  # noqa: B902 (already terminal: nothing left to do)
-            self.get_logger().warning(f'could not abort the goal: {e}')
+            self.get_logger().warning(f'could not {how} the goal: {e}')
 
-    # -- the service --------------------------------------------------------------------
+    def stop_goals(self):
+        """Stop the running goals: each ends aborted, and its stream is closed."""
+        self._slots.stop_all()
 
-    def _set_environment(self, request, response):
-        try:
-            ok, message, version = self._bridge().set_environment(request.environment)
-        except Exception as e:  # noqa: B902 (never crash: answer with the message)
-            ok, message, version = False, f'the planner node failed: {type(e).__name__}: {e}', -1
-        log = self.get_logger()
-        (log.info if ok else log.warning)(f'set_environment: {message}')
-        response.success = bool(ok)
-        response.message = message
-        response.version = int(version)
-        return response
-
-
-def to_feedback(delta, tokens, step=None):
-    """A Plan feedback message: text decoded since the last one, or a step that just completed."""
-    feedback = Plan.Feedback()
-    feedback.delta = delta
-    feedback.tokens_so_far = tokens
-    feedback.step_index = int(step['index']) if step else -1
-    if step:
-        feedback.step_action = step['action']
-        feedback.step_args = list(step.get('args', []))
-        feedback.step = format_call(step['action'], list(step.get('args', [])))
-    return feedback
-
-
-def to_result(outcome):
-    """Map a PlanOutcome onto a Plan result message."""
-    result = Plan.Result()
-    result.success = bool(outcome.success)
-    result.error = outcome.error
-    result.plan = outcome.plan
-    result.steps = list(outcome.steps)
-    result.rejected_lines = list(outcome.rejected_lines)
-    timings = outcome.timings
-    result.ttft_ms = float(timings.get('ttft_ms', 0.0))
-    result.total_ms = float(timings.get('total_ms', 0.0))
-    result.decode_tokens_per_s = float(timings.get('decode_tokens_per_s', 0.0))
-    result.environment_version = int(outcome.environment_version)
-    return result
+    def _publish_last_plan(self, request, result):
+        msg = PlanSteps()
+        msg.task = request.task
+        msg.environment = result.environment
+        msg.environment_version = result.environment_version
+        msg.steps = list(result.steps)
+        msg.finish_reason = result.finish_reason
+        self._last_plan.publish(msg)
 
 
 def main(args=None):
     """Spin the planner node on a multi-threaded executor until shutdown."""
     init(args=args)
-    node = None
+    node = executor = None
     try:
         node = PlannerNode()
-        executor = MultiThreadedExecutor()
+        # each running goal holds a thread: room for the most goals, the timer and the services
+        threads = max(8, int(node.get_parameter('max_goals').value) + 4)
+        executor = MultiThreadedExecutor(num_threads=threads)
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
+        if node is not None:
+            node.stop_goals()  # their streams close: the daemon stops decoding them
+        if executor is not None:
+            executor.shutdown(timeout_sec=SHUTDOWN_WAIT_S)
         if node is not None:
             node.destroy_node()
         try_shutdown()

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# jetson/first-contact.sh — everything a new Jetson AGX Orin needs, in order, and one tarball to attach
+# to a bug report:
+#   1. checks     JetPack 6.1 (L4T R36.4.0), power mode, clocks, disk swap, free disk
+#   2. installs   jetson/setup.sh: apt packages, TensorRT-LLM v0.12.0-jetson, orin-llm, all under
+#                 jetson/constraints-0.12-jetson.txt; then the doctor (JSON), MAXN and pinned clocks
+#   3. build      the memory plan (JSON), then orin-llm build --profile P: NVIDIA's documented path
+#                 (convert_checkpoint.py weight-only INT4, trtllm-build), each step's log kept
+#   4. smoke      orin-llm serve on the engine; health, a plan, a streamed plan, a cancelled stream
+#                 (python -m orin_llm.doctor.smoke)
+#   5. bench      orin-llm bench --quick on the engine
+# It stops at the first failure and says the next thing to try. Whatever happened, the run's folder
+# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, smoke and bench JSON)
+# is packed into <out>.tar.gz.
+#
+# Usage: jetson/first-contact.sh [--dry-run] [--profile TOML] [--engine DIR] [--out DIR] [--swap GB]
+#                                [--skip-install]
+# --dry-run prints every stage and its commands and exits 0, on any machine (it needs orin-llm's Python
+# dependencies only to print the build commands: set PYTHON=/path/to/python if python3 lacks them).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+VENV="$REPO/.venv"
+PROFILE="jetson/profiles/agx-orin-64gb.toml"
+ENGINE=""
+OUT=""
+SWAP_GB=""
+DRY_RUN=0
+SKIP_INSTALL=0
+# What a fresh Orin needs free: the TensorRT-LLM source tree and its C++ build (ccache included), the two
+# Hugging Face checkpoints (~6.4 + 2.5 GB for the 3B and 1B), their converted checkpoints, links with the
+# lm_head copies and engines. An estimate: the tarball records `df` so the first run can correct it.
+MIN_DISK_GIB=60
+MIN_SWAP_GIB=8  # jetson/setup.sh's own advice for building the engines
+
+usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --dry-run) DRY_RUN=1 ;;
+        --profile) PROFILE="${2:?--profile needs a TOML file}"; shift ;;
+        --engine) ENGINE="${2:?--engine needs a directory}"; shift ;;
+        --out) OUT="${2:?--out needs a directory}"; shift ;;
+        --swap) SWAP_GB="${2:?--swap needs a size in GiB}"; shift ;;
+        --skip-install) SKIP_INSTALL=1 ;;
+        -h|--help) usage; exit 0 ;;
+        *) echo "first-contact.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[[ -f "$PROFILE" ]] || { echo "first-contact.sh: no profile $PROFILE" >&2; exit 2; }
+if [[ -n "$SWAP_GB" && ! "$SWAP_GB" =~ ^[0-9]+$ ]]; then
+    echo "first-contact.sh: --swap takes a whole number of GiB, e.g. --swap 16" >&2; exit 2
+fi
+NAME="$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$PROFILE" | head -n 1)"
+ENGINE="${ENGINE:-engines/$NAME}"
+OUT="${OUT:-first-contact-$(hostname)-$(date -u +%Y%m%dT%H%M%SZ)}"
+PYTHON="${PYTHON:-}"
+if [[ -z "$PYTHON" ]]; then
+    if [[ -x "$VENV/bin/python" ]]; then PYTHON="$VENV/bin/python"; else PYTHON="python3"; fi
+fi
+ORIN_LLM=("$PYTHON" -m orin_llm.cli)
+SOCKET="/tmp/orin-first-contact-$$.sock"  # a socket path must stay under 108 bytes
+[[ $DRY_RUN -eq 0 ]] || SOCKET="/tmp/orin-first-contact-<pid>.sock"
+SERVE_PID=""
+STAGE="start"
+
+say() { printf '\n== %s\n' "$*"; }
+note() { printf '   %s\n' "$*"; }
+# show CMD...: print it as a user would type it (orin-llm, python), whichever Python runs it here
+show() {
+    local text="$*"
+    text="${text//"$PYTHON -m orin_llm.cli"/orin-llm}"
+    printf '+ %s\n' "${text//"$PYTHON "/python }"
+}
+# fail NEXT: stop here, saying what failed and the next thing to try (the EXIT trap packs the folder)
+fail() {
+    printf '\nFAILED at stage %s\n   next: %s\n' "$STAGE" "$1" >&2
+    [[ $DRY_RUN -eq 1 ]] || printf '%s\n%s\n' "$STAGE" "$1" >"$OUT/FAILED"
+    exit 1
+}
+# step LOG CMD...: show it; unless --dry-run run it with its output in $OUT/logs/LOG (and on screen)
+step() {
+    local log="$1"; shift
+    show "$*"
+    [[ $DRY_RUN -eq 1 ]] && return 0
+    "$@" 2>&1 | tee -a "$OUT/logs/$log"
+    return "${PIPESTATUS[0]}"
+}
+
+pack() {
+    local code=$?
+    if [[ -n "$SERVE_PID" ]] && kill -0 "$SERVE_PID" 2>/dev/null; then
+        kill -TERM "$SERVE_PID" 2>/dev/null || true
+        wait "$SERVE_PID" 2>/dev/null || true
+    fi
+    rm -f "$SOCKET"
+    [[ $DRY_RUN -eq 1 || ! -d "$OUT" ]] && return
+    {
+        echo "# first-contact $(date -u +%FT%TZ), exit $code, last stage: $STAGE"
+        echo "## uname"; uname -a
+        echo "## /etc/nv_tegra_release"; cat /etc/nv_tegra_release 2>/dev/null || echo "(none: not a Jetson)"
+        echo "## nvpmodel -q"; nvpmodel -q 2>/dev/null || echo "(unavailable)"
+        echo "## df -h"; df -h "$REPO" /opt 2>/dev/null || true
+        echo "## /proc/swaps"; cat /proc/swaps 2>/dev/null || true
+        echo "## pins (jetson/constraints-0.12-jetson.txt)"; "$PYTHON" -m orin_llm.doctor.pins 2>&1 || true
+        echo "## pip freeze"; "$PYTHON" -m pip freeze 2>/dev/null || true
+    } >"$OUT/versions.txt" 2>&1
+    cp "$PROFILE" "$OUT/profile.toml" 2>/dev/null || true
+    if [[ -d "$ENGINE/logs" ]]; then mkdir -p "$OUT/logs/build" && cp "$ENGINE"/logs/*.log "$OUT/logs/build/" 2>/dev/null || true; fi
+    [[ -f "$ENGINE/manifest.json" ]] && cp "$ENGINE/manifest.json" "$OUT/manifest.json"
+    tar czf "$OUT.tar.gz" "$OUT"
+    echo "packed: $OUT.tar.gz (attach it to the bug report)"
+}
+trap pack EXIT
+
+if [[ $DRY_RUN -eq 1 ]]; then
+    echo "first-contact dry run: profile $PROFILE, engine $ENGINE, run folder $OUT (nothing is changed)"
+else
+    mkdir -p "$OUT/logs"
+    echo "first-contact: profile $PROFILE, engine $ENGINE, everything into $OUT/ and $OUT.tar.gz"
+fi
+
+# ---------------------------------------------------------------------------------------------
+STAGE="1/5 checks"
+say "$STAGE: JetPack, power mode, clocks, swap, disk"
+if [[ $DRY_RUN -eq 1 ]]; then
+    note "check: /etc/nv_tegra_release says L4T R36.4.0 (JetPack 6.1, what TensorRT-LLM v0.12.0-jetson is made for)"
+    note "check: nvpmodel -q (MAXN wanted; stage 2 sets it) and jetson_clocks --show (pinned; stage 2 pins them)"
+    note "check: disk swap >= $MIN_SWAP_GIB GiB in /proc/swaps, or --swap GB (stage 2 makes it)"
+    note "check: >= $MIN_DISK_GIB GiB free on the repository's disk and on /opt"
+else
+    release="$(head -n 1 /etc/nv_tegra_release 2>/dev/null || true)"
+    [[ -n "$release" ]] || fail "this is not a Jetson (no /etc/nv_tegra_release): run first-contact on the Orin, or --dry-run here"
+    note "$release"
+    if [[ "$release" != *"R36 (release), REVISION: 4."* ]]; then
+        fail "flash JetPack 6.1 (L4T R36.4.0) with NVIDIA SDK Manager: TensorRT-LLM v0.12.0-jetson is built for it"
+    fi
+    [[ "$release" == *"REVISION: 4.0,"* ]] || note "warning: newer than JetPack 6.1 (L4T R36.4.0): same CUDA 12.6 / TensorRT 10.3 line, unverified"
+    note "power mode: $(nvpmodel -q 2>/dev/null | sed -n 's/^NV Power Mode: *//p' | head -n 1)"
+    disk_swap_kib="$(awk 'NR > 1 && $1 !~ /zram/ {s += $3} END {print s + 0}' /proc/swaps)"
+    note "disk swap: $((disk_swap_kib / 1048576)) GiB"
+    if (( disk_swap_kib < MIN_SWAP_GIB * 1048576 )) && [[ -z "$SWAP_GB" ]]; then
+        fail "less than $MIN_SWAP_GIB GiB of disk swap (zram does not help a build): rerun with --swap 16"
+    fi
+    for dir in "$REPO" /opt; do
+        free_gib="$(( $(df -Pk "$dir" | awk 'NR == 2 {print $4}') / 1048576 ))"
+        note "free on $dir: $free_gib GiB"
+        (( free_gib >= MIN_DISK_GIB )) || fail "only $free_gib GiB free on $dir; free at least $MIN_DISK_GIB GiB (or put the repo and /opt/TensorRT-LLM on an NVMe drive)"
+    done
+fi
+
+# ---------------------------------------------------------------------------------------------
+STAGE="2/5 installs"
+say "$STAGE: pinned (jetson/constraints-0.12-jetson.txt), then the doctor"
+if [[ $SKIP_INSTALL -eq 1 ]]; then
+    note "skipped (--skip-install)"
+else
+    setup=(jetson/setup.sh)
+    [[ -n "$SWAP_GB" ]] && setup+=(--swap "$SWAP_GB")
+    step setup.log "${setup[@]}" || fail "jetson/setup.sh failed: its last lines are above and in $OUT/logs/setup.log; fix that step and rerun (setup.sh skips what is done)"
+    [[ $DRY_RUN -eq 1 ]] || PYTHON="$VENV/bin/python"; ORIN_LLM=("$PYTHON" -m orin_llm.cli)
+fi
+# the build's python3 and trtllm-build are the venv's, where setup.sh installed TensorRT-LLM
+[[ $DRY_RUN -eq 1 ]] || export PATH="$VENV/bin:$PATH"
+show "orin-llm doctor --json > $OUT/doctor.json"
+if [[ $DRY_RUN -eq 0 ]]; then
+    code=0
+    "${ORIN_LLM[@]}" doctor --json >"$OUT/doctor.json" || code=$?
+    "$PYTHON" - "$OUT/doctor.json" <<'PY' || fail "the doctor found errors (above, and in doctor.json): fix them first; each line says how"
+import json, sys
+report = json.load(open(sys.argv[1]))
+for c in report["checks"]:
+    print(f"   {c['status']:5} {c['section']}: {c['message']}")
+sys.exit(2 if any(c["status"] == "ERROR" for c in report["checks"]) else 0)
+PY
+    "$PYTHON" - "$OUT/doctor.json" <<'PY' || fail "not MAXN with pinned clocks, so no number would be reproducible: sudo nvpmodel -m 0 (reboot if it asks), then sudo jetson_clocks, and rerun with --skip-install"
+import json, sys
+power = [c for c in json.load(open(sys.argv[1]))["checks"] if c["section"] == "power"]
+maxn = any(c["status"] == "OK" and "MAXN" in c["message"] for c in power)
+unpinned = any(c["status"] == "WARN" and "not pinned" in c["message"] for c in power)
+sys.exit(0 if maxn and not unpinned else 1)
+PY
+fi
+
+# ---------------------------------------------------------------------------------------------
+STAGE="3/5 build"
+say "$STAGE: the memory plan, then NVIDIA's documented path (README4Jetson) for $PROFILE"
+show "orin-llm memory --profile $PROFILE --json > $OUT/memory-plan.json"
+if [[ $DRY_RUN -eq 0 ]]; then
+    "${ORIN_LLM[@]}" memory --profile "$PROFILE" --json >"$OUT/memory-plan.json" \
+        || fail "the profile does not fit this device's memory (the plan above says by how much): edit $PROFILE"
+fi
+note "the commands orin-llm build runs (each step's log in $ENGINE/logs/):"
+"$PYTHON" -m orin_llm.build.trtllm --profile "$PROFILE" --out "$ENGINE" | sed 's/^/   /' \
+    || fail "cannot print the build commands: PYTHON=$PYTHON lacks orin-llm's dependencies (set PYTHON=...)"
+[[ $DRY_RUN -eq 1 ]] || "$PYTHON" -m orin_llm.build.trtllm --profile "$PROFILE" --out "$ENGINE" >"$OUT/commands.txt"
+if [[ $DRY_RUN -eq 0 && -f "$ENGINE/manifest.json" ]]; then
+    note "$ENGINE is built already: using it (delete it to build again)"
+else
+    step build.log "${ORIN_LLM[@]}" build --profile "$PROFILE" --out "$ENGINE" \
+        || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
+fi
+
+# ---------------------------------------------------------------------------------------------
+STAGE="4/5 smoke"
+say "$STAGE: the daemon on $ENGINE: health, plan, stream, cancel"
+show "orin-llm serve --engine $ENGINE --socket $SOCKET > $OUT/logs/serve.log &"
+show "python -m orin_llm.doctor.smoke --socket $SOCKET --out $OUT/smoke.json"
+if [[ $DRY_RUN -eq 0 ]]; then
+    "${ORIN_LLM[@]}" serve --engine "$ENGINE" --socket "$SOCKET" >"$OUT/logs/serve.log" 2>&1 &
+    SERVE_PID=$!
+    "$PYTHON" -m orin_llm.doctor.smoke --socket "$SOCKET" --out "$OUT/smoke.json" \
+        || fail "the smoke test failed (above; the daemon's log is $OUT/logs/serve.log)"
+    kill -TERM "$SERVE_PID" && wait "$SERVE_PID" || true
+    SERVE_PID=""
+fi
+
+# ---------------------------------------------------------------------------------------------
+STAGE="5/5 bench"
+say "$STAGE: orin-llm bench --quick"
+step bench.log "${ORIN_LLM[@]}" bench --engine "$ENGINE" --out "$OUT/bench" --quick \
+    || fail "the quick bench failed: $OUT/logs/bench.log; jetson/GUIDE.md (Benchmarks) runs each scenario alone"
+
+STAGE="done"
+say "done"
+if [[ $DRY_RUN -eq 1 ]]; then
+    note "on the Orin, run it without --dry-run; it packs $OUT.tar.gz"
+fi

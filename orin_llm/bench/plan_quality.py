@@ -1,0 +1,211 @@
+"""Plans that work in the home: executability and goal success on the held-out homes, and on a home
+with its own action names and no examples (the hard case), for four ways of planning.
+
+The anchors are ProgPrompt's (executability, success rate, goal-condition recall) and the Embodied
+Agent Interface's (errors sorted into unknown, affordance and precondition). For every task:
+
+- the goal is what the task's reference plan makes true, found by simulating it
+  (environment/goals.py goal_of_plan: where the objects it moves end up, the devices and doors it
+  leaves changed, the `other` actions it does, whether it speaks);
+- each mode plans greedily: `off` (free text), `grammar` (the home's grammar only), `enforce` (the
+  grammar narrowed at each step by the state the plan has reached) and `enforce+goal` (the goal
+  given: the planner checks its candidates and searches when they fail);
+- the plan is simulated from the home's state (environment/world.py): executable when it has steps,
+  every line is a step and every step's preconditions hold; goal success when it is executable and
+  reaches every fact of the goal; goal-condition recall, the share of the goal's facts it reaches
+  (a step that cannot run changes nothing, as on a robot); its length against the reference's; the
+  time the request took.
+
+Modes enforce and enforce+goal need a planner that takes `feasibility` and `goal` (issue #32); on
+one that does not, they are left out of the JSON with that reason. Torch engines only, as the
+constrained scenario.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Optional
+
+from ..calibration_data import CalibrationItem, default_root, load_home, load_split
+from ..environment import Environment, load_environment, simulate
+from ..environment.goals import goal_of_plan, parse_goal
+from ..errors import OrinError
+from ..home.steps import check_steps
+from .common import progress, pyplot, write_json
+
+MODES = ("off", "grammar", "enforce", "enforce+goal")
+MAX_TOKENS = 160  # the longest reference plan is 10 steps; room for a few more
+HARD_HOME = "canal_house"
+# A goal's request deadline: the model's candidates, then the search, within it (the planner's own
+# default is for a robot's request on a fast machine; on a loaded 2-core VM one candidate can take longer).
+GOAL_DEADLINE_S = 120.0
+SPLITS = ("heldout", "hard")
+
+
+def hard_home(root: Optional[Path] = None) -> tuple[Environment, list[CalibrationItem]]:
+    """The hard held-out home (calibration/hard/): its Environment and its tasks."""
+    where = (Path(root) if root else default_root()) / "hard"
+    env = load_environment(where / f"{HARD_HOME}.yaml")
+    items = []
+    for lineno, line in enumerate((where / f"{HARD_HOME}.jsonl").read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                row = json.loads(line)
+                items.append(CalibrationItem(row["id"], row["home"], row["task"], list(row["reference_plan"])))
+            except (json.JSONDecodeError, KeyError) as err:
+                raise OrinError(f"{where / HARD_HOME}.jsonl:{lineno}: not a task row ({err})") from None
+    return env, items
+
+
+def tasks(quick: bool = False) -> list[tuple[str, CalibrationItem, Environment]]:
+    """(split, item, home) for every task of the run: the held-out split, then the hard home's."""
+    homes: dict[str, Environment] = {}
+    held = load_split("heldout")
+    env, hard = hard_home()
+    if quick:
+        held, hard = held[::15], hard[::7]
+    out = [("heldout", it, homes.setdefault(it.home, load_home(it.home))) for it in held]
+    return out + [("hard", it, env) for it in hard]
+
+
+def reference_goal(env: Environment, item: CalibrationItem) -> list[str]:
+    steps, rejected = check_steps("\n".join(item.reference_plan), env)
+    if rejected:
+        raise OrinError(f"{item.id}: its reference plan has lines that are not steps ({rejected[0].line!r})")
+    return goal_of_plan(env, steps)
+
+
+def score(env: Environment, text: str, facts: list[str], reference_len: int, truncated: bool = False) -> dict:
+    """A plan's text judged in `env` from its state against the goal `facts`."""
+    steps, rejected = check_steps(text, env, truncated=truncated)
+    world, violations = simulate(env, steps)
+    goal = parse_goal(facts, env)
+    missing = goal.missing(world)
+    executable = bool(steps) and not rejected and not violations
+    kinds = Counter(v.kind for v in violations)
+    if rejected:
+        kinds["unknown"] += len(rejected)  # a line that is not a step of the home: a hallucination
+    return {"steps": len(steps), "rejected": len(rejected), "violations": [v.as_dict() for v in violations],
+            "violation_kinds": dict(kinds), "executable": executable, "goal": facts, "missing": missing,
+            "goal_success": executable and not missing, "recall": 1 - len(missing) / len(facts),
+            "length_ratio": len(steps) / reference_len}
+
+
+def planner_modes(planner_cls) -> tuple[list[str], dict[str, str]]:
+    """The modes this planner can run, and why the others are left out."""
+    params = inspect.signature(planner_cls.plan).parameters
+    if "feasibility" in params and "goal" in params:
+        return list(MODES), {}
+    why = "this planner takes no feasibility/goal (issue #32's runtime part): run it on a checkout that has it"
+    return ["off", "grammar"], {"enforce": why, "enforce+goal": why}
+
+
+def _plan(planner, task: str, mode: str, facts: list[str], with_feasibility: bool, max_tokens: int):
+    from ..runtime.sampling import SamplingParams
+
+    params = SamplingParams(max_tokens=max_tokens)
+    kwargs: dict = {"speculation": "none", "constrained": mode != "off"}
+    if with_feasibility:
+        kwargs["feasibility"] = {"off": "off", "grammar": "report"}.get(mode, "enforce")
+        if mode == "enforce+goal":
+            kwargs["goal"], kwargs["deadline_s"] = facts, GOAL_DEADLINE_S
+    return planner.plan(task, params, **kwargs)
+
+
+def run(engine, out: Path, quick: bool = False, items: Optional[list] = None,
+        modes: Optional[list[str]] = None, max_tokens: int = MAX_TOKENS) -> dict:
+    from ..runtime.planner import Planner
+
+    runnable, skipped = planner_modes(Planner)
+    modes = [m for m in (modes or runnable) if m in runnable]
+    with_feasibility = not skipped
+    chosen = items if items is not None else tasks(quick)
+    planners: dict[str, Planner] = {}
+    rows = []
+    try:
+        for n, (split, it, env) in enumerate(chosen):
+            planner = planners.get(env.name) or planners.setdefault(env.name, Planner(engine, env))
+            facts = reference_goal(env, it)
+            row: dict = {"id": it.id, "split": split, "home": env.name, "task": it.task, "goal": facts,
+                         "reference_steps": len(it.reference_plan)}
+            for mode in modes:
+                t0 = time.perf_counter()
+                plan = _plan(planner, it.task, mode, facts, with_feasibility, max_tokens)
+                took = time.perf_counter() - t0
+                scored = score(env, plan.text, facts, len(it.reference_plan),
+                               truncated=plan.result.finish_reason == "length")
+                row[mode] = {**scored, "plan": plan.text, "plan_s": took,
+                             "finish_reason": plan.result.finish_reason,
+                             "completion_tokens": plan.result.timings.completion_tokens,
+                             "search": getattr(plan, "search", None)}
+            rows.append(row)
+            progress(f"plan_quality {n + 1}/{len(chosen)} {it.id}: " + ", ".join(
+                f"{m} {'ok' if row[m]['executable'] else 'x'}/{'goal' if row[m]['goal_success'] else '-'}"
+                for m in modes))
+    finally:
+        for p in planners.values():
+            for name in list(p.homes):
+                engine.unpin(p.homes[name].pin)
+    data = {"engine": engine.name, "backend": engine.manifest.backend, "max_tokens": max_tokens,
+            "goal_deadline_s": GOAL_DEADLINE_S,
+            "modes": modes, "skipped_modes": skipped, "summary": summarize(rows, modes), "rows": rows}
+    write_json(out, "plan_quality", data)
+    plot(data, out, engine.name)
+    return data
+
+
+def summarize(rows: list[dict], modes: list[str]) -> dict:
+    """Per split (heldout, hard) and mode: the shares, recall, lengths, times and error kinds."""
+    out: dict = {}
+    for split in SPLITS:
+        mine = [r for r in rows if r["split"] == split]
+        if not mine:
+            continue
+        out[split] = {"tasks": len(mine)}
+        for mode in modes:
+            got = [r[mode] for r in mine if mode in r]
+            ratios = [g["length_ratio"] for g in got if g["goal_success"]]
+            kinds: Counter = Counter()
+            for g in got:
+                kinds.update(g["violation_kinds"])
+            sources = Counter((g["search"] or {}).get("source") for g in got if g.get("search"))
+            out[split][mode] = {
+                "executability": sum(g["executable"] for g in got) / len(got),
+                "goal_success": sum(g["goal_success"] for g in got) / len(got),
+                "goal_condition_recall": statistics.fmean(g["recall"] for g in got),
+                "length_ratio_successful": statistics.median(ratios) if ratios else None,
+                "plan_s_median": statistics.median(g["plan_s"] for g in got),
+                "plan_s_max": max(g["plan_s"] for g in got),
+                "cut_by_max_tokens": sum(g["finish_reason"] == "length" for g in got),
+                "violation_kinds": dict(kinds), "search_sources": dict(sources)}
+    return out
+
+
+def plot(data: dict, out: Path, name: str) -> None:
+    plt = pyplot()
+    splits = [s for s in SPLITS if s in data["summary"]]
+    fig, axes = plt.subplots(1, len(splits), figsize=(4.8 * len(splits), 3.6), squeeze=False)
+    modes = data["modes"]
+    metrics = (("executability", "executable"), ("goal_success", "goal reached"),
+               ("goal_condition_recall", "goal-condition recall"))
+    width = 0.8 / len(metrics)
+    for ax, split in zip(axes[0], splits, strict=True):
+        s = data["summary"][split]
+        for k, (key, label) in enumerate(metrics):
+            xs = [i + (k - 1) * width for i in range(len(modes))]
+            ax.bar(xs, [s[m][key] * 100 for m in modes], width, label=label)
+        ax.set_xticks(range(len(modes)), modes)
+        ax.set_ylim(0, 105)
+        ax.set_ylabel("% of tasks")
+        title = "held-out homes" if split == "heldout" else f"{HARD_HOME}: own action names, no examples"
+        ax.set_title(f"{title} ({s['tasks']} tasks)", fontsize=9)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"plan quality, {name}")
+    fig.tight_layout()
+    fig.savefig(out / "plan_quality.png", dpi=120)
+    plt.close(fig)

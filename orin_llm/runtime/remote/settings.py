@@ -1,0 +1,60 @@
+"""Where the remote engine is and how much it is trusted: checked once, at the edge.
+
+Safe by default: nothing is sent anywhere unless a URL is configured; a URL that leaves this host must
+be https and come with a bearer token (a plain-http or unauthenticated planner on a building's network
+is anyone's planner); only that URL is ever called (no redirects are followed).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import urlsplit
+
+from ...errors import OrinError
+
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    url: str  # the engine's base URL: https://site:8000 (…/v1/completions is added)
+    token: Optional[str] = None  # bearer token (required beyond loopback)
+    model: Optional[str] = None  # the served model's name; None: the engine's first /v1/models entry
+    first_token_share: float = 0.5  # the local engine starts when the remote has no first token by this share
+    # of the request's deadline (or of timeout_s), or has been silent that long since its last chunk
+    timeout_s: float = 10.0  # a request's budget when it has no deadline; the remote is abandoned after it
+    backoff_s: float = 1.0  # after a failure the remote rests this long, doubling per failure in a row …
+    backoff_max_s: float = 60.0  # … up to this
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise OrinError(f"--remote {self.url!r}: give an http(s) URL with a host, e.g. https://site-server:8000")
+        if parts.query or parts.fragment or parts.username:
+            raise OrinError(f"--remote {self.url!r}: give the base URL only (no query, fragment or credentials; "
+                            "the token goes in --remote-token-file)")
+        if not is_loopback(parts.hostname):
+            if parts.scheme != "https":
+                raise OrinError(f"--remote {self.url!r}: a remote engine beyond this host must be https "
+                                "(plain http is allowed on loopback only)")
+            if not self.token:
+                raise OrinError(f"--remote {self.url!r}: a remote engine beyond this host needs a bearer token: "
+                                "--remote-token-file FILE (or $ORIN_LLM_REMOTE_TOKEN)")
+        if not 0 < self.first_token_share <= 1:
+            raise OrinError(f"--remote-first-token-share must be in (0, 1], got {self.first_token_share:g}")
+
+    @property
+    def host(self) -> str:
+        parts = urlsplit(self.url)
+        return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"

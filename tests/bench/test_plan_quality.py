@@ -1,0 +1,123 @@
+"""The plan-quality scenario: its scoring on plans written by hand (the simulator decides), its data
+(the hard home, the goals of the reference plans), a run on the tiny engine that writes JSON and a
+plot, and (full tier) a handful of tasks on the embedded engine, where `enforce` must be executable."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orin_llm.bench import plan_quality
+from orin_llm.bench.plan_quality import MODES, hard_home, reference_goal, score, tasks
+from orin_llm.calibration_data import load_split
+from orin_llm.environment import BUILTIN_KINDS, World
+from orin_llm.environment.goals import parse_goal
+from orin_llm.environment.search import search
+
+from ..conftest import tiny_fixture
+
+tiny_engine = tiny_fixture("engine")
+
+
+def _item(item_id: str):
+    return next((it, env) for _, it, env in tasks() if it.id == item_id)
+
+
+def test_the_reference_plan_scores_full_marks() -> None:
+    it, env = _item("bungalow-003")
+    facts = reference_goal(env, it)
+    assert facts == ["at(spare_pillow, coffee_table)", "on(dining_lamp)", "said"]
+    s = score(env, "\n".join(it.reference_plan), facts, len(it.reference_plan))
+    assert s["executable"] and s["goal_success"] and s["recall"] == 1 and s["length_ratio"] == 1
+    assert s["violations"] == [] and s["missing"] == []
+
+
+def test_a_step_that_cannot_run_makes_a_plan_unexecutable() -> None:
+    it, env = _item("bungalow-003")
+    facts = reference_goal(env, it)
+    plan = "\n".join(["place(spare_pillow, coffee_table)", *it.reference_plan])  # a put-down first, hand empty
+    s = score(env, plan, facts, len(it.reference_plan))
+    assert not s["executable"] and not s["goal_success"] and s["recall"] == 1  # the rest still reaches it
+    assert s["violation_kinds"] == {"precondition": 1} and s["violations"][0]["index"] == 0
+
+
+def test_recall_counts_the_facts_reached_and_unknown_lines_are_hallucinations() -> None:
+    it, env = _item("bungalow-003")
+    facts = reference_goal(env, it)
+    s = score(env, "go_to(dining_lamp)\nswitch_on(dining_lamp)\nfly(moon)", facts, len(it.reference_plan))
+    assert s["missing"] == ["at(spare_pillow, coffee_table)", "said"] and s["recall"] == pytest.approx(1 / 3)
+    assert not s["executable"] and s["violation_kinds"] == {"unknown": 1}
+    cut = score(env, "go_to(dining_lamp)\nswitch_on(dini", facts, 9, truncated=True)
+    assert cut["rejected"] == 1 and not cut["executable"]
+
+
+def test_the_hard_home_has_its_own_action_names_and_no_examples() -> None:
+    env, items = hard_home()
+    assert env.examples == [] and len(items) == 20
+    assert not {a.name for a in env.actions} & set(BUILTIN_KINDS)
+    assert {a.effective_kind for a in env.actions} == {*BUILTIN_KINDS.values(), "other"}
+    assert not {env.name} & {it.home for it in load_split("heldout") + load_split("calib")}
+
+
+def test_every_task_has_a_goal_the_search_reaches() -> None:
+    every = tasks()
+    assert len(every) == 80 and {s for s, _, _ in every} == {"heldout", "hard"}
+    for _, it, env in every:
+        facts = reference_goal(env, it)
+        assert facts, it.id
+        found = search(env, World.start(env), parse_goal(facts, env), deadline_s=10)
+        assert found.steps is not None and len(found.steps) <= len(it.reference_plan), it.id
+
+
+def test_a_quick_run_on_the_tiny_engine_writes_json_and_a_plot(tiny_engine, tmp_path) -> None:
+    env, hard = hard_home()  # one home, one task, few tokens: the fast tier's CPU time is short
+    data = plan_quality.run(tiny_engine, tmp_path, items=[("hard", hard[0], env)], modes=["off", "grammar"],
+                            max_tokens=16)
+    written = json.loads((tmp_path / "plan_quality.json").read_text())
+    assert written["scenario"] == "plan_quality" and written["modes"] == ["off", "grammar"]
+    assert (tmp_path / "plan_quality.png").stat().st_size > 1000
+    assert list(data["summary"]) == ["hard"]
+    grammar = data["summary"]["hard"]["grammar"]
+    assert 0 <= grammar["executability"] <= 1 and grammar["plan_s_median"] > 0
+    for row in data["rows"]:  # the grammar writes only steps of the home, or cuts one at max_tokens
+        assert row["grammar"]["rejected"] <= (row["grammar"]["finish_reason"] == "length")
+
+
+@pytest.mark.full
+def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
+    chosen = tasks(quick=True)[:3] + tasks(quick=True)[-1:]
+    data = plan_quality.run(engine, tmp_path, items=chosen)
+    if data["skipped_modes"]:
+        assert set(data["skipped_modes"]) == {"enforce", "enforce+goal"} and data["modes"] == ["off", "grammar"]
+        return
+    assert data["modes"] == list(MODES)
+    for split in ("heldout", "hard"):
+        assert data["summary"][split]["enforce"]["executability"] == 1, data["summary"][split]["enforce"]
+        assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
+
+
+def _made_up_summary(enforce_exec: float, grammar_exec: float, goal_given: float) -> dict:
+    def mode(executability, success, plan_s):
+        return {"executability": executability, "goal_success": success, "goal_condition_recall": 0.5,
+                "length_ratio_successful": 1.25, "plan_s_median": plan_s, "plan_s_max": plan_s,
+                "cut_by_max_tokens": 0, "violation_kinds": {"precondition": 3, "unknown": 1}, "search_sources": {}}
+    split = {"tasks": 4, "off": mode(0.1, 0.0, 1.0), "grammar": mode(grammar_exec, 0.25, 2.0),
+             "enforce": mode(enforce_exec, 0.75, 3.0), "enforce+goal": mode(1.0, goal_given, 4.0)}
+    return {"modes": list(MODES), "summary": {"heldout": split, "hard": split}}
+
+
+def test_the_results_page_reads_each_mode_into_its_cell() -> None:
+    from orin_llm.bench.results_page import plan_quality_modes, plan_quality_rows
+
+    rows = plan_quality_rows(_made_up_summary(enforce_exec=1.0, grammar_exec=0.4, goal_given=0.5))
+    first = rows[0]
+    assert (first.ours, first.anchor, first.met) == ("100%", "40%", True)
+    assert rows[1].ours == "75%" and rows[1].met is True  # the held-out split's ≥ 60 % goal
+    assert rows[2].ours == "50%" and rows[2].met is False  # not every goal reached with the goal given
+    assert rows[3].ours == "3,000 ms (4,000 ms)" and rows[3].anchor == "2,000 ms"
+    assert rows[5].met is None  # the hard home has no success goal from the task text alone
+    short = plan_quality_rows(_made_up_summary(enforce_exec=0.9, grammar_exec=0.4, goal_given=1.0))
+    assert short[0].met is False and short[2].met is True
+    table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0))
+    assert "| `grammar` | 40% | 25% | 0.50 | 1.25× | 2,000 ms | 1 / 0 / 3 |" in table

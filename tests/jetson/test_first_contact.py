@@ -1,0 +1,70 @@
+"""jetson/first-contact.sh: its dry run (any machine, exit 0) shows every stage and NVIDIA's documented build
+commands, pinned by a golden file; a real run on a machine that is not an Orin stops at the checks with the
+next thing to try and still packs its folder.
+
+After an intended change: ORIN_LLM_REGEN_GOLDEN=1 python -m pytest tests/jetson/test_first_contact.py
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "jetson" / "first-contact.sh"
+GOLDEN = Path(__file__).resolve().parent / "golden" / "first-contact-dry-run.txt"
+BUILD_GOLDEN = ROOT / "tests" / "build" / "golden" / "agx-orin-64gb.commands.txt"
+
+
+def first_contact(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env=env)
+
+
+def test_the_dry_run_prints_every_stage_and_exits_0(tmp_path):
+    proc = first_contact("--dry-run", "--out", "first-contact-golden", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    if os.environ.get("ORIN_LLM_REGEN_GOLDEN") == "1":
+        GOLDEN.write_text(proc.stdout)
+    assert proc.stdout == GOLDEN.read_text(), "the dry run changed; regenerate (module docstring) and review"
+    stages = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
+    assert [s.split(":")[0] for s in stages] == ["== 1/5 checks", "== 2/5 installs", "== 3/5 build",
+                                                 "== 4/5 smoke", "== 5/5 bench", "== done"]
+    assert not (tmp_path / "first-contact-golden").exists() and not list(ROOT.glob("first-contact-golden*"))
+
+
+def test_the_dry_run_shows_the_build_golden_test_pins():
+    """The build stage prints exactly the commands tests/build/golden pins: convert_checkpoint.py weight-only
+    INT4 (README4Jetson's default) and trtllm-build, for the shipped Orin profile."""
+    printed = [ln.strip() for ln in GOLDEN.read_text().splitlines()]
+    commands = [ln for ln in BUILD_GOLDEN.read_text().splitlines() if not ln.startswith("#")]
+    assert all(c in printed for c in commands)
+    assert sum("convert_checkpoint.py" in c and "--weight_only_precision int4" in c for c in commands) == 2
+    assert "quantize.py" not in GOLDEN.read_text()
+
+
+def test_off_an_orin_a_real_run_stops_at_the_checks_and_packs_what_it_has(tmp_path):
+    if Path("/etc/nv_tegra_release").exists():
+        pytest.skip("this is a Jetson: a real run would install")
+    out = tmp_path / "fc"
+    proc = first_contact("--out", str(out))
+    assert proc.returncode == 1
+    assert "FAILED at stage 1/5 checks" in proc.stderr and "next: this is not a Jetson" in proc.stderr
+    with tarfile.open(f"{out}.tar.gz") as tar:
+        names = {Path(n).name for n in tar.getnames()}
+    assert {"versions.txt", "FAILED", "profile.toml"} <= names
+    versions = (out / "versions.txt").read_text()
+    assert "## pins (jetson/constraints-0.12-jetson.txt)" in versions and "## uname" in versions
+
+
+def test_bad_options_are_refused():
+    proc = first_contact("--swap", "lots")
+    assert proc.returncode == 2 and "--swap takes a whole number" in proc.stderr
+    proc = first_contact("--profile", "no/such.toml")
+    assert proc.returncode == 2 and "no profile no/such.toml" in proc.stderr
