@@ -361,6 +361,8 @@ def gpu_rows(d: dict) -> list[Row]:
     rows.append(Row("peak GPU memory (INT4 engine, pool of 40,960 tokens)", "—",
                     f"{peak:.1f} GiB" if peak else why("decode_int4"), "—"))
     tests = st.get("tests", {})
+    if "passed" not in tests and str(tests.get("tail", "")).startswith("timed out"):
+        st = {**st, "tests": {"error": "timed out within the run's budget (no counts)"}}
     rows.append(Row("CUDA tests (pytest)", "all pass",
                     f"{tests.get('passed', 0)} passed, {tests.get('failed', 0) + tests.get('errors', 0)} failed"
                     if "passed" in tests else why("tests"), "—",
@@ -413,7 +415,9 @@ class Run:
 
     @property
     def commit(self) -> str:
-        return self.data.get("machine", {}).get("commit") or self.meta.get("commit") or "not recorded"
+        # commit_override: a copy of the tree run elsewhere can carry a stale .git (the GPU runs did)
+        return (self.meta.get("commit_override") or self.data.get("machine", {}).get("commit")
+                or self.meta.get("commit") or "not recorded")
 
     @property
     def machine(self) -> str:
@@ -438,7 +442,7 @@ def command_lines(run: Run) -> list[str]:
     out = []
     if (setup := run.meta.get("setup")):
         out += prose(f"Setup: {setup}")
-    cmd = run.data.get("command") or run.meta["command"]
+    cmd = run.meta.get("command") or run.data["command"]
     if "peer_llamacpp" in cmd:
         cmd = "ORIN_LLM_LLAMA_SERVER=/path/to/llama-server " + cmd
     return out + [f"Command: `{cmd}`"]

@@ -39,9 +39,14 @@ def apply_thread_setting(threads: Optional[int] = None) -> None:
 
 def pick_device(device: str) -> str:
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise OrinError(f"device {device!r} asked for, but torch sees no CUDA device")
+    if device.startswith("cuda"):
+        # Prompt attention runs per aligned block, each block a new (queries, keys) shape, and cuDNN's SDPA
+        # (torch's first choice on Hopper) builds an execution plan per new shape: a cold prompt would pay
+        # one per block. Flash and memory-efficient attention take any shape as it comes.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     return device
 
 
