@@ -16,6 +16,7 @@ import pytest
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from tests.server.conftest import free_port
 
+from .conftest import REMOTE_FEASIBILITY
 from .vllm_replica import VENV, Replica, model_dir, vllm_python
 
 pytestmark = pytest.mark.full
@@ -85,7 +86,8 @@ def fleet_daemon(start_daemon, site):
 
 
 def plan(daemon, task: str, home, deadline_ms: int = 120_000) -> dict:
-    body = {"task": task, "max_tokens": 24, "deadline_ms": deadline_ms, **({"environment": home} if home else {})}
+    body = {"task": task, "max_tokens": 24, "deadline_ms": deadline_ms, "feasibility": REMOTE_FEASIBILITY,
+            **({"environment": home} if home else {})}
     with daemon.client(timeout_s=300) as c:
         return c._request("POST", "/v1/plan", json=body).json()
 

@@ -14,6 +14,7 @@ from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.home.grammar import plan_grammar
 from tests.server.conftest import free_port
 
+from .conftest import REMOTE_FEASIBILITY
 from .vllm_replica import Replica, completion, model_dir
 
 pytestmark = pytest.mark.full
@@ -49,8 +50,8 @@ def test_vllm_itself_keeps_a_plan_on_the_home_grammar(replica):
 def test_plans_run_remote_with_the_home_prefix_cached_there(remote_daemon, replica):
     hits_before = replica.metric("vllm:prefix_cache_hits_total")
     with remote_daemon.client() as c:
-        first = c.plan(TASK, max_tokens=48)
-        second = c.plan("Switch on the kettle.", max_tokens=48)
+        first = c.plan(TASK, max_tokens=48, feasibility=REMOTE_FEASIBILITY)
+        second = c.plan("Switch on the kettle.", max_tokens=48, feasibility=REMOTE_FEASIBILITY)
     for out in (first, second):
         assert out["served_by"] == "remote", out
         assert out["steps"] and not [r for r in out["rejected_lines"] if not r["reason"].startswith("unfinished")]
@@ -65,7 +66,7 @@ def test_a_stalled_replica_ends_in_a_local_answer_within_the_deadline(remote_dae
     try:
         t0 = time.monotonic()
         with remote_daemon.client(timeout_s=300) as c:
-            out = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
+            out = c.plan(TASK, max_tokens=24, deadline_ms=120_000, feasibility=REMOTE_FEASIBILITY)
         took = time.monotonic() - t0
     finally:
         replica.signal(signal.SIGCONT)
@@ -74,9 +75,16 @@ def test_a_stalled_replica_ends_in_a_local_answer_within_the_deadline(remote_dae
 
 
 def test_a_dead_replica_ends_in_a_local_answer(remote_daemon, replica):
+    with remote_daemon.client(timeout_s=300) as c:
+        # the daemon is shared with the tests before: a remote answer first, so that no rest from their
+        # failures is left (a success ends it) and the next failure is this test's own
+        t0 = time.monotonic()
+        while c.plan(TASK, max_tokens=24, deadline_ms=120_000, feasibility=REMOTE_FEASIBILITY)["served_by"] != "remote":
+            assert time.monotonic() - t0 < 180, "the replica never answered again after the stall"
+            time.sleep(1.0)
     replica.stop()
     with remote_daemon.client(timeout_s=300) as c:
-        out = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
-        again = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
+        out = c.plan(TASK, max_tokens=24, deadline_ms=120_000, feasibility=REMOTE_FEASIBILITY)
+        again = c.plan(TASK, max_tokens=24, deadline_ms=120_000, feasibility=REMOTE_FEASIBILITY)
     assert out["served_by"] == "local" and "remote failed" in out["fallback"], out
     assert again["served_by"] == "local" and "resting" in again["fallback"]  # backed off: not asked again
