@@ -2,8 +2,8 @@
 One Plan goal against the daemon, without ROS: the request it sends, and its run to an outcome.
 
 planner_node.py maps messages onto these plain values and back; this module holds what can go
-wrong between a goal and the daemon, and is tested off ROS (tests/ros/test_goal_runner.py) as well as
-through the node (tests/test_ros_node.py).
+wrong between a goal and the daemon, and is tested off ROS (tests/ros/test_goal_runner.py) as well
+as through the node (tests/ros/test_node.py).
 
 * The request sends only the goal fields that are set (a field at its default is left to the
   daemon's default), so a daemon that lacks a newer field is never sent it unasked.
