@@ -2,17 +2,13 @@
 post-processor calls the request's constraint (accept, allowed), which is the grammar narrowed by
 the simulated state, so "enforce" holds there too without a change to the backend."""
 
-import pytest
 
 from orin_llm.environment import environment_from_dict
 from orin_llm.environment.world import simulate
 from orin_llm.runtime.feasibility import FeasibleConstraint
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.conftest import tiny_fixture
-
-from .test_trtllm_engine import install_models, make_engine_dir
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
@@ -25,14 +21,6 @@ HOME = environment_from_dict({  # the fabricated engine takes 512 input tokens
                 {"name": "place", "args": ["object", "place"]}, {"name": "open", "args": ["place"]}],
     "state": {"robot_at": "sofa", "holding": "book", "object_at": {"mug": "fridge"}, "open": {"fridge": False}},
 })
-
-
-@pytest.fixture
-def eng(tmp_path, engine_dir, fake):
-    engine = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    install_models(fake, engine)
-    yield engine
-    engine.close()
 
 
 def test_enforce_narrows_the_post_processors_mask(eng, monkeypatch):

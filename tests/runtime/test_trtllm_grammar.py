@@ -10,11 +10,10 @@ from orin_llm.environment import environment_from_dict
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from orin_llm.runtime.trtllm.grammar import PROCESSOR
 from tests.conftest import tiny_fixture
 
-from .test_trtllm_engine import install_models, make_engine_dir, target_executor
+from .test_trtllm_engine import target_executor
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
@@ -25,14 +24,6 @@ SMALL_HOME = environment_from_dict({  # the fabricated engine takes 512 input to
     "actions": [{"name": "go_to", "args": ["place"]}, {"name": "pick", "args": ["object"]},
                 {"name": "place", "args": ["object", "place"]}, {"name": "switch_off", "args": ["device"]}],
 })
-
-
-@pytest.fixture
-def eng(tmp_path, engine_dir, fake):
-    engine = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    install_models(fake, engine)
-    yield engine
-    engine.close()
 
 
 def test_a_constrained_plan_is_masked_by_the_post_processor_on_every_step(eng, fake):

@@ -1,25 +1,15 @@
 """Homes on TensorRT-LLM 0.12, through the fake executor: replacing the default home and putting and
 removing named ones go through pin/unpin as on the torch engine (a PUT used to answer 500 here)."""
 
-import pytest
 
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from tests.conftest import tiny_fixture
 
-from .test_trtllm_engine import install_models, make_engine_dir, target_executor
+from .test_trtllm_engine import target_executor
 from .test_trtllm_grammar import SMALL_HOME
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
-
-
-@pytest.fixture
-def eng(tmp_path, engine_dir, fake):
-    engine = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    install_models(fake, engine)
-    yield engine
-    engine.close()
 
 
 def test_homes_are_replaced_added_and_removed(eng, fake):
