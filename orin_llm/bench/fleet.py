@@ -272,9 +272,12 @@ def _plot(data: dict, path: Path) -> None:
         for s in f[k]:
             c.plot([i], [s["client_ms"]], "o", color="C2" if s["served_by"] == "local" else "C1")
     c.set_xticks(range(len(cases)), [k.replace("_", "\n") for k in cases], fontsize=7)
-    c.set_ylabel("robot's answer time (ms); orange remote, green local")
-    c.axhline(data["failure_deadline_ms"], color="gray", ls="--", lw=0.8)
+    c.plot([], [], "o", color="C1", label="served remotely")
+    c.plot([], [], "o", color="C2", label="served locally")
+    c.axhline(data["failure_deadline_ms"], color="gray", ls="--", lw=0.8, label="deadline")
+    c.set_ylabel("one robot's answer time (ms)")
+    c.legend(fontsize=7)
     fig.suptitle(f"{data['robots']} robots, {len(data['homes'])} homes, 2 vLLM CPU replicas behind vllm-router "
                  "(CPU stands in for a GPU server: compare rates, not absolute times)", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=120)
