@@ -42,6 +42,7 @@ FAILURE_DEADLINE_MS = 4_000  # the link-failure phase: the local engine starts a
 # the remote plan is taken as written (the home's grammar on the server) and its violations listed: under
 # enforce most of the embedded model's grammar-only plans would fall back (jetson/GUIDE.md, "Site server")
 FEASIBILITY = "report"
+FAILURE_POLICY = "cache_aware"
 
 
 def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
@@ -88,7 +89,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
             policies[policy] = _policy_run(policy, fleet, daemons, replicas)
             policies[policy]["router_metrics"] = router.routing_metrics()
             policies[policy]["router_log"] = _kv_lines(router.log_path) if policy == "kv_aware" else []
-        router = router or _restart(None, replicas, "cache_aware", work, router_port)
+        # the link fails behind the policy a site would run (kv_aware needs more set up than a plain router)
+        router = _restart(router, replicas, FAILURE_POLICY, work, router_port)
         local_daemon = DaemonProcess(engine_dir, extra=(
             "--environment", str(home_file(next(h for h in homes if h.name == fleet[0]["home"]), work)),
             "--state-dir", "none")).__enter__()
@@ -109,6 +111,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
             "daemon_args": ["--remote", "ROUTER", "--remote-model", "embedded", "--remote-first-token-share",
                             str(FIRST_TOKEN_SHARE), "--state-dir", "none"],
             "routed_deadline_ms": ROUTED_DEADLINE_MS, "failure_deadline_ms": FAILURE_DEADLINE_MS,
+            "failure_router_policy": FAILURE_POLICY,
             "fleet": [{k: r[k] for k in ("robot", "home", "tasks")} for r in fleet],
             "policies": policies, "failures": failures}
     write_json(out, "fleet", data)

@@ -22,6 +22,8 @@ MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 FLAGS = ("--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
          "--enable-prompt-tokens-details",
          "--enable-scale-out")  # without it the router's token requests get 403 and all goes to the first replica
+ROUTING_METRICS = ("vllm_router_policy_decisions", "vllm_router_prefix_routing", "vllm_router_kv_",
+                   "vllm_router_cache_", "vllm_router_processed")  # the router's samples about where it sent what
 BLOCK_SIZE = 128  # vLLM's CPU backend's default KV block (vllm/platforms/cpu.py): what its prefix cache reuses
 
 
@@ -176,5 +178,4 @@ class Router(_Process):
             text = _get(self.metrics_url + "/metrics")
         except OSError as e:
             return [f"no metrics: {e}"]
-        return [ln for ln in text.splitlines() if ln.startswith(("vllm_router_policy_decisions", "vllm_router_kv_",
-                                                                 "vllm_router_cache_", "vllm_router_processed"))]
+        return [ln for ln in text.splitlines() if ln.startswith(ROUTING_METRICS)]
