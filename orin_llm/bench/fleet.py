@@ -18,6 +18,7 @@ robots make them noisy). Skipped, with the reason, without the vLLM venv (`make 
 from __future__ import annotations
 
 import re
+import shutil
 import signal
 import statistics
 import tempfile
@@ -60,8 +61,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
         mine = [tasks[home][(i // n_homes * per_robot + k) % len(tasks[home])] for k in range(per_robot)]
         fleet.append({"robot": i, "home": home, "tasks": mine})
     progress(f"fleet: {robots} robots (orin-llm daemons), {n_homes} homes, {per_robot} plans each, policies "
-             f"{', '.join(POLICIES)}; on 2 CPU cores about {4 if quick else 7} minutes: two vLLM replicas load "
-             "(~30 s each), then the daemons, then each policy's traffic, then the link failures")
+             f"{', '.join(POLICIES)}; on 2 CPU cores about {4 if quick else 5} minutes, more on a busy machine: two "
+             "vLLM replicas load (30-60 s each), the daemons, each policy's traffic, then the link failures")
     work = Path(tempfile.mkdtemp(prefix="orin-llm-fleet-"))
     model = site.model_dir(engine_dir, work / "model")
     replicas: list[site.Replica] = []
@@ -116,6 +117,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
             "policies": policies, "failures": failures}
     write_json(out, "fleet", data)
     _plot(data, out / "fleet.png")
+    shutil.rmtree(work, ignore_errors=True)  # the logs of a run that failed stay there (its error names them)
     return data
 
 

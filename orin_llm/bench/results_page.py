@@ -654,11 +654,16 @@ def page(root: Path = ROOT) -> str:
                         "each prompt the engines found cached carry over to a real site server; the latencies do "
                         "not (two cores run both replicas, the router and four robots, so time to first token is "
                         "mostly waiting for a core). With two replicas whose caches hold every home, round-robin "
-                        "pays each home once per replica; prefix-aware routing pays it once. A killed replica is "
-                        "covered by the router retrying on the other one, so the robot gets a remote answer; a "
-                        "stalled link costs the local engine's head start (the first-token share of the deadline); "
-                        "a refused connection costs almost nothing. After a failure the daemon rests the remote "
-                        "(the second plan of each case went straight to the local engine)."),
+                        "pays each home once per replica; prefix-aware routing pays it once. `kv_aware` ran on "
+                        "the replicas' KV events, but vllm-router 0.1.17 makes no KV lookup for a request with a "
+                        "grammar, as every plan has (jetson/GUIDE.md, \"Site server\"), so it placed these plans "
+                        f"by load. The link failed behind `{fd.get('failure_router_policy', 'kv_aware')}`. "
+                        + ("A killed replica was covered by the router retrying on the other one (a remote answer); "
+                           if fd["failures"]["replica_killed"][0]["served_by"] == "remote" else
+                           "A killed replica ended in a local answer; ")
+                        + "a stalled link costs the local engine's head start (the first-token share of the "
+                        "deadline); a refused connection costs almost nothing. After a failure the daemon rests "
+                        "the remote (the second plan of each case went straight to the local engine)."),
             png="fleet.png")
     if (root / BENCH / "gpu.json").is_file():
         gpu = run("gpu.json")

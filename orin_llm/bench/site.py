@@ -50,6 +50,7 @@ def free_port() -> int:
 def model_dir(engine_dir: Path, out: Path) -> Path:
     """The engine's Hugging Face export and tokenizer, as vLLM loads them (links, no copies)."""
     out.mkdir(parents=True, exist_ok=True)
+    engine_dir = engine_dir.resolve()  # the links must hold from anywhere (`--engine engines/...` is relative)
     for name in MODEL_FILES:
         (out / name).symlink_to(engine_dir / "target" / name)
     for f in (engine_dir / "tokenizer").iterdir():

@@ -39,6 +39,9 @@ def test_fleet_routes_by_prefix_and_falls_back_locally(engine_dir, tmp_path, mon
         assert v["usage_cached_tokens"] == v["engine_hit_tokens"] > 0
         assert v["usage_prompt_tokens"] == v["engine_query_tokens"]
     assert p["cache_aware"]["engine_hit_rate"] >= p["round_robin"]["engine_hit_rate"]
+    if "kv_aware" in ran:  # the router really chose by its KV-event policy (its own decision counter)
+        assert any(ln.startswith('vllm_router_prefix_routing_decisions_total{policy="kv_aware"')
+                   for ln in p["kv_aware"]["router_metrics"]), p["kv_aware"]["router_metrics"]
     f, deadline = d["failures"], d["failure_deadline_ms"]
     assert all(s["served_by"] == "local" for s in f["local_alone"])
     stalled, stopped = f["replicas_stalled"][0], f["router_stopped"][0]
