@@ -308,6 +308,20 @@ def plan_quality_modes(d: dict) -> list[str]:
     return lines[:-1]
 
 
+def _decisions(policy_run: dict) -> str:
+    """The router's prefix decisions and KV lookups, by outcome, from its Prometheus samples."""
+    counts: dict[str, float] = {}
+    for line in policy_run.get("router_metrics", []):
+        m = re.match(r'vllm_router_(prefix_routing_decisions|kv_placement_lookups)_total\{.*?'
+                     r'(?:outcome|result)="(\w+)".*\} ([\d.]+)', line)
+        if m:
+            key = m[2] if m[1] == "prefix_routing_decisions" else f"KV lookup {m[2]}"
+            counts[key] = counts.get(key, 0) + float(m[3])
+    if not any(k.startswith("KV lookup") for k in counts) and any(k == "prefix_cost" for k in counts):
+        counts["KV lookups"] = 0
+    return ", ".join(f"{k} {v:.0f}" for k, v in counts.items()) or "—"
+
+
 def fleet_rows(d: dict) -> list[Row]:
     """The fleet scenario (issue #35): each policy against round-robin on the same traffic, then the link."""
     p, f = d["policies"], d["failures"]
@@ -328,6 +342,7 @@ def fleet_rows(d: dict) -> list[Row]:
                         f"{ms(rr['ttft_ms_p50'])} / {ms(rr['ttft_ms_p99'])}"))
         rows.append(Row(f"`{name}`: plans per replica", "—", " / ".join(f"{x:.0f}" for x in v["requests_per_replica"]),
                         " / ".join(f"{x:.0f}" for x in rr["requests_per_replica"])))
+        rows.append(Row(f"`{name}`: the router's own count of its decisions", "—", _decisions(v), "—"))
     local = f["local_alone_ms_median"]
     deadline = d["failure_deadline_ms"]
     for key, what in (("replicas_stalled", "both replicas stalled (SIGSTOP)"), ("replica_killed", "one replica killed"),
