@@ -353,7 +353,7 @@ def doctor(
 
 
 SCENARIOS = ("prefix", "kv", "speculative", "constrained", "plan_quality", "daemon", "policy", "traffic", "agents",
-             "throughput", "restart")
+             "throughput", "restart", "fleet")
 
 
 @app.command()

@@ -78,6 +78,10 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: 
                 from .throughput import run
 
                 run(engine_dir, out, quick)
+            elif name == "fleet":  # issue #35: robots' daemons against vLLM replicas behind vLLM's router
+                from .fleet import run
+
+                run(engine_dir, out, quick)
             elif name == "restart":
                 from .restart import run
 

