@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 if TYPE_CHECKING:
+    from .q4_gemv import GemvConfig
     from .q4_linear import Q4Packed
 
 
@@ -83,6 +84,15 @@ def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] =
     inputs in that many ranges, partial sums added in a fixed order (deterministic), for decode GEMVs."""
     from .q4_linear import int4_linear as run
     return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k, num_warps, num_stages)
+
+
+def q4_gemv(x: torch.Tensor, packed: Q4Packed, config: Optional[GemvConfig] = None, split_k: int = 1,
+            out: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """x [..., K] @ W.T for a repacked Q4_1 W, tiled for decode's 1-16 rows a tile (q4_gemv.py): the
+    same layout as int4_linear; config None: q4_gemv.CANDIDATES[0]."""
+    from .q4_gemv import CANDIDATES
+    from .q4_gemv import q4_gemv as run
+    return run(x, packed, config or CANDIDATES[0], split_k, out, out_dtype)
 
 
 def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out: Optional[torch.Tensor] = None,
