@@ -13,6 +13,7 @@ from orin_llm.kernels.triton import (
     int8_head,
     paged_decode_attention,
     paged_prefill_attention,
+    q4_gemv,
     q4_repack,
     reference,
 )
@@ -97,6 +98,31 @@ def test_int4_linear_at_3b_shapes(rows, shape):
     # scales in the activations' dtype: the dequantization by bits (bfloat16 here, float16 by default)
     close(int4_linear(x, q4_repack(qweight, scales, mins, dtype=torch.bfloat16)), ref, torch.bfloat16)
     close(int4_linear(x.half(), p), ref, torch.float16)
+
+
+@pytest.mark.parametrize("rows", [1, 9, 72])
+@pytest.mark.parametrize("shape", [(5120, 3072), (16384, 3072), (3072, 8192)], ids=["qkv", "gate_up", "down"])
+def test_q4_gemv_at_3b_shapes(rows, shape):
+    """The decode GEMV compiled, every candidate tile at its layer's split, scales in bf16 (the
+    dequantization by bits) and in float16; a row's sums equal the row computed alone, bit for bit."""
+    from orin_llm.kernels.triton.q4_gemv import CANDIDATES
+
+    n, kdim = shape
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    codes = torch.randint(0, 16, (n, kdim), dtype=torch.uint8, device="cuda", generator=g)
+    qweight = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    scales = (0.002 + 0.004 * torch.rand(n, kdim // 32, device="cuda", generator=g)).half().float()
+    mins = (-7.5 * scales).half().float()
+    bf16 = q4_repack(qweight, scales, mins, dtype=torch.bfloat16)
+    x = torch.randn(rows, kdim, device="cuda", dtype=torch.bfloat16)
+    ref = reference.int4_linear(x, qweight, scales, mins)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for cfg in CANDIDATES:
+        split = cfg.split_k(n, kdim, sms)
+        y = q4_gemv(x, bf16, cfg, split)
+        close(y, ref, torch.bfloat16)
+        assert torch.equal(y[-1:], q4_gemv(x[-1:], bf16, cfg, split))
+    close(q4_gemv(x, q4_repack(qweight, scales, mins)), ref, torch.bfloat16)  # float16 scales: float32 dequant
 
 
 def test_int8_head_at_3b_shapes():

@@ -91,3 +91,17 @@ def test_bad_input(device):
         q4_gemv(torch.randn(1, 64, device=device), p, split_k=0)
     with pytest.raises(ValueError, match="int8|float16"):
         q4_gemv(torch.ones(1, 64, dtype=torch.int8, device=device), p)
+
+
+def test_the_choice_refuses_with_reasons_off_cuda():
+    """cuda_linear.choose_int4 off a GPU: no candidate runs, each says why; a bad kernel name is refused."""
+    from orin_llm.kernels.cuda_linear import choose_int4
+    from orin_llm.kernels.quant import QuantLinear
+
+    qweight, scales, mins = q4_1_blocks(64, 128)
+    q = QuantLinear(qweight, scales, torch.float32, mins)
+    layer, why, choice = choose_int4(q, torch.bfloat16, 9)
+    assert layer is None and choice is None
+    assert "int4pack: not a CUDA device (cpu)" in why and "gemv_n64_r128_w4_s3: not a CUDA device" in why
+    with pytest.raises(ValueError, match="one of auto, int4pack, gemv, tiled"):
+        choose_int4(q, torch.bfloat16, 9, "fastest")
