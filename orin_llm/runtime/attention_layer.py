@@ -104,6 +104,20 @@ class Attention(nn.Module):
         qk = qk * cos + _swap_halves(qk) * sin
         q, k = qk[:, :self.h], qk[:, self.h:]
         pool.write(layer, fixed.slots, k, v)
+        return self._attend_static(q, pool, layer, fixed)
+
+    def forward_static_fused(self, x, positions, cos, sin, pool, layer: int, fixed: FixedStep):
+        """forward_static with RoPE and the K/V write in one Triton kernel (kernels/triton/step_ops.py):
+        `cos`, `sin` the model's float32 tables, `positions` each row's."""
+        from ..kernels.triton.step_ops import rope_write
+
+        kc, vc, ks, vs = pool.layer_tensors(layer)
+        q = rope_write(self.qkv_proj(x), positions, cos, sin, kc, vc, fixed.slots, self.h, self.kv, ks, vs)
+        return self._attend_static(q, pool, layer, fixed)
+
+    def _attend_static(self, q, pool, layer: int, fixed: FixedStep):
+        """q [T, H, D] of a fixed-shape step, its K/V written: attention and o_proj."""
+        t = q.shape[0]
         if fixed.tables is not None:  # the Triton kernel reads the pool through the tables: one query a row
             from ..kernels.triton import paged_decode_attention
 

@@ -44,7 +44,8 @@ INT8_DECODE, INT8_PROMPT = "int8_decode_attention", "int8_prompt_attention"
 BF16_PROMPT, ONEDNN = "bf16_prompt_attention", "onednn_packing"  # torch's kernels, which a switch turns off too
 INT4_CUDA, GRAPHS, COMPILE = "int4_cuda_linear", "cuda_graphs", "torch_compile"  # the CUDA path's
 TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR = "triton_decode_attention", "triton_int8_head", "triton_int4_linear"
-CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR)
+FUSED_STEP = "triton_step_ops"  # the fixed-shape step's small ops fused (kernels/triton/step_ops.py)
+CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR, FUSED_STEP)
 
 QUANTIZED = ("q4_1", "int8_wo", "int4_wo")  # weight formats whose linear layers are QuantLinear (quant.py)
 
@@ -60,6 +61,7 @@ SWITCH_VARIABLES = {
     "cuda_graphs": "ORIN_LLM_CUDA_GRAPHS",
     "triton_attention": "ORIN_LLM_TRITON_ATTN",
     "triton_head": "ORIN_LLM_TRITON_HEAD",
+    "fused_step": "ORIN_LLM_FUSED_STEP",
 }
 # off unless set to 1 (OPT_IN): compiling the decode step costs tens of seconds per batch bucket at start
 OPT_IN = {"torch_compile": "ORIN_LLM_COMPILE"}
@@ -81,6 +83,7 @@ class KernelSwitches:
     cuda_graphs: bool = True  # decode steps at fixed shapes, captured in CUDA graphs per bucket (cuda_graphs.py)
     triton_attention: bool = True  # those steps' attention on the Triton paged kernel (kernels/triton)
     triton_head: bool = True  # a Q4_1 target's tied head on the Triton INT8 kernel over the Q8_0 codes
+    fused_step: bool = True  # the fixed-shape step's small ops in fused Triton kernels (kernels/triton/step_ops.py)
     torch_compile: bool = False  # those steps' small ops fused by torch.compile (ORIN_LLM_COMPILE=1)
     int4_kernel: str = "auto"  # the CUDA int4 kernel of the Q4_1 layers (ORIN_LLM_INT4_KERNEL, INT4_KERNELS)
 
@@ -172,6 +175,8 @@ class KernelPlan:
     torch_compile: bool = False  # the fixed-shape decode step compiled (torch.compile) before capture
     triton_attention: bool = False  # the fixed-shape step's attention on the Triton paged kernel
     triton_head: bool = False  # the tied head on the Triton INT8 kernel (cuda_linear.TritonQ8Head)
+    # the fixed-shape step's residual adds + RMSNorms, RoPE + K/V write, SiLU·mul as fused Triton kernels
+    fused_step_ops: bool = False
     # int4 layers may run a Triton kernel (cuda_linear.py: the GEMV, or the tiled one); settled: some do
     triton_linear: bool = False
     int4_kernel: str = "auto"  # what was asked for (KernelSwitches.int4_kernel)
@@ -210,6 +215,7 @@ class KernelPlan:
                        lm_head=lm_head, int4_cuda=int4, cuda_graphs=graphs, triton_head=head,
                        triton_linear=triton, int4_layers=tuple((shape, words) for shape, _, words in int4_layers),
                        triton_attention=self.triton_attention and graphs,
+                       fused_step_ops=self.fused_step_ops and graphs,
                        torch_compile=self.torch_compile and graphs, why_not=tuple(why.items()))
 
     @property
@@ -247,6 +253,8 @@ class KernelPlan:
         int8_op = int8_cache and self.int8_decode
         fused = int8_cache and self.fused_decode
         layers = f"fused decode_layer around {self.linear}" if fused else self.linear
+        graphed_layers = layers + ("; residual add + RMSNorm, RoPE + K/V write, SiLU·mul fused (Triton)"
+                                   if self.cuda_graphs and self.fused_step_ops else "")
         decode = "INT8 decode op" if int8_op else "SDPA"
         verify = "INT8 decode op" if int8_op else "SDPA per query" if self.decode_width else "SDPA, causal mask"
         if self.cuda_graphs:  # cuda_graphs.py: fixed shapes, the block tables as static tensors
@@ -262,8 +270,8 @@ class KernelPlan:
             prompt = "bf16 GEMMs past MIN_KEYS keys, SDPA per block before"
         else:
             prompt = "SDPA per block"
-        return {"decode": {"layers": layers, "attention": decode},
-                "verify": {"layers": layers, "attention": verify},
+        return {"decode": {"layers": graphed_layers, "attention": decode},
+                "verify": {"layers": graphed_layers, "attention": verify},
                 "prompt": {"layers": layers if fused and self.int8_prompt else self.linear, "attention": prompt},
                 "lm_head": {"kernel": self.lm_head}}
 
@@ -272,7 +280,8 @@ class KernelPlan:
         used = {Q8_DOT: self.q8_dot, INT8_DECODE: self.int8_decode, FUSED: self.fused_decode,
                 INT8_PROMPT: self.int8_prompt, BF16_PROMPT: self.bf16_prompt, ONEDNN: self.onednn_pack,
                 INT4_CUDA: self.int4_cuda, GRAPHS: self.cuda_graphs, COMPILE: self.torch_compile,
-                TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear}
+                TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear,
+                FUSED_STEP: self.fused_step_ops}
         why = dict(self.why_not)
         out: dict = {"device": self.device, "kv_cache": self.kv_cache, "weights": self.weights,
                      "exact_decode_width": self.decode_width, "rows_independent": self.rows_independent}
@@ -318,6 +327,8 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
     triton = (triton_why is None, triton_why or "")
     why[TRITON_ATTN] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
                               (not switches.off("triton_attention"), switches.off("triton_attention") or ""))
+    why[FUSED_STEP] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
+                             (not switches.off("fused_step"), switches.off("fused_step") or ""))
     why[TRITON_HEAD] = _first(cuda, (weights == "q4_1", f"no Q8_0 head to read ({weights} weights)"), triton,
                               (not switches.off("triton_head"), switches.off("triton_head") or ""))
     why[TRITON_LINEAR] = _first((why[INT4_CUDA] is None, f"no CUDA int4 layers ({why[INT4_CUDA]})"), triton,
@@ -334,7 +345,7 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                       int4_cuda=why[INT4_CUDA] is None, cuda_graphs=why[GRAPHS] is None,
                       torch_compile=why[COMPILE] is None, triton_attention=why[TRITON_ATTN] is None,
                       triton_head=why[TRITON_HEAD] is None, triton_linear=why[TRITON_LINEAR] is None,
-                      int4_kernel=switches.int4_kernel,
+                      int4_kernel=switches.int4_kernel, fused_step_ops=why[FUSED_STEP] is None,
                       # (the CUDA path's kernels say why not only on a CUDA device: elsewhere "not applicable")
                       why_not=tuple((k, v) for k, v in why.items()
                                     if v is not None and (kind == "cuda" or k not in CUDA_KERNELS)))

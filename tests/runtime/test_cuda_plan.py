@@ -11,6 +11,7 @@ import torch
 from orin_llm.runtime.kernel_plan import (
     COMPILE,
     CUDA_KERNELS,
+    FUSED_STEP,
     GRAPHS,
     INT4_CUDA,
     INT4_KERNEL_VARIABLE,
@@ -35,7 +36,7 @@ def _cuda(switches=KernelSwitches(), weights="q4_1"):
 
 def test_a_q4_1_engine_on_cuda_runs_the_cuda_path_and_none_of_our_cpu_ops():
     plan = _cuda()
-    assert plan.int4_cuda and plan.cuda_graphs and plan.triton_attention and plan.triton_head
+    assert plan.int4_cuda and plan.cuda_graphs and plan.triton_attention and plan.triton_head and plan.fused_step_ops
     assert not plan.torch_compile  # opt-in
     # the int4 kernel is chosen per layer shape at load: torch's or the Triton GEMV, whichever is faster
     assert plan.triton_linear and plan.int4_kernel == "auto"
@@ -46,6 +47,8 @@ def test_a_q4_1_engine_on_cuda_runs_the_cuda_path_and_none_of_our_cpu_ops():
     assert report[INT4_CUDA] is True and report[GRAPHS] is True and report[TRITON_ATTN] is True
     assert report["steps"]["int8"]["decode"]["attention"].startswith("Triton paged decode attention")
     assert "faster at load" in report["steps"]["int8"]["decode"]["layers"]
+    assert "RoPE + K/V write" in report["steps"]["int8"]["decode"]["layers"]
+    assert "RoPE" not in report["steps"]["int8"]["prompt"]["layers"]  # prompt chunks run eagerly, unfused
 
 
 def test_the_int4_kernel_switch_and_what_the_settled_plan_says():
@@ -69,15 +72,15 @@ def test_the_int4_kernel_switch_and_what_the_settled_plan_says():
     assert slower.linear.startswith("torch's CUDA int4 kernel")
 
 
-@pytest.mark.parametrize("name", ["int4_cuda", "cuda_graphs", "triton_attention", "triton_head"])
+@pytest.mark.parametrize("name", ["int4_cuda", "cuda_graphs", "triton_attention", "triton_head", "fused_step"])
 def test_a_cuda_switch_turns_its_kernel_off_and_those_that_need_it(name):
     plan = _cuda(replace(KernelSwitches(), **{name: False}))
     why = dict(plan.why_not)
     off = f"turned off ({SWITCH_VARIABLES[name]}=0)"
     kernel = {"int4_cuda": INT4_CUDA, "cuda_graphs": GRAPHS, "triton_attention": TRITON_ATTN,
-              "triton_head": TRITON_HEAD}[name]
-    assert why[kernel] == off and not getattr(plan, name)
-    needs = {"int4_cuda": [TRITON_LINEAR], "cuda_graphs": [TRITON_ATTN, COMPILE]}.get(name, [])
+              "triton_head": TRITON_HEAD, "fused_step": FUSED_STEP}[name]
+    assert why[kernel] == off and not getattr(plan, {"fused_step": "fused_step_ops"}.get(name, name))
+    needs = {"int4_cuda": [TRITON_LINEAR], "cuda_graphs": [TRITON_ATTN, COMPILE, FUSED_STEP]}.get(name, [])
     for other in needs:
         assert off in why[other]
     assert KernelSwitches.from_environment({SWITCH_VARIABLES[name]: "0"}) == replace(KernelSwitches(), **{name: False})
@@ -91,7 +94,7 @@ def test_opt_in_kernels_run_when_asked_for():
     assert "Triton tiled int4 kernel" in plan.linear
     # settled without exact decode steps: no graphs, so nothing that runs inside them
     settled = plan.settled(True, None, 0, "head")
-    assert not (settled.cuda_graphs or settled.torch_compile or settled.triton_attention)
+    assert not (settled.cuda_graphs or settled.torch_compile or settled.triton_attention or settled.fused_step_ops)
     assert "exact=False" in dict(settled.why_not)[GRAPHS]
     # a layer the int4 kernel refused: the plan says which and why
     refused = plan.settled(True, None, 9, "head", int4_cuda="layers.0.mlp: shape")
