@@ -45,7 +45,8 @@ BF16_PROMPT, ONEDNN = "bf16_prompt_attention", "onednn_packing"  # torch's kerne
 INT4_CUDA, GRAPHS, COMPILE = "int4_cuda_linear", "cuda_graphs", "torch_compile"  # the CUDA path's
 TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR = "triton_decode_attention", "triton_int8_head", "triton_int4_linear"
 FUSED_STEP = "triton_step_ops"  # the fixed-shape step's small ops fused (kernels/triton/step_ops.py)
-CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR, FUSED_STEP)
+TRITON_PREFILL = "triton_prefill_attention"  # prompt chunks' attention over the pool (kernels/triton)
+CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR, FUSED_STEP, TRITON_PREFILL)
 
 QUANTIZED = ("q4_1", "int8_wo", "int4_wo")  # weight formats whose linear layers are QuantLinear (quant.py)
 
@@ -62,6 +63,7 @@ SWITCH_VARIABLES = {
     "triton_attention": "ORIN_LLM_TRITON_ATTN",
     "triton_head": "ORIN_LLM_TRITON_HEAD",
     "fused_step": "ORIN_LLM_FUSED_STEP",
+    "triton_prefill": "ORIN_LLM_TRITON_PREFILL",
 }
 # off unless set to 1 (OPT_IN): compiling the decode step costs tens of seconds per batch bucket at start
 OPT_IN = {"torch_compile": "ORIN_LLM_COMPILE"}
@@ -84,6 +86,7 @@ class KernelSwitches:
     triton_attention: bool = True  # those steps' attention on the Triton paged kernel (kernels/triton)
     triton_head: bool = True  # a Q4_1 target's tied head on the Triton INT8 kernel over the Q8_0 codes
     fused_step: bool = True  # the fixed-shape step's small ops in fused Triton kernels (kernels/triton/step_ops.py)
+    triton_prefill: bool = True  # prompt chunks' attention on the Triton paged prefill kernel (CUDA)
     torch_compile: bool = False  # those steps' small ops fused by torch.compile (ORIN_LLM_COMPILE=1)
     int4_kernel: str = "auto"  # the CUDA int4 kernel of the Q4_1 layers (ORIN_LLM_INT4_KERNEL, INT4_KERNELS)
 
@@ -177,6 +180,7 @@ class KernelPlan:
     triton_head: bool = False  # the tied head on the Triton INT8 kernel (cuda_linear.TritonQ8Head)
     # the fixed-shape step's residual adds + RMSNorms, RoPE + K/V write, SiLU·mul as fused Triton kernels
     fused_step_ops: bool = False
+    triton_prefill: bool = False  # a prompt chunk's attention in one Triton call per layer over the paged pool
     # int4 layers may run a Triton kernel (cuda_linear.py: the GEMV, or the tiled one); settled: some do
     triton_linear: bool = False
     int4_kernel: str = "auto"  # what was asked for (KernelSwitches.int4_kernel)
@@ -270,6 +274,9 @@ class KernelPlan:
             prompt = "bf16 GEMMs past MIN_KEYS keys, SDPA per block before"
         else:
             prompt = "SDPA per block"
+        if self.triton_prefill:
+            prompt = "Triton paged prefill attention over the pool, one call per layer and chunk" + (
+                "" if int8_cache else " (a cache in the compute dtype; else SDPA per block)")
         return {"decode": {"layers": graphed_layers, "attention": decode},
                 "verify": {"layers": graphed_layers, "attention": verify},
                 "prompt": {"layers": layers if fused and self.int8_prompt else self.linear, "attention": prompt},
@@ -281,7 +288,7 @@ class KernelPlan:
                 INT8_PROMPT: self.int8_prompt, BF16_PROMPT: self.bf16_prompt, ONEDNN: self.onednn_pack,
                 INT4_CUDA: self.int4_cuda, GRAPHS: self.cuda_graphs, COMPILE: self.torch_compile,
                 TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear,
-                FUSED_STEP: self.fused_step_ops}
+                FUSED_STEP: self.fused_step_ops, TRITON_PREFILL: self.triton_prefill}
         why = dict(self.why_not)
         out: dict = {"device": self.device, "kv_cache": self.kv_cache, "weights": self.weights,
                      "exact_decode_width": self.decode_width, "rows_independent": self.rows_independent}
@@ -329,6 +336,8 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                               (not switches.off("triton_attention"), switches.off("triton_attention") or ""))
     why[FUSED_STEP] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
                              (not switches.off("fused_step"), switches.off("fused_step") or ""))
+    why[TRITON_PREFILL] = _first(cuda, triton,
+                                 (not switches.off("triton_prefill"), switches.off("triton_prefill") or ""))
     why[TRITON_HEAD] = _first(cuda, (weights == "q4_1", f"no Q8_0 head to read ({weights} weights)"), triton,
                               (not switches.off("triton_head"), switches.off("triton_head") or ""))
     why[TRITON_LINEAR] = _first((why[INT4_CUDA] is None, f"no CUDA int4 layers ({why[INT4_CUDA]})"), triton,
@@ -346,6 +355,7 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                       torch_compile=why[COMPILE] is None, triton_attention=why[TRITON_ATTN] is None,
                       triton_head=why[TRITON_HEAD] is None, triton_linear=why[TRITON_LINEAR] is None,
                       int4_kernel=switches.int4_kernel, fused_step_ops=why[FUSED_STEP] is None,
+                      triton_prefill=why[TRITON_PREFILL] is None,
                       # (the CUDA path's kernels say why not only on a CUDA device: elsewhere "not applicable")
                       why_not=tuple((k, v) for k, v in why.items()
                                     if v is not None and (kind == "cuda" or k not in CUDA_KERNELS)))

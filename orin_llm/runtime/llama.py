@@ -383,6 +383,8 @@ class Llama(nn.Module):
     def _step(self, pos: int, t: int, row: int, cache, block: int = 0, decode: bool = False) -> Step:
         plan, int8 = self.plan, cache.dtype == torch.int8
         if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
+            if plan.triton_prefill and hasattr(cache, "prefill_args") and (int8 or cache.dtype == self.compute_dtype):
+                return Step(pos, slice(row, row + t), None, False, False, block, paged_prompt=True)
             bf16 = plan.bf16_prompt and int8 and pos + t >= MIN_KEYS
             return Step(pos, slice(row, row + t), None, False, bf16, block, prompt_op=self._prompt_op(bf16, cache))
         # exact (per query, as a one-token step computes it): every decode step of an exact model,

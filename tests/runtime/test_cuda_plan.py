@@ -20,6 +20,7 @@ from orin_llm.runtime.kernel_plan import (
     TRITON_ATTN,
     TRITON_HEAD,
     TRITON_LINEAR,
+    TRITON_PREFILL,
     CpuFeatures,
     KernelSwitches,
     compute_dtype,
@@ -49,6 +50,7 @@ def test_a_q4_1_engine_on_cuda_runs_the_cuda_path_and_none_of_our_cpu_ops():
     assert "faster at load" in report["steps"]["int8"]["decode"]["layers"]
     assert "RoPE + K/V write" in report["steps"]["int8"]["decode"]["layers"]
     assert "RoPE" not in report["steps"]["int8"]["prompt"]["layers"]  # prompt chunks run eagerly, unfused
+    assert plan.triton_prefill and report["steps"]["int8"]["prompt"]["attention"].startswith("Triton paged prefill")
 
 
 def test_the_int4_kernel_switch_and_what_the_settled_plan_says():
@@ -72,13 +74,14 @@ def test_the_int4_kernel_switch_and_what_the_settled_plan_says():
     assert slower.linear.startswith("torch's CUDA int4 kernel")
 
 
-@pytest.mark.parametrize("name", ["int4_cuda", "cuda_graphs", "triton_attention", "triton_head", "fused_step"])
+@pytest.mark.parametrize("name", ["int4_cuda", "cuda_graphs", "triton_attention", "triton_head", "fused_step",
+                                  "triton_prefill"])
 def test_a_cuda_switch_turns_its_kernel_off_and_those_that_need_it(name):
     plan = _cuda(replace(KernelSwitches(), **{name: False}))
     why = dict(plan.why_not)
     off = f"turned off ({SWITCH_VARIABLES[name]}=0)"
     kernel = {"int4_cuda": INT4_CUDA, "cuda_graphs": GRAPHS, "triton_attention": TRITON_ATTN,
-              "triton_head": TRITON_HEAD, "fused_step": FUSED_STEP}[name]
+              "triton_head": TRITON_HEAD, "fused_step": FUSED_STEP, "triton_prefill": TRITON_PREFILL}[name]
     assert why[kernel] == off and not getattr(plan, {"fused_step": "fused_step_ops"}.get(name, name))
     needs = {"int4_cuda": [TRITON_LINEAR], "cuda_graphs": [TRITON_ATTN, COMPILE, FUSED_STEP]}.get(name, [])
     for other in needs:
