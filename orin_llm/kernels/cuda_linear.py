@@ -177,7 +177,7 @@ class TritonQ4Linear(nn.Module):
 
 
 class TritonQ4Gemv(nn.Module):
-    """A Q4_1 QuantLinear on the Triton INT4 GEMV (kernels/triton/q4_gemv.py): the GGUF's codes repacked
+    """A Q4_1 QuantLinear on the Triton INT4 GEMV (kernels/triton/int4_gemv.py): the GGUF's codes repacked
     once at load, the scales and mins in the activations' dtype (the dequantization by bits: no
     int-to-float conversions; bf16-rounded scales, as torch's kernel holds them), float32 sums, a tile
     and input split fixed per layer (rows independent of each other)."""
@@ -202,7 +202,7 @@ class TritonQ4Gemv(nn.Module):
             return None, why
         if q.bits != 4 or q.group != 32:
             return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
-        from .triton.q4_gemv import CANDIDATES
+        from .triton.int4_gemv import CANDIDATES
 
         config = config or CANDIDATES[0]
         mins = q.mins if q.mins is not None else -8 * q.scales
@@ -219,7 +219,7 @@ class TritonQ4Gemv(nn.Module):
         return (layer, None) if why is None else (None, why)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .triton.q4_gemv import q4_gemv
+        from .triton.int4_gemv import q4_gemv
         from .triton.q4_linear import Q4Packed
 
         return q4_gemv(x, Q4Packed(self.codes, self.scales, self.mins), self.config, self.split_k)
@@ -310,7 +310,7 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "aut
         choice = chosen[shape]
         layer, why = _build(choice.kernel, q, dtype, choice.config)
         return (layer, None, choice) if layer is not None else (None, why, None)
-    from .triton.q4_gemv import CANDIDATES
+    from .triton.int4_gemv import CANDIDATES
 
     kinds = [(asked, None)] if asked in ("int4pack", "tiled") else \
         ([("int4pack", None)] if asked == "auto" else []) + [("gemv", c) for c in CANDIDATES]

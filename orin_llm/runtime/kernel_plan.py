@@ -237,7 +237,7 @@ class KernelPlan:
 
     def _int4_linear(self) -> str:
         torch_int4 = "torch's CUDA int4 kernel (_weight_int4pack_mm)"
-        gemv = "the Triton int4 GEMV (kernels/triton/q4_gemv.py)"
+        gemv = "the Triton int4 GEMV (kernels/triton/int4_gemv.py)"
         kernels = {words.split(" (")[0] for _, words in self.int4_layers}
         if self.int4_layers and len(kernels) > 1:
             return f"per layer shape, {torch_int4} or {gemv}, the faster at load (int4_layers)"

@@ -105,7 +105,7 @@ def test_int4_linear_at_3b_shapes(rows, shape):
 def test_q4_gemv_at_3b_shapes(rows, shape):
     """The decode GEMV compiled, every candidate tile at its layer's split, scales in bf16 (the
     dequantization by bits) and in float16; a row's sums equal the row computed alone, bit for bit."""
-    from orin_llm.kernels.triton.q4_gemv import CANDIDATES
+    from orin_llm.kernels.triton.int4_gemv import CANDIDATES
 
     n, kdim = shape
     g = torch.Generator(device="cuda").manual_seed(rows)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from orin_llm.kernels.triton import q4_gemv, q4_repack, reference
-from orin_llm.kernels.triton.q4_gemv import CANDIDATES, GemvConfig
+from orin_llm.kernels.triton.int4_gemv import CANDIDATES, GemvConfig
 from tests.kernels.paged import TOLERANCE
 from tests.kernels.test_triton_q4_linear import q4_1_blocks
 
