@@ -150,7 +150,8 @@ def test_step_ops_at_3b_shapes():
     q = rope_write(qkv, pos, cos, sin, k, v, slots, H, KV, ks, vs)
     want_q = reference.rope_write(qkv, pos, cos, sin, k2, v2, slots, H, KV, ks, vs)
     assert torch.equal(q, want_q)
-    assert (k.int() - k2.int()).abs().max() <= 1 and (v.int() - v2.int()).abs().max() <= 1
+    for got, want in ((k, k2), (v, v2)):  # rounded half to even as torch's round: a code apart only at ties
+        assert (got.int() - want.int()).abs().max() <= 1 and (got != want).sum() <= 9 * KV * D // 100
 
 
 def test_int8_head_at_3b_shapes():

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .common import check_float, check_same_device
 
-ROUND = 12582912.0  # 1.5 · 2^23: v + ROUND - ROUND rounds a float32 |v| < 2^22 half to even
+ROUND = tl.constexpr(12582912.0)  # 1.5 · 2^23: v + ROUND - ROUND rounds a float32 |v| < 2^22 half to even
 
 
 @triton.jit
