@@ -44,7 +44,8 @@ _LINE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
 def run_group(group: Group, tokenizer: Path, left_s: float) -> dict[str, Any]:
     """One group in a subprocess, killed at min(its cap, left_s); its tests' outcomes from pytest's -v lines."""
     cap = max(10.0, min(group.cap_s, left_s))
-    env = {**os.environ, "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
+    # (unbuffered: a group killed at its cap keeps the lines of the tests that finished)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
            "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
     out: dict[str, Any] = {"cap_s": round(cap, 1), "passed": 0, "failed": 0, "errors": 0, "skipped": 0,
                            "failing": [], "returncodes": []}
@@ -97,9 +98,14 @@ def run_groups(groups: tuple[Group, ...], tokenizer: Path, left: Callable[[], fl
     for g in groups:
         remaining = left() - 15
         if remaining < 15:
-            out[g.name] = {"ok": False, "skipped": f"{remaining + 15:.0f} s left"}
+            out[g.name] = {"ok": False, "not_run": f"{remaining + 15:.0f} s left"}
             continue
         out[g.name] = run_group(g, tokenizer, remaining)
+    out["summary"] = "; ".join(  # (the log line: the groups themselves are too long to print)
+        f"{name}: " + (f"not run, {v['not_run']}" if "not_run" in v else
+                       f"{v['passed']} passed, {v['failed'] + v['errors']} failed, {v['skipped']} skipped"
+                       + (f" ({v['cut']})" if "cut" in v else ""))
+        for name, v in out.items())
     return out
 
 
