@@ -58,11 +58,15 @@ class GemvConfig:
         return max(1, min(self.max_split, steps, -(-self.waves * sms // tiles)))
 
     def label(self) -> str:
-        return f"n{self.block_n}_r{self.block_r}_w{self.num_warps}_s{self.num_stages}"
+        split = "_nosplit" if self.max_split == 1 else ""
+        return f"n{self.block_n}_r{self.block_r}_w{self.num_warps}_s{self.num_stages}{split}"
 
 
-# What the load-time micro-benchmark tries (cuda_linear.py): wide outputs, deep inputs, and between
-CANDIDATES = (GemvConfig(64, 128, 4, 3), GemvConfig(128, 64, 4, 3), GemvConfig(32, 256, 4, 2))
+# What the load-time micro-benchmark tries (cuda_linear.py): wide outputs, deep inputs, between; and
+# narrow outputs with no input split, one kernel a call (no partial sums to add: a launch less, fewer
+# programs), in case launches cost more than filling every SM gains
+CANDIDATES = (GemvConfig(64, 128, 4, 3), GemvConfig(128, 64, 4, 3), GemvConfig(32, 256, 4, 2),
+              GemvConfig(16, 256, 2, 3, max_split=1))
 
 
 @triton.jit
