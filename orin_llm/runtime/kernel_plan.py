@@ -238,17 +238,17 @@ class KernelPlan:
     def _int4_linear(self) -> str:
         torch_int4 = "torch's CUDA int4 kernel (_weight_int4pack_mm)"
         gemv = "the Triton int4 GEMV (kernels/triton/int4_gemv.py)"
-        kernels = {words.split(" (")[0] for _, words in self.int4_layers}
-        if self.int4_layers and len(kernels) > 1:
+        tiled = "the Triton tiled int4 kernel (kernels/triton/q4_linear.py)"
+        kernels = {torch_int4 if words.startswith("torch") else gemv if "GEMV" in words else tiled
+                   for _, words in self.int4_layers}
+        if len(kernels) > 1:
             return f"per layer shape, {torch_int4} or {gemv}, the faster at load (int4_layers)"
-        if self.int4_layers:
-            name = kernels.pop()
-            kernel = torch_int4 if name.startswith("torch") else gemv if "GEMV" in name else \
-                "the Triton tiled int4 kernel (kernels/triton/q4_linear.py)"
+        if kernels:
+            kernel = kernels.pop()
         elif not self.triton_linear or self.int4_kernel == "int4pack":
             kernel = torch_int4
         else:
-            kernel = {"gemv": gemv, "tiled": "the Triton tiled int4 kernel (kernels/triton/q4_linear.py)"}.get(
+            kernel = {"gemv": gemv, "tiled": tiled}.get(
                 self.int4_kernel, f"{torch_int4} or {gemv} per layer shape, the faster at load")
         return f"{kernel}, the Q4_1 blocks repacked at load"
 
