@@ -4,8 +4,10 @@
 # exported tokenizer in .whl/tokenizer/:
 #   pydantic-2.14.4, pydantic_core-2.50.5 (cp312 manylinux), annotated_types-0.8.0,
 #   typing_inspection-0.4.5, llguidance-1.9.1 (abi3 manylinux_2_31)
-# Usage: bash bench/gpu_check.sh [OUT_JSON] [--cpu-smoke]
+# Usage: bash bench/gpu_check.sh [OUT_JSON] [--budget-s 330] [--cpu-smoke]
 #   OUT_JSON defaults to $OUT/gpu_check.json (the device tool's output folder), else /tmp/gpu_check.json.
+#   The stages run most important first (orin_llm/bench/gpu.py's doc): the CUDA tests in capped groups,
+#   batch-1 decode with each int4 kernel, transformers, batch 4/8, TTFT, then what time allows.
 set -u
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-/tmp}/gpu_check.json}"

@@ -1,23 +1,29 @@
 """The GPU check (issue 36): one run on a CUDA machine with nothing from the network, one JSON.
 
-    python -m orin_llm.bench.gpu --out gpu_check.json [--tokenizer DIR] [--budget-s 450]
+    python -m orin_llm.bench.gpu --out gpu_check.json [--tokenizer DIR] [--budget-s 330]
     python -m orin_llm.bench.gpu --out smoke.json --cpu-smoke      (the plumbing, on tiny shapes, on a CPU)
 
 bench/gpu_check.sh installs the wheels that travel with the repo and calls this. Each stage runs under
 the time left and inside try/except: a stage that fails or has no time left records why, the JSON is
-rewritten after every stage, and the others still run. Stages:
+rewritten after every stage (and once more, with the goals, however the run ends), and the others
+still run. Stages, the numbers that settle the issue's goals first:
 
-- env: torch, triton, transformers, the device; bandwidth: a device-to-device copy (bytes read + written);
-- tests: the CUDA tests (pytest, in a subprocess with a timeout): pass/fail counts;
-- engine: a Llama-3.2-3B-shaped engine with random weights (orin_llm/bench/shaped.py; fixed INT8 KV
-  scales: random weights have nothing to calibrate), loaded with the CUDA path (Q4_1 on the int4
-  kernel, INT8 KV, CUDA graphs); int4_kernel: the int4 kernel against the dequantized bf16 layer;
-- decode: tok/s at batch 1, 4 and 8, peak memory; roofline: the bytes a batch-1 step must read (weights
-  as held, K/V at its context) over the measured bandwidth, and decode's fraction of it;
-- speculation: greedy output with lookup, draft and combined speculation against plain decoding;
-- home: TTFT with a 4k-token home cold and pinned (warm), a warm plan against the task alone;
-- fp16: our FP16 path (the same engine, layers dequantized to bf16, FP16 KV); no_graphs: the INT4 path eagerly;
-- hf: transformers' generate with a static cache and torch.compile on the same shape (a subprocess).
+1. env, bandwidth (a device-to-device copy: bytes read + written); tests: the CUDA tests in groups,
+   each a subprocess under its own cap (gpu_tests.py): the new kernels at a 3B layer's shapes first;
+   one that fails is turned off for the measurements after it (`gated` in the JSON);
+2. a Llama-3.2-3B-shaped engine with random weights (orin_llm/bench/shaped.py; fixed INT8 KV scales:
+   random weights have nothing to calibrate) loaded on the CUDA path (Q4_1 on the int4 kernel chosen
+   per layer shape at load, INT8 KV, CUDA graphs, the step's small ops fused, the Triton prefill):
+   decode_int4 (batch 1), then decode_int4pack and decode_gemv (each int4 kernel forced) and
+   decode_unfused (the step's small ops unfused) side by side; roofline: the bytes a batch-1 step
+   must read (weights as held, K/V at its context) over the measured bandwidth, and each one's share;
+3. hf: transformers' generate with a static cache and torch.compile on the same shape (a subprocess);
+4. decode_batches (4 and 8), home (TTFT with a 4k-token home cold and pinned, a warm plan against the
+   task alone), speculation (greedy output with lookup, draft and combined against plain decoding),
+   profile (where a batch-1 step's and a prompt chunk's GPU time goes); peak memory in each decode;
+5. with what time is left: int4_kernel (each int4 kernel per layer shape at 1, 9, 72 and 256 rows,
+   timed as CUDA graphs of calls), fp16 (our dense bf16 layers, FP16 KV), compiled (ORIN_LLM_COMPILE),
+   no_graphs (eager decode), tests_rest (the other CUDA tests).
 
 The figures are honest for time and memory only: random weights say nothing (shaped.py).
 """
@@ -141,36 +147,6 @@ def bandwidth_stage(device: str, smoke: bool) -> dict:
     return {"bytes_copied": n, "gb_per_s": round(2 * n / best / 1e9, 1), "counting": "read + written"}
 
 
-def tests_stage(run: Run, tokenizer: Path) -> dict:
-    # the CUDA tests, the Triton kernels' (compiled on a GPU, interpreted elsewhere), the graphs' bookkeeping
-    files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py")
-                   if ("cuda" in p.name or "triton" in p.name) and not (run.smoke and "triton" in p.name))
-    junit = Path("/tmp/orin_llm_gpu_tests.xml")
-    env = {**os.environ, "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
-           "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-    timeout = max(30.0, min(75.0, run.left() - 40))
-    # (the fixed-shape step's CPU engine tests are CI's: minutes on a CPU, nothing a GPU adds)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}", *files,
-           "-k", "not fixed_shape"]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        tail, rc = (proc.stdout + proc.stderr)[-3000:], proc.returncode
-    except subprocess.TimeoutExpired as e:
-        tail, rc = f"timed out after {timeout:.0f} s: {str(e.stdout or '')[-2000:]}", None
-    counts: dict[str, Any] = {}
-    if junit.is_file():
-        import xml.etree.ElementTree as ET
-
-        suite = ET.parse(junit).getroot()
-        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
-        total, fail, err, skip = (int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped"))
-        counts = {"passed": total - fail - err - skip, "failed": fail, "errors": err, "skipped": skip}
-        counts["failing"] = [f"{c.get('classname')}::{c.get('name')}" for c in suite.iter("testcase")
-                             if c.find("failure") is not None or c.find("error") is not None][:20]
-        junit.unlink()
-    return {"files": files, "returncode": rc, **counts, "tail": tail}
-
-
 def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
     from ..bench.shaped import write_shaped_engine
     from ..manifest import load_manifest, write_manifest
@@ -219,9 +195,9 @@ def load_engine(path: Path, device: str, **kw):
 def engine_report(eng, load_s: float) -> dict:
     k = eng.kernels()
     return {"load_s": round(load_s, 1), "kernels": {n: k.get(n) for n in (
-        "device", "weights", "kv_cache", "int4_cuda_linear", "cuda_graphs", "torch_compile", "rows_independent",
-        "exact_decode_width")}, "steps": k.get("steps", {}).get("int8"), "lm_head": k.get("steps", {}).get(
-        "int8", {}).get("lm_head")}
+        "device", "weights", "kv_cache", "int4_cuda_linear", "triton_int4_linear", "cuda_graphs", "torch_compile",
+        "triton_step_ops", "triton_prefill_attention", "rows_independent", "exact_decode_width", "int4_layers")},
+        "steps": k.get("steps", {}).get("int8")}
 
 
 def decode_stage(eng, batches: tuple[int, ...], prompt: int, tokens: int, device: str) -> dict:
@@ -396,40 +372,47 @@ def home_stage(eng, home_tokens: int, task_tokens: int, plan_tokens: int) -> dic
 
 
 def int4_kernel_stage(device: str, smoke: bool) -> dict:
-    """torch's CUDA int4 kernel against the same layer dequantized to bf16 (Llama 3.2 3B's shapes)."""
-    from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Linear, TritonQ8Head
+    """Per Llama 3.2 3B layer shape, each int4 kernel's GPU time per call at 1 row, the decode step's 9
+    (batch 1), 72 (batch 8) and a 256-row prompt chunk: torch's int4 kernel, the Triton GEMV's candidate
+    tiles, the Triton tiled kernel, and the layer dequantized to bf16 (what the bytes alone would allow,
+    at 4x the bytes), each timed as a CUDA graph of calls (cuda_linear.time_us: no Python launch cost,
+    unlike run 2's figures); and each shape's bytes over the measured bandwidth."""
+    from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Gemv, TritonQ4Linear, TritonQ8Head, time_us
     from ..kernels.quant import QuantLinear
+    from ..kernels.triton.int4_gemv import CANDIDATES
 
     shapes = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192)}
     if smoke:
         shapes = {"qkv": (512, 256)}
-    out: dict[str, Any] = {}
+    if device != "cuda":
+        return {"skipped": "needs a CUDA device (the kernels are CUDA's)"}
+    out: dict[str, Any] = {"timing": "GPU time per call, a CUDA graph of 20 calls replayed 5 times"}
     g = torch.Generator().manual_seed(0)
     for name, (n, k) in shapes.items():
         q = QuantLinear(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
                         torch.full((n, k // 32), 0.004), torch.bfloat16, torch.full((n, k // 32), -0.03)).to(device)
-        lin, why = Int4PackLinear.build(q, torch.bfloat16)
-        tri, twhy = TritonQ4Linear.build(q, torch.bfloat16)
+        kernels: dict[str, Any] = {"dequantized_bf16": None}
+        row: dict[str, Any] = {"weight_bytes_int4": n * k // 2 + 2 * 2 * n * k // 32}
+        builds = [("int4pack", Int4PackLinear.build, ()), ("triton_tiled", TritonQ4Linear.build, ()),
+                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES]]
+        for label, build, extra in builds:
+            layer, why = build(q, torch.bfloat16, *extra)
+            if layer is None:
+                row[label] = f"refused: {why}"
+            else:
+                kernels[label] = layer
         w = q.dequantize().to(torch.bfloat16)
-        row: dict[str, Any] = {"int4pack": why or "ok", "triton": twhy or "ok"}
-        for m in (1, 9, 72):
+        for m in (1, 9, 72, 256):
             x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
-            fns = {"dequantized_bf16": lambda x=x, w=w: torch.nn.functional.linear(x, w)}
-            if lin is not None:
-                fns["int4pack"] = lambda x=x, lin=lin: lin(x)
-            if tri is not None:
-                fns["triton_int4"] = lambda x=x, tri=tri: tri(x)
-            for label, fn in fns.items():
-                for _ in range(3):
-                    fn()
-                _sync()
-                t, reps = time.perf_counter(), 20 if smoke else 200
-                for _ in range(reps):
-                    fn()
-                _sync()
-                row[f"{label}_m{m}_us"] = round(1e6 * (time.perf_counter() - t) / reps, 1)
+            for label, layer in kernels.items():
+                fn = (lambda x=x, w=w: torch.nn.functional.linear(x, w)) if layer is None else \
+                    (lambda x=x, lay=layer: lay(x))
+                try:
+                    row[f"{label}_m{m}_us"] = round(time_us(fn), 2)
+                except Exception as e:  # noqa: BLE001 (one kernel's failure is a finding, not the stage's end)
+                    row[f"{label}_m{m}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         out[name] = row
-        out[name]["weight_bytes_int4"] = n * k // 2 + 2 * 2 * n * k // 32
+        del kernels, w
     if not smoke:  # the head: 128256 x 3072, bf16 against the Triton INT8 kernel over Q8_0 blocks
         codes = torch.randint(-127, 128, (128256, 3072), dtype=torch.int8, device=device)
         scales = torch.full((128256, 96), 0.0003, device=device)
@@ -438,18 +421,9 @@ def int4_kernel_stage(device: str, smoke: bool) -> dict:
         row = {"triton_int8": why or "ok"}
         for m in (1, 9):
             x = torch.randn(m, 3072, dtype=torch.bfloat16, device=device)
-            fns = {"bf16": lambda x=x: torch.nn.functional.linear(x, w)}
+            row[f"bf16_m{m}_us"] = round(time_us(lambda x=x: torch.nn.functional.linear(x, w)), 2)
             if head is not None:
-                fns["triton_int8"] = lambda x=x: head(x)
-            for label, fn in fns.items():
-                for _ in range(3):
-                    fn()
-                _sync()
-                t = time.perf_counter()
-                for _ in range(100):
-                    fn()
-                _sync()
-                row[f"{label}_m{m}_us"] = round(1e4 * (time.perf_counter() - t), 1)
+                row[f"triton_int8_m{m}_us"] = round(time_us(lambda x=x: head(x)), 2)
         out["lm_head"] = row
         del codes, w
     return out
@@ -557,12 +531,52 @@ def hf_run(path: Path, device: str, smoke: bool, budget_s: float = 1e9) -> None:
 # ---------------------------------------------------------------------------------------------- main
 
 
+def variant_stage(engine_dir: Path, device: str, prompt: int, tokens: int, batches: tuple[int, ...] = (1,),
+                  **kw) -> dict:
+    """Another engine load (switches, cache dtype) and its decode, then freed."""
+    eng, s = load_engine(engine_dir, device, **kw)
+    try:
+        return {**engine_report(eng, s), **decode_stage(eng, batches, prompt, tokens, device)}
+    finally:
+        del eng
+        _free(device)
+
+
+def unfused_stage(eng, prompt: int, tokens: int, device: str) -> dict:
+    """The loaded engine's batch-1 decode with its step's small ops unfused (the graphs captured again),
+    against the fused step: what the fused kernels save. The engine is left as it was."""
+    from dataclasses import replace
+
+    model = eng.model
+    plan = model.plan
+    if not plan.fused_step_ops:
+        return {"skipped": "the fused step ops do not run on this engine: "
+                + str(dict(plan.why_not).get("triton_step_ops", "not planned"))}
+    try:
+        model.plan = replace(plan, fused_step_ops=False)
+        model.graphs.entries.clear()
+        return decode_stage(eng, (1,), prompt, tokens, device)
+    finally:
+        model.plan = plan
+        model.graphs.entries.clear()
+
+
+def _goals(run: Run) -> dict:
+    s = run.data["stages"]
+    ours = s.get("decode_int4", {}).get("batch_1", {}).get("tok_per_s_per_request")
+    hf = s.get("hf", {}).get("compiled_static_tok_per_s_batch_1")
+    return {"batch1_fraction_of_roofline": s.get("roofline", {}).get("fraction_of_roofline"),
+            "over_transformers_compiled": round(ours / hf, 2) if ours and hf else None,
+            "warm_plan_over_task_alone": s.get("home", {}).get("warm_over_alone"),
+            "greedy_identical_with_speculation": s.get("speculation", {}).get("all_identical")}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "gpu_check.json")
     p.add_argument("--tokenizer", type=Path, default=ROOT / ".whl" / "tokenizer",
                    help="an exported tokenizer dir (tokenizer.json, generation_config.json)")
-    p.add_argument("--budget-s", type=float, default=450.0, help="the whole run's seconds (stages skip past it)")
+    p.add_argument("--budget-s", type=float, default=330.0, help="the whole run's seconds (stages skip past it)")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU: the plumbing only")
     p.add_argument("--work", type=Path, default=Path("/tmp/orin_llm_gpu"))
     p.add_argument("--stages", help="comma-separated stage names to run (default: all)")
@@ -577,71 +591,93 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("[gpu] torch sees no CUDA device: use --cpu-smoke on a CPU", file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     run = Run(a.out, a.budget_s, a.cpu_smoke, set(a.stages.split(",")) if a.stages else None)
+    try:
+        return _stages(run, a, device)
+    finally:  # whatever ended the run (a stage's crash aside: each records its own), the goals and JSON
+        run.data["goals"] = _goals(run)
+        run.save()
+
+
+def _stages(run: Run, a, device: str) -> int:
+    """The stages, the numbers that settle issue 36's goals first (module doc)."""
+    from dataclasses import replace
+
+    from ..runtime.kernel_plan import KernelSwitches
+    from .gpu_tests import FIRST, REST, gate, run_groups
+
     smoke = a.cpu_smoke
     run.stage("env", lambda: env_stage(device), 0)
     run.stage("bandwidth", lambda: bandwidth_stage(device, smoke), 5)
+    # 1. the CUDA tests, each group under its own cap: the new kernels gate the measurements below
+    tests = run.stage("tests", lambda: run_groups(FIRST, a.tokenizer, run.left), 30) or {}
+    off = gate(tests)
+    switches = KernelSwitches()
+    if "int4_kernel" in off:
+        switches = replace(switches, int4_kernel="int4pack")
+    if "fused_step" in off:
+        switches = replace(switches, fused_step=False)
+    run.data["gated"] = off
     engine_dir = a.work / "engine"
-    if run.stage("engine_write", lambda: write_engine(run, a.tokenizer, engine_dir), 60) is None:
-        run.save()
+    if run.stage("engine_write", lambda: write_engine(run, a.tokenizer, engine_dir), 40) is None:
         return 1
     holder: dict[str, Any] = {}
+    prompt, tokens = (32, 8) if smoke else (64, 128)
 
-    def load_int4() -> dict:
-        holder["eng"], s = load_engine(engine_dir, device)
+    def load_main() -> dict:
+        holder["eng"], s = load_engine(engine_dir, device, switches=switches)
         return engine_report(holder["eng"], s)
 
-    prompt, tokens = (32, 8) if smoke else (64, 128)
-    run.stage("load_int4", load_int4, 30)
-    if "eng" in holder:
-        eng = holder["eng"]
-        decode = run.stage("decode_int4", lambda: decode_stage(eng, (1, 4, 8), prompt, tokens, device), 20)
-        bw = run.data["stages"].get("bandwidth", {}).get("gb_per_s")
+    # 2. batch-1 decode: the int4 kernel chosen per shape at load, then each choice forced, the step unfused
+    run.stage("load_int4", load_main, 30)
+    eng = holder.get("eng")
+    decode = run.stage("decode_int4", lambda: decode_stage(eng, (1,), prompt, tokens, device), 15) if eng else None
+    bw = run.data["stages"].get("bandwidth", {}).get("gb_per_s")
 
-        def roofline() -> dict:
-            b = step_bytes(eng, prompt + tokens // 2)
-            out = {**b, "bandwidth_gb_per_s": bw}
-            if bw and decode:
-                out["roofline_tok_per_s"] = round(bw * 1e9 / b["total_bytes"], 1)
+    def roofline() -> dict:
+        b = step_bytes(eng, prompt + tokens // 2)
+        out = {**b, "bandwidth_gb_per_s": bw}
+        if bw:
+            out["roofline_tok_per_s"] = round(bw * 1e9 / b["total_bytes"], 1)
+            st = run.data["stages"]
+            for name in ("decode_int4", "decode_int4pack", "decode_gemv", "decode_unfused"):
+                got = st.get(name, {}).get("batch_1", {}).get("tok_per_s_per_request")
+                if got:
+                    out[f"{name}_fraction"] = round(got / out["roofline_tok_per_s"], 3)
+            if decode:
                 out["measured_tok_per_s"] = decode["batch_1"]["tok_per_s_per_request"]
-                out["fraction_of_roofline"] = round(out["measured_tok_per_s"] / out["roofline_tok_per_s"], 3)
-            return out
+                out["fraction_of_roofline"] = out["decode_int4_fraction"]
+        return out
 
+    if eng is not None:
+        run.stage("roofline", roofline, 0)  # (again below, with the variants' fractions)
+    short = max(8, tokens // 2)
+    if switches.int4_kernel == "auto":
+        for kernel in ("int4pack", "gemv"):
+            run.stage(f"decode_{kernel}", lambda k=kernel: variant_stage(
+                engine_dir, device, prompt, short, switches=replace(switches, int4_kernel=k)), 25)
+    if eng is not None:
+        run.stage("decode_unfused", lambda: unfused_stage(eng, prompt, short, device), 10)
         run.stage("roofline", roofline, 0)
-        run.stage("speculation", lambda: speculation_stage(eng, 24 if smoke else 64), 20)
+    # 3. against transformers' compiled generate (a subprocess under its own cap)
+    run.stage("hf", lambda: hf_stage(run, device, cap_s=60 if smoke else 90), 50)
+    if eng is not None:
+        # 4. batch 4 and 8, TTFT cold and warm on a 4k home, greedy speculation, where a step's time goes
+        run.stage("decode_batches", lambda: decode_stage(eng, (4, 8), prompt, short, device), 20)
         run.stage("home", lambda: home_stage(eng, 256 if smoke else 4096, 48, 16 if smoke else 32), 30)
+        run.stage("speculation", lambda: speculation_stage(eng, 24 if smoke else 64), 15)
         run.stage("profile", lambda: profile_stage(eng, smoke), 20)
         holder.clear()
         del eng
         _free(device)
-    run.stage("hf", lambda: hf_stage(run, device, cap_s=60 if smoke else 110), 60)
-    # (after the measurements: the first GPU run's tests passed but for a test bug, fixed since)
-    run.stage("tests", lambda: tests_stage(run, a.tokenizer), 40)
-
-    from ..runtime.kernel_plan import KernelSwitches
-
-    def other_path(batches: tuple[int, ...], **kw) -> dict:
-        eng, s = load_engine(engine_dir, device, **kw)
-        try:
-            return {**engine_report(eng, s), **decode_stage(eng, batches, prompt, tokens // 2, device)}
-        finally:
-            del eng
-            _free(device)
-
-    run.stage("fp16", lambda: other_path((1, 8), kv_cache="fp16", switches=KernelSwitches(int4_cuda=False)), 30)
-    run.stage("triton_linear", lambda: other_path((1, 8), switches=KernelSwitches(triton_linear=True)), 30)
-    # batch 1 over contexts under 512 tokens is one bucket (Triton tables start 32 blocks wide): one compile
-    run.stage("compiled", lambda: other_path((1,), switches=KernelSwitches(torch_compile=True)), 75)
-    run.stage("int4_kernel", lambda: int4_kernel_stage(device, smoke), 15)
-    run.stage("no_graphs", lambda: other_path((1,), switches=KernelSwitches(cuda_graphs=False)), 30)
-    s = run.data["stages"]
-    ours = s.get("decode_int4", {}).get("batch_1", {}).get("tok_per_s_per_request")
-    hf = s.get("hf", {}).get("compiled_static_tok_per_s_batch_1")
-    run.data["goals"] = {
-        "batch1_fraction_of_roofline": s.get("roofline", {}).get("fraction_of_roofline"),
-        "over_transformers_compiled": round(ours / hf, 2) if ours and hf else None,
-        "warm_plan_over_task_alone": s.get("home", {}).get("warm_over_alone"),
-        "greedy_identical_with_speculation": s.get("speculation", {}).get("all_identical")}
-    run.save()
+    # 5. the kernels alone, the other paths, the rest of the tests: what time is left
+    run.stage("int4_kernel", lambda: int4_kernel_stage(device, smoke), 20)
+    run.stage("fp16", lambda: variant_stage(engine_dir, device, prompt, short, (1, 8), kv_cache="fp16",
+                                            switches=replace(switches, int4_cuda=False)), 30)
+    run.stage("compiled", lambda: variant_stage(engine_dir, device, prompt, short,
+                                                switches=replace(switches, torch_compile=True)), 75)
+    run.stage("no_graphs", lambda: variant_stage(engine_dir, device, prompt, 16,
+                                                 switches=replace(switches, cuda_graphs=False)), 30)
+    run.stage("tests_rest", lambda: run_groups(REST, a.tokenizer, run.left), 30)
     print(f"[gpu] done in {time.perf_counter() - run.t0:.0f} s: {a.out}", flush=True)
     return 0
 

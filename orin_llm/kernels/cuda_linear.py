@@ -1,5 +1,7 @@
 """Q4_1 linear layers on CUDA, still 4-bit on the GPU: torch's packed int4 kernel (`_weight_int4pack_mm`,
-gpt-fast's "tinygemm"), from the Q4_1 blocks repacked once at load.
+gpt-fast's "tinygemm"), from the Q4_1 blocks repacked once at load, or our Triton kernels over the same
+blocks (kernels/triton: `q4_gemv`, the GEMV for decode's few rows; `int4_linear`, the tiled one); and
+which of them a layer runs (`choose_int4`: the one place that chooses).
 
 Q4_1 stores w = scale·q + min per 32-weight block (q in 0..15). torch's kernel computes
 (q - 8)·scale + zero per group, so zero = min + 8·scale and the codes go in as they are: the same
@@ -9,10 +11,19 @@ activations and writes bf16. The packing order of the codes has changed between 
 codes, then two codes per byte), so `pack` tries the layouts this torch takes and keeps the one whose
 products match the dequantized layer: a torch whose kernel packs differently is refused at load (the
 layer then runs dequantized, and the kernel plan says why), never a silently wrong product.
+
+The choice (`choose_int4`): torch's kernel is latency-bound at decode's few rows (about the same time
+per call whatever the layer's size, on the H200 of docs/bench/gpu.json), so per layer shape the
+candidates are timed at load on the GPU at the decode step's rows, each as a CUDA graph of calls
+(what the decode graphs replay: no Python launch cost in the figure), and the fastest runs every call
+of that shape, decode and prompt alike (one kernel per layer keeps a row's numbers independent of the
+other rows: batch invariance). The timings go into the kernel plan's report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -163,6 +174,172 @@ class TritonQ4Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"Q4_1 (Triton, split_k={self.split_k})")
+
+
+class TritonQ4Gemv(nn.Module):
+    """A Q4_1 QuantLinear on the Triton INT4 GEMV (kernels/triton/int4_gemv.py): the GGUF's codes repacked
+    once at load, the scales and mins in the activations' dtype (the dequantization by bits: no
+    int-to-float conversions; bf16-rounded scales, as torch's kernel holds them), float32 sums, a tile
+    and input split fixed per layer (rows independent of each other)."""
+
+    def __init__(self, packed, in_features: int, out_features: int, config, split_k: int, dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("codes", packed.codes)
+        self.register_buffer("scales", packed.scales)
+        self.register_buffer("mins", packed.mins)
+        self.config, self.split_k, self.dtype = config, split_k, dtype
+        self.in_features, self.out_features = in_features, out_features
+
+    @classmethod
+    def build(cls, q: QuantLinear, dtype: torch.dtype, config=None) -> tuple[Optional[TritonQ4Gemv], Optional[str]]:
+        from . import triton as kernels
+
+        dev = q.qweight.device
+        if dev.type != "cuda":
+            return None, f"not a CUDA device ({dev.type})"
+        why = kernels.available()
+        if why:
+            return None, why
+        if q.bits != 4 or q.group != 32:
+            return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
+        from .triton.int4_gemv import CANDIDATES
+
+        config = config or CANDIDATES[0]
+        mins = q.mins if q.mins is not None else -8 * q.scales
+        sms = torch.cuda.get_device_properties(dev).multi_processor_count
+        try:
+            packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float(), dtype=dtype)
+            layer = cls(packed, q.in_features, q.out_features, config,
+                        config.split_k(q.out_features, q.in_features, sms), dtype)
+            x = torch.randn(4, q.in_features, device=dev, dtype=dtype,
+                            generator=torch.Generator(device=dev).manual_seed(0))
+            why = _check(layer(x), F.linear(x.float(), q.dequantize().float()), "the Triton int4 GEMV")
+        except Exception as e:  # noqa: BLE001 (a kernel that does not compile here: the plan says why)
+            return None, f"the Triton int4 GEMV: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        return (layer, None) if why is None else (None, why)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from .triton.int4_gemv import q4_gemv
+        from .triton.q4_linear import Q4Packed
+
+        return q4_gemv(x, Q4Packed(self.codes, self.scales, self.mins), self.config, self.split_k)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"Q4_1 (Triton GEMV {self.config.label()}, split_k={self.split_k})")
+
+
+# every CUDA int4 layer class (packed.rows_independent probes them all)
+INT4_LAYERS = (Int4PackLinear, TritonQ4Linear, TritonQ4Gemv)
+# what ORIN_LLM_INT4_KERNEL may ask for (kernel_plan.KernelSwitches.int4_kernel): auto times them
+INT4_KERNELS = ("auto", "int4pack", "gemv", "tiled")  # (kernel_plan.py reads them from here)
+
+
+def time_us(fn: Callable[[], object], calls: int = 20, reps: int = 5) -> float:
+    """The GPU time of one call of `fn` in microseconds: `calls` calls captured in a CUDA graph, the
+    graph replayed `reps` times between CUDA events (the decode graphs' cost, without Python's launch
+    cost between calls); eagerly between events where a capture fails."""
+    for _ in range(2):  # compiled, allocator settled
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph: Optional[torch.cuda.CUDAGraph] = None
+    try:
+        graph = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+            for _ in range(calls):
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph.replay()
+    except RuntimeError:  # (a kernel that cannot be captured: timed eagerly, launches included)
+        graph = None
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        if graph is not None:
+            graph.replay()
+        else:
+            for _ in range(calls):
+                fn()
+    end.record()
+    torch.cuda.synchronize()
+    return 1000 * start.elapsed_time(end) / (reps * calls)
+
+
+@dataclass
+class Int4Choice:
+    """The kernel chosen for one layer shape, and what each candidate took at the decode rows."""
+    kernel: str  # "int4pack", "gemv" or "tiled"
+    config: object = None  # the GEMV's GemvConfig
+    timings_us: dict = field(default_factory=dict)  # candidate label -> µs per call (empty: not timed)
+    refused: dict = field(default_factory=dict)  # candidate -> why it does not run here
+
+    def describe(self) -> str:
+        name = {"int4pack": "torch's int4 kernel", "gemv": f"Triton GEMV {getattr(self.config, 'label', str)()}",
+                "tiled": "Triton tiled int4"}[self.kernel]
+        if not self.timings_us:
+            return f"{name} (asked for)"
+        times = ", ".join(f"{k} {v:.1f} us" for k, v in sorted(self.timings_us.items(), key=lambda kv: kv[1]))
+        return f"{name} (timed at load: {times})"
+
+
+def _build(kind: str, q: QuantLinear, dtype: torch.dtype, config=None):
+    if kind == "int4pack":
+        return Int4PackLinear.build(q, dtype)
+    if kind == "tiled":
+        return TritonQ4Linear.build(q, dtype)
+    return TritonQ4Gemv.build(q, dtype, config)
+
+
+def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "auto",
+                chosen: Optional[dict] = None) -> tuple[Optional[nn.Module], Optional[str], Optional[Int4Choice]]:
+    """The layer `q` on the CUDA int4 kernel `asked` (INT4_KERNELS): "auto" times torch's kernel and the
+    GEMV's candidate tiles at `rows` rows (the decode step's) and keeps the fastest; "gemv" times its
+    tiles only. `chosen` (shape -> Int4Choice) carries the choice to the other layers of the same
+    shape, timed once. Returns (layer, None, choice), or (None, why, None) where no candidate runs."""
+    if asked not in INT4_KERNELS:
+        raise ValueError(f"int4 kernel {asked!r}: one of {', '.join(INT4_KERNELS)}")
+    shape = (q.out_features, q.in_features)
+    if chosen is not None and shape in chosen:
+        choice = chosen[shape]
+        layer, why = _build(choice.kernel, q, dtype, choice.config)
+        return (layer, None, choice) if layer is not None else (None, why, None)
+    from .triton.int4_gemv import CANDIDATES
+
+    kinds = [(asked, None)] if asked in ("int4pack", "tiled") else \
+        ([("int4pack", None)] if asked == "auto" else []) + [("gemv", c) for c in CANDIDATES]
+    choice, best, refused, timings = None, None, {}, {}
+    x = torch.randn(max(1, rows), q.in_features, device=q.qweight.device, dtype=dtype,
+                    generator=torch.Generator(device=q.qweight.device).manual_seed(1))
+    for kind, config in kinds:
+        label = kind if config is None else f"gemv_{config.label()}"
+        layer, why = _build(kind, q, dtype, config)
+        if layer is None:
+            refused[label] = why
+            continue
+        if len(kinds) == 1:
+            best, choice = layer, Int4Choice(kind, config)
+            break
+        try:
+            timings[label] = round(time_us(lambda layer=layer: layer(x)), 2)
+        except Exception as e:  # noqa: BLE001 (a candidate that fails to run is refused, with why)
+            refused[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            continue
+        if best is None or timings[label] < min(v for k, v in timings.items() if k != label):
+            best, choice = layer, Int4Choice(kind, config)
+        del layer
+    if best is None:
+        return None, "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no candidate", None
+    choice.timings_us, choice.refused = timings, refused
+    if chosen is not None:
+        chosen[shape] = choice
+    return best, None, choice
 
 
 class TritonQ8Head(nn.Module):

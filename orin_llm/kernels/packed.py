@@ -74,19 +74,19 @@ def pack_linears(model: nn.Module) -> int:
 def rows_independent(model: nn.Module, max_rows: int, seed: int = 0) -> bool:
     """True if, for every linear shape in `model`, each row of an n-row call (n = 1 .. max_rows)
     equals the same row computed in a max_rows-row call, bit for bit."""
-    from .cuda_linear import Int4PackLinear, TritonQ4Linear, TritonQ8Head
+    from .cuda_linear import INT4_LAYERS, TritonQ8Head
 
     gen = torch.Generator().manual_seed(seed)
     seen = set()
     for m in model.modules():
-        if not isinstance(m, (PackedLinear, nn.Linear, QuantLinear, Int4PackLinear, TritonQ4Linear, TritonQ8Head)):
+        if not isinstance(m, (PackedLinear, nn.Linear, QuantLinear, *INT4_LAYERS, TritonQ8Head)):
             continue
         shape = (type(m), m.out_features, m.in_features)
         if shape in seen:
             continue
         seen.add(shape)
         # on the layer's device, in its dtype (a CUDA model computes in bf16: runtime/kernel_plan.py)
-        t = next(m.buffers(), None) if isinstance(m, (QuantLinear, Int4PackLinear, TritonQ4Linear, TritonQ8Head)) \
+        t = next(m.buffers(), None) if isinstance(m, (QuantLinear, *INT4_LAYERS, TritonQ8Head)) \
             else None
         t = next(m.parameters(), None) if t is None else t
         dtype = t.dtype if t is not None and t.is_floating_point() else getattr(m, "dtype", torch.float32)

@@ -41,6 +41,7 @@ class Step:
     blocks: int = 0  # > 0: a prompt chunk whose attention runs per aligned block of this many tokens
     int8_op: bool = False  # a decode-sized step over an INT8 cache: int8_attention's op reads it directly
     prompt_op: bool = False  # a bf16 step's rows run prefill_attention's op instead of the GEMMs (plan.int8_prompt)
+    paged_prompt: bool = False  # a prompt chunk's attention in one Triton call over the pool (plan.triton_prefill)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,8 @@ class Attention(nn.Module):
             cache.write(layer, step.pos, ks, vs)
             if step.int8_op:
                 outs.append(int8_decode_attention(qs, cache, layer, step.pos))
+            elif step.paged_prompt:
+                outs.append(self._attend_paged_prompt(qs, cache, layer, step))
             elif step.prompt_op:
                 outs.append(self._attend_prompt(qs, cache, layer, step))
             else:
@@ -104,6 +107,20 @@ class Attention(nn.Module):
         qk = qk * cos + _swap_halves(qk) * sin
         q, k = qk[:, :self.h], qk[:, self.h:]
         pool.write(layer, fixed.slots, k, v)
+        return self._attend_static(q, pool, layer, fixed)
+
+    def forward_static_fused(self, x, positions, cos, sin, pool, layer: int, fixed: FixedStep):
+        """forward_static with RoPE and the K/V write in one Triton kernel (kernels/triton/step_ops.py):
+        `cos`, `sin` the model's float32 tables, `positions` each row's."""
+        from ..kernels.triton.step_ops import rope_write
+
+        kc, vc, ks, vs = pool.layer_tensors(layer)
+        q = rope_write(self.qkv_proj(x), positions, cos, sin, kc, vc, fixed.slots, self.h, self.kv, ks, vs)
+        return self._attend_static(q, pool, layer, fixed)
+
+    def _attend_static(self, q, pool, layer: int, fixed: FixedStep):
+        """q [T, H, D] of a fixed-shape step, its K/V written: attention and o_proj."""
+        t = q.shape[0]
         if fixed.tables is not None:  # the Triton kernel reads the pool through the tables: one query a row
             from ..kernels.triton import paged_decode_attention
 
@@ -122,6 +139,20 @@ class Attention(nn.Module):
         if pool.int8:
             out = out * v_scale.to(out.dtype)
         return self.o_proj(out.transpose(1, 2).reshape(t, self.h * self.d))
+
+    def _attend_paged_prompt(self, q, cache, layer: int, step: Step):
+        """q: [T, H, D] of a prompt chunk whose K/V are in the pool → [T, H·D]: every layer's attention in
+        one Triton call (kernels/triton/prefill_attention.py), not an SDPA per 16-token block. Each row
+        runs over key tiles from position 0 in one fixed order, whatever chunk it came in (rows past it
+        in the tile add exact zeros): a block's K/V still do not depend on the chunking or the cache."""
+        from ..kernels.triton import paged_prefill_attention
+
+        t = q.shape[0]
+        kc, vc, ks, vs = cache.pool.layer_tensors(layer)
+        table, lens, starts = cache.prefill_args(step.pos, t)
+        out = paged_prefill_attention(q.contiguous(), kc, vc, table, lens, starts, cache.pool.block_size, ks, vs,
+                                      max_q_len=t)
+        return out.reshape(t, self.h * self.d)
 
     def _attend_prompt(self, q, cache, layer: int, step: Step):
         """q: [T, H, D] of one sequence → [T, H·D]: the rows the bf16 GEMMs would take, on the INT8 prompt

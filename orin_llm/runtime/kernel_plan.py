@@ -30,6 +30,7 @@ import torch
 from ..arch import Arch
 from ..kernels import decode_layer, int8_attention, prefill_attention, q8_dot
 from ..kernels.attention import bf16_dot_products
+from ..kernels.cuda_linear import INT4_KERNELS
 from ..kernels.int8_attention import HEAD_DIMS
 from ..kernels.packed import onednn_available
 from ..kernels.quant import INT8_KERNEL, kernel_available
@@ -43,7 +44,9 @@ INT8_DECODE, INT8_PROMPT = "int8_decode_attention", "int8_prompt_attention"
 BF16_PROMPT, ONEDNN = "bf16_prompt_attention", "onednn_packing"  # torch's kernels, which a switch turns off too
 INT4_CUDA, GRAPHS, COMPILE = "int4_cuda_linear", "cuda_graphs", "torch_compile"  # the CUDA path's
 TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR = "triton_decode_attention", "triton_int8_head", "triton_int4_linear"
-CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR)
+FUSED_STEP = "triton_step_ops"  # the fixed-shape step's small ops fused (kernels/triton/step_ops.py)
+TRITON_PREFILL = "triton_prefill_attention"  # prompt chunks' attention over the pool (kernels/triton)
+CUDA_KERNELS = (INT4_CUDA, GRAPHS, COMPILE, TRITON_ATTN, TRITON_HEAD, TRITON_LINEAR, FUSED_STEP, TRITON_PREFILL)
 
 QUANTIZED = ("q4_1", "int8_wo", "int4_wo")  # weight formats whose linear layers are QuantLinear (quant.py)
 
@@ -59,10 +62,14 @@ SWITCH_VARIABLES = {
     "cuda_graphs": "ORIN_LLM_CUDA_GRAPHS",
     "triton_attention": "ORIN_LLM_TRITON_ATTN",
     "triton_head": "ORIN_LLM_TRITON_HEAD",
+    "fused_step": "ORIN_LLM_FUSED_STEP",
+    "triton_prefill": "ORIN_LLM_TRITON_PREFILL",
 }
-# off unless set to 1 (OPT_IN): compiling the decode step costs tens of seconds per batch bucket at
-# start; the Triton int4 linear against torch's int4 kernel is measured by bench/gpu_check.sh
-OPT_IN = {"torch_compile": "ORIN_LLM_COMPILE", "triton_linear": "ORIN_LLM_TRITON_LINEAR"}
+# off unless set to 1 (OPT_IN): compiling the decode step costs tens of seconds per batch bucket at start
+OPT_IN = {"torch_compile": "ORIN_LLM_COMPILE"}
+# which CUDA int4 kernel runs the Q4_1 layers (cuda_linear.INT4_KERNELS): auto (the default) times torch's
+# and the Triton GEMV per layer shape at load and keeps the faster; int4pack, gemv or tiled force one
+INT4_KERNEL_VARIABLE = "ORIN_LLM_INT4_KERNEL"
 
 
 @dataclass(frozen=True)
@@ -78,8 +85,14 @@ class KernelSwitches:
     cuda_graphs: bool = True  # decode steps at fixed shapes, captured in CUDA graphs per bucket (cuda_graphs.py)
     triton_attention: bool = True  # those steps' attention on the Triton paged kernel (kernels/triton)
     triton_head: bool = True  # a Q4_1 target's tied head on the Triton INT8 kernel over the Q8_0 codes
+    fused_step: bool = True  # the fixed-shape step's small ops in fused Triton kernels (kernels/triton/step_ops.py)
+    triton_prefill: bool = True  # prompt chunks' attention on the Triton paged prefill kernel (CUDA)
     torch_compile: bool = False  # those steps' small ops fused by torch.compile (ORIN_LLM_COMPILE=1)
-    triton_linear: bool = False  # Q4_1 layers on the Triton int4 kernel instead of torch's (ORIN_LLM_TRITON_LINEAR=1)
+    int4_kernel: str = "auto"  # the CUDA int4 kernel of the Q4_1 layers (ORIN_LLM_INT4_KERNEL, INT4_KERNELS)
+
+    def __post_init__(self):
+        if self.int4_kernel not in INT4_KERNELS:
+            raise ValueError(f"{INT4_KERNEL_VARIABLE}={self.int4_kernel!r}: set it to one of {', '.join(INT4_KERNELS)}")
 
     @classmethod
     def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> KernelSwitches:
@@ -87,7 +100,8 @@ class KernelSwitches:
         (ORIN_LLM_COMPILE=1 turns compilation on)."""
         env = os.environ if environ is None else environ
         return cls(**{name: env.get(var, "1") != "0" for name, var in SWITCH_VARIABLES.items()},
-                   **{name: env.get(var, "0") == "1" for name, var in OPT_IN.items()})
+                   **{name: env.get(var, "0") == "1" for name, var in OPT_IN.items()},
+                   int4_kernel=env.get(INT4_KERNEL_VARIABLE, "auto").strip().lower() or "auto")
 
     def off(self, name: str) -> Optional[str]:
         """Why switch `name` keeps its kernel from running (None: it does not)."""
@@ -164,22 +178,35 @@ class KernelPlan:
     torch_compile: bool = False  # the fixed-shape decode step compiled (torch.compile) before capture
     triton_attention: bool = False  # the fixed-shape step's attention on the Triton paged kernel
     triton_head: bool = False  # the tied head on the Triton INT8 kernel (cuda_linear.TritonQ8Head)
-    triton_linear: bool = False  # int4 layers on the Triton kernel (cuda_linear.TritonQ4Linear), not torch's
+    # the fixed-shape step's residual adds + RMSNorms, RoPE + K/V write, SiLU·mul as fused Triton kernels
+    fused_step_ops: bool = False
+    triton_prefill: bool = False  # a prompt chunk's attention in one Triton call per layer over the paged pool
+    # int4 layers may run a Triton kernel (cuda_linear.py: the GEMV, or the tiled one); settled: some do
+    triton_linear: bool = False
+    int4_kernel: str = "auto"  # what was asked for (KernelSwitches.int4_kernel)
+    int4_layers: tuple[tuple[str, str], ...] = field(default=())  # settled: (out x in, the kernel and its timings)
     why_not: tuple[tuple[str, str], ...] = field(default=())  # (kernel, why it is not used)
 
     def settled(self, rows_independent: bool, layers_fuse: Optional[str], decode_width: int,
-                lm_head: str, int4_cuda: Optional[str] = None, triton_head: Optional[str] = None) -> KernelPlan:
+                lm_head: str, int4_cuda: Optional[str] = None, triton_head: Optional[str] = None,
+                int4_layers: tuple[tuple[str, str, str], ...] = ()) -> KernelPlan:
         """The plan once the weights are in place: `rows_independent` as probed (packed.py),
         `layers_fuse` None where every layer can run the fused op (else why not), the exact steps'
-        width (0: not exact), the head that was built, and why a planned CUDA int4 kernel did not
-        take every Q4_1 layer (None: it did)."""
+        width (0: not exact), the head that was built, why a planned CUDA int4 kernel did not
+        take every Q4_1 layer (None: it did), and per int4 layer shape (out x in, kernel, in words) the
+        kernel cuda_linear.choose_int4 chose."""
         why = dict(self.why_not)
         fused = self.fused_decode and rows_independent and layers_fuse is None
         if self.fused_decode and not fused:
             why[FUSED] = layers_fuse or "the linear kernels are not row-independent here"
         int4 = self.int4_cuda and int4_cuda is None
         if self.int4_cuda and not int4:
-            why[INT4_CUDA if not self.triton_linear else TRITON_LINEAR] = int4_cuda
+            why[INT4_CUDA] = int4_cuda
+        triton = int4 and any(kernel != "int4pack" for _, kernel, _ in int4_layers) if int4_layers else \
+            self.triton_linear and int4
+        if self.triton_linear and not triton:
+            why[TRITON_LINEAR] = ("torch's int4 kernel was faster at every layer shape (timed at load)"
+                                  if int4 else f"no CUDA int4 layers ({why.get(INT4_CUDA)})")
         head = self.triton_head and triton_head is None
         if self.triton_head and not head:
             why[TRITON_HEAD] = triton_head
@@ -190,8 +217,9 @@ class KernelPlan:
         rows = rows_independent and decode_width <= PROBE_ROWS
         return replace(self, fused_decode=fused, rows_independent=rows, decode_width=decode_width,
                        lm_head=lm_head, int4_cuda=int4, cuda_graphs=graphs, triton_head=head,
-                       triton_linear=self.triton_linear and int4,
+                       triton_linear=triton, int4_layers=tuple((shape, words) for shape, _, words in int4_layers),
                        triton_attention=self.triton_attention and graphs,
+                       fused_step_ops=self.fused_step_ops and graphs,
                        torch_compile=self.torch_compile and graphs, why_not=tuple(why.items()))
 
     @property
@@ -200,20 +228,37 @@ class KernelPlan:
         if self.weights in QUANTIZED:
             if self.q8_dot:
                 return "q8_dot"
-            if self.int4_cuda and self.triton_linear:
-                return "the Triton int4 kernel over the Q4_1 blocks repacked at load (kernels/triton/q4_linear.py)"
             if self.int4_cuda:
-                return "torch's CUDA int4 kernel (_weight_int4pack_mm), the Q4_1 blocks repacked at load"
+                return self._int4_linear()
             if self.device == "cpu":
                 return "torch's packed weight-only kernels (where a layer's shape fits; dequantized elsewhere)"
             return "dequantized (no packed weight-only kernel on this device)"
         return "oneDNN packed float32" if self.onednn_pack else "torch's linear"
+
+    def _int4_linear(self) -> str:
+        torch_int4 = "torch's CUDA int4 kernel (_weight_int4pack_mm)"
+        gemv = "the Triton int4 GEMV (kernels/triton/int4_gemv.py)"
+        tiled = "the Triton tiled int4 kernel (kernels/triton/q4_linear.py)"
+        kernels = {torch_int4 if words.startswith("torch") else gemv if "GEMV" in words else tiled
+                   for _, words in self.int4_layers}
+        if len(kernels) > 1:
+            return f"per layer shape, {torch_int4} or {gemv}, the faster at load (int4_layers)"
+        if kernels:
+            kernel = kernels.pop()
+        elif not self.triton_linear or self.int4_kernel == "int4pack":
+            kernel = torch_int4
+        else:
+            kernel = {"gemv": gemv, "tiled": tiled}.get(
+                self.int4_kernel, f"{torch_int4} or {gemv} per layer shape, the faster at load")
+        return f"{kernel}, the Q4_1 blocks repacked at load"
 
     def steps(self, int8_cache: bool) -> dict[str, dict[str, str]]:
         """Per step kind, what runs the layers and the attention over an INT8 or a float cache."""
         int8_op = int8_cache and self.int8_decode
         fused = int8_cache and self.fused_decode
         layers = f"fused decode_layer around {self.linear}" if fused else self.linear
+        graphed_layers = layers + ("; residual add + RMSNorm, RoPE + K/V write, SiLU·mul fused (Triton)"
+                                   if self.cuda_graphs and self.fused_step_ops else "")
         decode = "INT8 decode op" if int8_op else "SDPA"
         verify = "INT8 decode op" if int8_op else "SDPA per query" if self.decode_width else "SDPA, causal mask"
         if self.cuda_graphs:  # cuda_graphs.py: fixed shapes, the block tables as static tensors
@@ -229,8 +274,11 @@ class KernelPlan:
             prompt = "bf16 GEMMs past MIN_KEYS keys, SDPA per block before"
         else:
             prompt = "SDPA per block"
-        return {"decode": {"layers": layers, "attention": decode},
-                "verify": {"layers": layers, "attention": verify},
+        if self.triton_prefill:
+            prompt = "Triton paged prefill attention over the pool, one call per layer and chunk" + (
+                "" if int8_cache else " (a cache in the compute dtype; else SDPA per block)")
+        return {"decode": {"layers": graphed_layers, "attention": decode},
+                "verify": {"layers": graphed_layers, "attention": verify},
                 "prompt": {"layers": layers if fused and self.int8_prompt else self.linear, "attention": prompt},
                 "lm_head": {"kernel": self.lm_head}}
 
@@ -239,10 +287,13 @@ class KernelPlan:
         used = {Q8_DOT: self.q8_dot, INT8_DECODE: self.int8_decode, FUSED: self.fused_decode,
                 INT8_PROMPT: self.int8_prompt, BF16_PROMPT: self.bf16_prompt, ONEDNN: self.onednn_pack,
                 INT4_CUDA: self.int4_cuda, GRAPHS: self.cuda_graphs, COMPILE: self.torch_compile,
-                TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear}
+                TRITON_ATTN: self.triton_attention, TRITON_HEAD: self.triton_head, TRITON_LINEAR: self.triton_linear,
+                FUSED_STEP: self.fused_step_ops, TRITON_PREFILL: self.triton_prefill}
         why = dict(self.why_not)
         out: dict = {"device": self.device, "kv_cache": self.kv_cache, "weights": self.weights,
                      "exact_decode_width": self.decode_width, "rows_independent": self.rows_independent}
+        if self.int4_layers:
+            out["int4_layers"] = dict(self.int4_layers)
         for name, on in used.items():
             out[name] = True if on else why.get(name, "not applicable to this engine or device")
         out["steps"] = {"int8": self.steps(True), "float": self.steps(False)}
@@ -283,10 +334,14 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
     triton = (triton_why is None, triton_why or "")
     why[TRITON_ATTN] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
                               (not switches.off("triton_attention"), switches.off("triton_attention") or ""))
+    why[FUSED_STEP] = _first((why[GRAPHS] is None, f"no fixed-shape decode steps ({why[GRAPHS]})"), triton,
+                             (not switches.off("fused_step"), switches.off("fused_step") or ""))
+    why[TRITON_PREFILL] = _first(cuda, triton,
+                                 (not switches.off("triton_prefill"), switches.off("triton_prefill") or ""))
     why[TRITON_HEAD] = _first(cuda, (weights == "q4_1", f"no Q8_0 head to read ({weights} weights)"), triton,
                               (not switches.off("triton_head"), switches.off("triton_head") or ""))
     why[TRITON_LINEAR] = _first((why[INT4_CUDA] is None, f"no CUDA int4 layers ({why[INT4_CUDA]})"), triton,
-                                (not switches.off("triton_linear"), switches.off("triton_linear") or ""))
+                                (switches.int4_kernel != "int4pack", f"{INT4_KERNEL_VARIABLE}=int4pack"))
     why[FUSED] = _first(cpu, (not switches.off("fused_decode"), switches.off("fused_decode") or ""),
                         (why[Q8_DOT] is None, f"the layers are not on q8_dot ({why[Q8_DOT]})"),
                         (why[INT8_DECODE] is None, f"no INT8 decode op ({why[INT8_DECODE]})"),
@@ -299,6 +354,8 @@ def plan_kernels(features: CpuFeatures, arch: Arch, kv_cache: str, device: str |
                       int4_cuda=why[INT4_CUDA] is None, cuda_graphs=why[GRAPHS] is None,
                       torch_compile=why[COMPILE] is None, triton_attention=why[TRITON_ATTN] is None,
                       triton_head=why[TRITON_HEAD] is None, triton_linear=why[TRITON_LINEAR] is None,
+                      int4_kernel=switches.int4_kernel, fused_step_ops=why[FUSED_STEP] is None,
+                      triton_prefill=why[TRITON_PREFILL] is None,
                       # (the CUDA path's kernels say why not only on a CUDA device: elsewhere "not applicable")
                       why_not=tuple((k, v) for k, v in why.items()
                                     if v is not None and (kind == "cuda" or k not in CUDA_KERNELS)))

@@ -153,6 +153,7 @@ class PagedView:
         self._slot_cache: Optional[torch.Tensor] = None
         self._slot_blocks = 0
         self._runs: tuple[tuple[int, int], list[tuple[int, int]]] = ((-1, -1), [])  # per forward, not per layer
+        self._prefill: tuple[tuple[int, int, int], tuple] = ((-1, -1, -1), ())  # likewise
 
     @property
     def capacity(self) -> int:
@@ -178,6 +179,16 @@ class PagedView:
             self._slot_cache = (ids[:, None] * bs + torch.arange(bs, device=self.device)).flatten()
             self._slot_blocks = len(self.blocks)
         return self._slot_cache[start:end]
+
+    def prefill_args(self, pos: int, rows: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A chunk of `rows` new rows at `pos` as the Triton paged prefill kernel takes it (one sequence):
+        its block table [1, blocks], length [1] and row offsets [2], int32, made by one copy per forward
+        (not per layer)."""
+        key = (pos, rows, len(self.blocks))
+        if self._prefill[0] != key:
+            flat = torch.tensor([pos + rows, 0, rows, *self.blocks], dtype=torch.int32).to(self.device)
+            self._prefill = (key, (flat[3:].view(1, -1), flat[:1], flat[1:3]))
+        return self._prefill[1]
 
     def runs(self, end: int) -> list[tuple[int, int]]:
         """(first slot, count) of the stretches of contiguous slots holding positions [0, end)."""

@@ -295,7 +295,8 @@ class Llama(nn.Module):
         float32 logits [B·W, vocab] (the normed hidden states where the head is the exact int8 one)."""
         b, w, nb, bs = inp.batch, inp.width, inp.blocks, pool.block_size
         x = self.embed_tokens(inp.ids)
-        cos, sin = self.cos[inp.positions].to(x.dtype), self.sin[inp.positions].to(x.dtype)
+        if not self.plan.fused_step_ops:
+            cos, sin = self.cos[inp.positions].to(x.dtype), self.sin[inp.positions].to(x.dtype)
         if self.triton_attention:
             fixed = FixedStep(b, w, inp.slots, None, None, inp.table.repeat_interleave(w, dim=0).int(),
                               inp.limits.int())
@@ -303,10 +304,30 @@ class Llama(nn.Module):
             keys = torch.arange(nb * bs, device=x.device)
             fixed = FixedStep(b, w, inp.slots, (inp.table[:, :, None] * bs + keys[:bs]).view(b, nb * bs),
                               (keys < inp.limits.view(b, w, 1)).unsqueeze(1))
-        for i, block in enumerate(self.layers):
-            x = block.forward_static(x, cos, sin, pool, i, fixed)
-        h = self.norm(x)
+        if self.plan.fused_step_ops:
+            h = self._fused_static_layers(x, inp.positions, pool, fixed)
+        else:
+            for i, block in enumerate(self.layers):
+                x = block.forward_static(x, cos, sin, pool, i, fixed)
+            h = self.norm(x)
         return h if isinstance(self.lm_head, Q8Head) else self.lm_head(h).float()
+
+    def _fused_static_layers(self, x: torch.Tensor, positions: torch.Tensor, pool, fixed) -> torch.Tensor:
+        """The layers of a fixed-shape step with their small ops fused (kernels/triton/step_ops.py): each
+        residual add with the RMSNorm after it, RoPE with the K/V write, SiLU with its product. The
+        same computation as Block.forward_static, rounded where it rounds; returns the final norm's output."""
+        from ..kernels.triton.step_ops import add_rms_norm, silu_mul
+
+        layers = self.layers
+        x, h = add_rms_norm(x, layers[0].input_layernorm.weight, layers[0].input_layernorm.eps)
+        for i, block in enumerate(layers):
+            a = block.self_attn.forward_static_fused(h, positions, self.cos, self.sin, pool, i, fixed)
+            post = block.post_attention_layernorm
+            x, h = add_rms_norm(x, post.weight, post.eps, a)
+            m = block.mlp.down_proj(silu_mul(block.mlp.gate_up_proj(h)))
+            nxt = layers[i + 1].input_layernorm if i + 1 < len(layers) else self.norm
+            x, h = add_rms_norm(x, nxt.weight, nxt.eps, m)
+        return h
 
     def _fused_layers(self, x: torch.Tensor, caches: list, steps: list[Step]) -> None:
         """Every layer of a decode step, one C++ call each, on x in place (decode_layer.py)."""
@@ -362,6 +383,8 @@ class Llama(nn.Module):
     def _step(self, pos: int, t: int, row: int, cache, block: int = 0, decode: bool = False) -> Step:
         plan, int8 = self.plan, cache.dtype == torch.int8
         if block:  # a prompt chunk, per aligned block; bf16 GEMMs for the blocks past MIN_KEYS keys
+            if plan.triton_prefill and hasattr(cache, "prefill_args") and (int8 or cache.dtype == self.compute_dtype):
+                return Step(pos, slice(row, row + t), None, False, False, block, paged_prompt=True)
             bf16 = plan.bf16_prompt and int8 and pos + t >= MIN_KEYS
             return Step(pos, slice(row, row + t), None, False, bf16, block, prompt_op=self._prompt_op(bf16, cache))
         # exact (per query, as a one-token step computes it): every decode step of an exact model,

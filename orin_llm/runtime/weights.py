@@ -33,7 +33,7 @@ from torch import nn
 from ..arch import Arch
 from ..errors import OrinError
 from ..kernels import decode_layer
-from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Linear, TritonQ8Head
+from ..kernels.cuda_linear import TritonQ8Head, choose_int4
 from ..kernels.packed import PackedLinear, pack_linears, rows_independent
 from ..kernels.quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
 from .head import Q8Head
@@ -184,7 +184,8 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = model.to(device).eval()
-    int4_why = _pack_cuda(model, dtype, plan.triton_linear) if plan.int4_cuda else None
+    int4_why, int4_layers = _pack_cuda(model, dtype, plan.int4_kernel if plan.triton_linear else "int4pack",
+                                       max(1, decode_width)) if plan.int4_cuda else (None, ())
     independent = _pack(model, device, dtype, weights, plan)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
         model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
@@ -206,7 +207,8 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         independent = rows_independent(model, PROBE_ROWS)  # again: the head the probe saw is gone
     args = [decode_layer.layer_args(b) for b in model.layers] if plan.fused_decode else []
     fusable = None if all(a is not None for a in args) else "a layer does not run on q8_dot's kernels"
-    model.plan = plan.settled(independent, fusable, decode_width, _head_kernel(model.lm_head), int4_why, head_why)
+    model.plan = plan.settled(independent, fusable, decode_width, _head_kernel(model.lm_head), int4_why, head_why,
+                              int4_layers)
     model.fused_args = args if model.plan.fused_decode else None
     if torch.device(device).type == "cpu" and not plan.bf16_prompt:
         log.info("no bf16 prompt attention (%s): prefill attention over an INT8 KV cache runs float32 SDPA "
@@ -228,13 +230,14 @@ def _head_kernel(head: nn.Module) -> str:
     return "oneDNN packed float32" if isinstance(head, PackedLinear) else f"torch's {type(head).__name__}"
 
 
-def _pack_cuda(model: Llama, dtype: torch.dtype, triton: bool = False) -> Optional[str]:
-    """The int4 layers onto torch's CUDA int4 kernel, or the Triton one (cuda_linear.py); a layer the
-    kernel cannot take is dequantized once. Returns why not every layer runs it (None: all do)."""
-    why = None
-    kernel = TritonQ4Linear if triton else Int4PackLinear
+def _pack_cuda(model: Llama, dtype: torch.dtype, asked: str, rows: int) -> tuple[Optional[str], tuple]:
+    """The int4 layers onto a CUDA int4 kernel: per layer shape the one cuda_linear.choose_int4 picks
+    (`asked`: KernelSwitches.int4_kernel; timed at `rows` rows, the decode step's); a layer no kernel
+    takes is dequantized once. Returns why not every layer runs one (None: all do), and per shape
+    (out x in, kernel, the choice in words)."""
+    why, chosen = None, {}
     for name, m in [(n, m) for n, m in model.named_modules() if isinstance(m, QuantLinear) and m.bits == 4]:
-        layer, reason = kernel.build(m, dtype)
+        layer, reason, _ = choose_int4(m, dtype, rows, asked, chosen)
         if layer is None:
             why = why or f"{name}: {reason}"
             layer = nn.Linear(m.in_features, m.out_features, bias=False, device=m.qweight.device, dtype=dtype)
@@ -242,7 +245,10 @@ def _pack_cuda(model: Llama, dtype: torch.dtype, triton: bool = False) -> Option
         model.set_submodule(name, layer)
     if why:
         log.warning("the CUDA int4 kernel does not run every layer (%s): those are dequantized", why)
-    return why
+    layers = tuple((f"{n}x{k}", c.kernel, c.describe()) for (n, k), c in chosen.items())
+    for shape, _, words in layers:
+        log.info("int4 layers %s: %s", shape, words)
+    return why, layers
 
 
 def _pack(model: Llama, device: str, dtype: torch.dtype, weights: str, plan: KernelPlan) -> bool:

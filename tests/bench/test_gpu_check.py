@@ -34,7 +34,8 @@ def _tokenizer(tmp_path: Path) -> Path:
 
 def test_the_gpu_check_runs_its_stages_on_tiny_shapes_and_writes_one_json(tmp_path):
     out = tmp_path / "out" / "gpu_check.json"
-    stages = "env,bandwidth,engine_write,load_int4,decode_int4,roofline,broken"  # (speculation: minutes here)
+    # (speculation and the home: minutes here)
+    stages = "env,bandwidth,engine_write,load_int4,decode_int4,decode_unfused,decode_batches,roofline,broken"
     proc = subprocess.run(
         ["bash", "bench/gpu_check.sh", str(out), "--cpu-smoke", "--work", str(tmp_path / "work"),
          "--tokenizer", str(_tokenizer(tmp_path)), "--stages", stages],
@@ -46,10 +47,14 @@ def test_the_gpu_check_runs_its_stages_on_tiny_shapes_and_writes_one_json(tmp_pa
     assert data["mode"] == "cpu-smoke" and set(s) == set(stages.split(",")) - {"broken"}
     assert all(st["ok"] for st in s.values()), {k: v.get("error") for k, v in s.items()}
     assert s["env"]["device"] == "cpu" and s["bandwidth"]["gb_per_s"] > 0
-    for b in (1, 4, 8):
-        assert s["decode_int4"][f"batch_{b}"]["tokens"] > 0
+    assert s["decode_int4"]["batch_1"]["tokens"] > 0
+    for b in (4, 8):
+        assert s["decode_batches"][f"batch_{b}"]["tokens"] > 0
+    assert "skipped" in s["decode_unfused"]  # (a CPU plan has no fused step ops: it says why)
     assert s["roofline"]["total_bytes"] > s["roofline"]["weights_bytes"] > 0
     assert data["goals"]["batch1_fraction_of_roofline"] == s["roofline"]["fraction_of_roofline"] >= 0
+    assert s["roofline"]["decode_int4_fraction"] == s["roofline"]["fraction_of_roofline"]
+    assert data["gated"] == {}
     assert "[gpu] done" in proc.stdout
 
 

@@ -158,3 +158,30 @@ def test_a_new_run_records_the_commit_and_the_cpu_the_page_names(monkeypatch):
 
     monkeypatch.setattr(common.subprocess, "run", no_git)  # an installed wheel on a machine without git
     assert common.checkout_commit() is None
+
+
+def test_gpu_rows_read_a_grouped_run_and_the_side_by_side_decodes():
+    """gpu.json as the GPU check writes it now (the int4 kernels forced beside the per-shape choice, batch
+    4 and 8 in their own stage, the tests in capped groups), built from the committed run's own figures."""
+    import json
+
+    from orin_llm.bench.results_page import gpu_rows
+
+    d = json.loads((ROOT / "docs" / "bench" / "gpu.json").read_text())
+    st = d["stages"]
+    b1 = st["decode_int4"]["batch_1"]
+    roof = st["roofline"]["roofline_tok_per_s"]
+    st["decode_batches"] = {k: st["decode_int4"].pop(k) for k in ("batch_4", "batch_8")}
+    st["decode_gemv"] = {"batch_1": {**b1, "tok_per_s_per_request": 2 * b1["tok_per_s_per_request"]}}
+    st["roofline"]["decode_gemv_fraction"] = 2 * b1["tok_per_s_per_request"] / roof
+    st["decode_unfused"] = {"ok": False, "error": "RuntimeError: a test's"}
+    st["tests"] = {"new_kernels": {"passed": 20, "failed": 1, "errors": 0}, "engine": {"passed": 9, "failed": 0}}
+    st["tests_rest"] = {"other_kernels": {"passed": 30, "failed": 0, "errors": 1}}
+    rows = {r.what: r for r in gpu_rows(d)}
+    gemv = rows["decode, batch 1, the Triton int4 GEMV at every layer"]
+    assert gemv.ours == f"{2 * b1['tok_per_s_per_request']:.0f} tok/s ({2 * b1['tok_per_s_per_request'] / roof:.0%})"
+    assert rows["decode, batch 1, the step's small ops unfused"].ours.startswith("not measured: RuntimeError")
+    assert "decode, batch 1, torch's int4 kernel at every layer" not in rows  # not run: no row
+    batch_8 = st["decode_batches"]["batch_8"]["tok_per_s_total"]
+    assert rows["decode, batch 8 (all requests)"].ours == f"{batch_8:.0f} tok/s"
+    assert rows["CUDA tests (pytest)"].ours == "59 passed, 2 failed" and rows["CUDA tests (pytest)"].met is False

@@ -95,6 +95,23 @@ def every_launch() -> None:
         if dtype == torch.bfloat16:  # scales in x's type: the dequantization by bits
             kt.int4_linear(x, kt.q4_repack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
                                            torch.zeros(256, 32), dtype=dtype))
+        from orin_llm.kernels.triton.int4_gemv import CANDIDATES
+
+        for cfg in CANDIDATES:  # the decode GEMV's tiles the load-time choice times, by bits where x's type fits
+            kt.q4_gemv(x, packed, cfg, split_k=4)
+            if dtype != torch.float32:
+                kt.q4_gemv(x, kt.q4_repack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
+                                           torch.zeros(256, 32), dtype=dtype), cfg, split_k=1)
+        from orin_llm.kernels.triton import step_ops
+
+        hidden = torch.zeros(3, 3072, dtype=dtype)
+        step_ops.add_rms_norm(hidden, torch.ones(3072, dtype=dtype), 1e-5)
+        step_ops.add_rms_norm(hidden, torch.ones(3072, dtype=dtype), 1e-5, hidden.clone())
+        step_ops.silu_mul(torch.zeros(3, 2 * 8192, dtype=dtype))
+        qkv, pos = torch.zeros(3, (h + 2 * kv) * d, dtype=dtype), torch.zeros(3, dtype=torch.long)
+        cos = torch.zeros(64, 1, d)
+        step_ops.rope_write(qkv, pos, cos, cos, int8_cache, int8_cache, pos, h, kv, torch.ones(kv), torch.ones(kv))
+        step_ops.rope_write(qkv, pos, cos, cos, float_cache, float_cache, pos, h, kv)
         codes = torch.zeros(100, 1024, dtype=torch.int8)
         kt.int8_head(x, codes, torch.ones(100))
         kt.int8_head(x, codes, torch.ones(100, 32, dtype=torch.float16))

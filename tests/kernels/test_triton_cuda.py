@@ -13,6 +13,7 @@ from orin_llm.kernels.triton import (
     int8_head,
     paged_decode_attention,
     paged_prefill_attention,
+    q4_gemv,
     q4_repack,
     reference,
 )
@@ -97,6 +98,60 @@ def test_int4_linear_at_3b_shapes(rows, shape):
     # scales in the activations' dtype: the dequantization by bits (bfloat16 here, float16 by default)
     close(int4_linear(x, q4_repack(qweight, scales, mins, dtype=torch.bfloat16)), ref, torch.bfloat16)
     close(int4_linear(x.half(), p), ref, torch.float16)
+
+
+@pytest.mark.parametrize("rows", [1, 9, 72])
+@pytest.mark.parametrize("shape", [(5120, 3072), (16384, 3072), (3072, 8192)], ids=["qkv", "gate_up", "down"])
+def test_q4_gemv_at_3b_shapes(rows, shape):
+    """The decode GEMV compiled, every candidate tile at its layer's split, scales in bf16 (the
+    dequantization by bits) and in float16; a row's sums equal the row computed alone, bit for bit."""
+    from orin_llm.kernels.triton.int4_gemv import CANDIDATES
+
+    n, kdim = shape
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    codes = torch.randint(0, 16, (n, kdim), dtype=torch.uint8, device="cuda", generator=g)
+    qweight = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    scales = (0.002 + 0.004 * torch.rand(n, kdim // 32, device="cuda", generator=g)).half().float()
+    mins = (-7.5 * scales).half().float()
+    bf16 = q4_repack(qweight, scales, mins, dtype=torch.bfloat16)
+    x = torch.randn(rows, kdim, device="cuda", dtype=torch.bfloat16)
+    ref = reference.int4_linear(x, qweight, scales, mins)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for cfg in CANDIDATES:
+        split = cfg.split_k(n, kdim, sms)
+        y = q4_gemv(x, bf16, cfg, split)
+        close(y, ref, torch.bfloat16)
+        assert torch.equal(y[-1:], q4_gemv(x[-1:], bf16, cfg, split))
+    close(q4_gemv(x, q4_repack(qweight, scales, mins)), ref, torch.bfloat16)  # float16 scales: float32 dequant
+
+
+def test_step_ops_at_3b_shapes():
+    """The decode step's fused small ops compiled, at 9 rows of a 3B layer, against the unfused torch ops."""
+    from orin_llm.kernels.triton.step_ops import add_rms_norm, rope_write, silu_mul
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(9, 3072, device="cuda", generator=g).bfloat16()
+    delta = torch.randn(9, 3072, device="cuda", generator=g).bfloat16()
+    w = (1 + 0.1 * torch.randn(3072, device="cuda", generator=g)).bfloat16()
+    got, want = add_rms_norm(x, w, 1e-5, delta), reference.add_rms_norm(x, w, 1e-5, delta)
+    assert torch.equal(got[0], want[0]) and (got[1].float() - want[1].float()).abs().max() <= 0.02 * want[1].abs().max()
+    gu = torch.randn(9, 2 * 8192, device="cuda", generator=g).bfloat16()
+    assert (silu_mul(gu).float() - reference.silu_mul(gu).float()).abs().max() <= 0.02
+    qkv = torch.randn(9, (H + 2 * KV) * D, device="cuda", generator=g).bfloat16()
+    pos = torch.arange(100, 109, device="cuda")
+    inv = 1.0 / (500000.0 ** (torch.arange(0, D, 2, device="cuda").float() / D))
+    emb = torch.cat([torch.outer(torch.arange(2048, device="cuda").float(), inv)] * 2, -1)
+    sin = emb.sin()
+    sin[:, : D // 2].neg_()
+    cos, sin = emb.cos()[:, None], sin[:, None]
+    k, v, ks, vs = int8_pool(3)
+    k2, v2 = k.clone(), v.clone()
+    slots = torch.randperm(NUM_BLOCKS * BS, device="cuda")[:9]
+    q = rope_write(qkv, pos, cos, sin, k, v, slots, H, KV, ks, vs)
+    want_q = reference.rope_write(qkv, pos, cos, sin, k2, v2, slots, H, KV, ks, vs)
+    assert torch.equal(q, want_q)
+    for got, want in ((k, k2), (v, v2)):  # rounded half to even as torch's round: a code apart only at ties
+        assert (got.int() - want.int()).abs().max() <= 1 and (got != want).sum() <= 9 * KV * D // 100
 
 
 def test_int8_head_at_3b_shapes():

@@ -30,12 +30,14 @@ def _run(eng, ids, mode="none", tokens=16, keep_eos=False, **kw):
 
 
 def test_the_plan_puts_q4_1_on_the_int4_kernel_and_decode_in_graphs(cuda_engine):
-    from orin_llm.kernels.cuda_linear import Int4PackLinear
+    from orin_llm.kernels.cuda_linear import INT4_LAYERS
 
     plan = cuda_engine.model.plan
     assert plan.int4_cuda and plan.cuda_graphs, plan.why_not
     assert not (plan.q8_dot or plan.fused_decode or plan.int8_decode)  # our C++ ops are CPU-only
-    assert isinstance(cuda_engine.model.layers[0].mlp.gate_up_proj, Int4PackLinear)
+    assert isinstance(cuda_engine.model.layers[0].mlp.gate_up_proj, INT4_LAYERS)
+    # each int4 shape's kernel chosen at load, with the candidates' timings
+    assert plan.int4_layers and all("timed at load" in words for _, words in plan.int4_layers), plan.int4_layers
     assert next(cuda_engine.model.parameters()).device.type == "cuda"
     assert cuda_engine.kernels()["int4_cuda_linear"] is True
 
@@ -52,6 +54,29 @@ def test_the_int4_kernel_matches_the_dequantized_layer():
     x = torch.randn(5, 256, device="cuda", dtype=torch.bfloat16)
     want = torch.nn.functional.linear(x.float(), q.dequantize().float())
     assert (lin(x).float() - want).abs().max() <= 0.02 * want.abs().max()
+
+
+def test_the_int4_kernel_is_chosen_by_timing_and_matches_the_dequantized_layer():
+    from orin_llm.kernels.cuda_linear import INT4_LAYERS, choose_int4
+    from orin_llm.kernels.quant import QuantLinear
+
+    g = torch.Generator().manual_seed(2)
+    q = QuantLinear(torch.randint(0, 256, (512, 128), dtype=torch.uint8, generator=g), torch.rand(512, 8) / 50,
+                    torch.bfloat16, -torch.rand(512, 8) / 10).cuda()
+    chosen: dict = {}
+    layer, why, choice = choose_int4(q, torch.bfloat16, 9, "auto", chosen)
+    assert layer is not None and isinstance(layer, INT4_LAYERS), why
+    assert "int4pack" in choice.timings_us and any(k.startswith("gemv_") for k in choice.timings_us)
+    label = choice.kernel if choice.config is None else f"gemv_{choice.config.label()}"
+    assert choice.timings_us[label] == min(choice.timings_us.values())  # the fastest was kept
+    again, _, same = choose_int4(q, torch.bfloat16, 9, "auto", chosen)  # the same shape: not timed again
+    assert same is choice and type(again) is type(layer)
+    x = torch.randn(9, 256, device="cuda", dtype=torch.bfloat16)
+    want = torch.nn.functional.linear(x.float(), q.dequantize().float())
+    for asked in ("int4pack", "gemv", "tiled"):
+        forced, why, _ = choose_int4(q, torch.bfloat16, 9, asked)
+        assert forced is not None, why
+        assert (forced(x).float() - want).abs().max() <= 0.02 * want.abs().max()
 
 
 def test_graphs_capture_once_per_bucket_and_match_the_eager_cuda_step(cuda_engine, tiny_engine_dir):

@@ -39,7 +39,7 @@ def _arch(head_dim: int = 64) -> Arch:
                 rms_norm_eps=1e-5, rope_theta=10000.0)
 
 
-CUDA_SWITCHES = ("int4_cuda", "cuda_graphs", "triton_attention", "triton_head")
+CUDA_SWITCHES = ("int4_cuda", "cuda_graphs", "triton_attention", "triton_head", "fused_step", "triton_prefill")
 
 
 def _plan(features=FULL, switches=KernelSwitches(), weights="q4_1", device="cpu", head_dim=64, dtype=torch.float32):

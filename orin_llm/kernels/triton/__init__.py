@@ -1,6 +1,7 @@
 """Triton kernels for the torch runtime's CUDA path: attention straight over the paged KV pool
-(INT8 with the calibrated static scales, or float16/bfloat16), the Q4_1 target's linears in INT4, and
-the LM head in INT8. One kernel per module; `reference` holds the torch computation each one is
+(INT8 with the calibrated static scales, or float16/bfloat16), the Q4_1 target's linears in INT4 (a
+tiled kernel, and a GEMV for decode's few rows), the LM head in INT8, and a decode step's small ops
+fused (step_ops.py). One kernel per module; `reference` holds the torch computation each one is
 tested against (tests/kernels, in Triton's interpreter on CPUs: TRITON_INTERPRET=1).
 
 Importing this package imports neither triton nor the kernels: the functions below load their
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Optional
 import torch
 
 if TYPE_CHECKING:
+    from .int4_gemv import GemvConfig
     from .q4_linear import Q4Packed
 
 
@@ -83,6 +85,15 @@ def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] =
     inputs in that many ranges, partial sums added in a fixed order (deterministic), for decode GEMVs."""
     from .q4_linear import int4_linear as run
     return run(x, packed, out, block_m, block_n, block_g, out_dtype, split_k, num_warps, num_stages)
+
+
+def q4_gemv(x: torch.Tensor, packed: Q4Packed, config: Optional[GemvConfig] = None, split_k: int = 1,
+            out: Optional[torch.Tensor] = None, out_dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """x [..., K] @ W.T for a repacked Q4_1 W, tiled for decode's 1-16 rows a tile (int4_gemv.py): the
+    same layout as int4_linear; config None: int4_gemv.CANDIDATES[0]."""
+    from .int4_gemv import CANDIDATES
+    from .int4_gemv import q4_gemv as run
+    return run(x, packed, config or CANDIDATES[0], split_k, out, out_dtype)
 
 
 def int8_head(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, out: Optional[torch.Tensor] = None,

@@ -79,3 +79,35 @@ def int8_head(x, qweight, scales):
     s = scales.float()
     w = w * (s[:, None] if s.dim() == 1 else s.repeat_interleave(w.shape[1] // s.shape[1], 1))
     return x.float() @ w.T
+
+
+def add_rms_norm(x, weight, eps, delta=None):
+    """The residual add and llama.RMSNorm as the unfused step runs them, in x's dtype."""
+    if delta is not None:
+        x = x + delta
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return x, weight * h.to(x.dtype)
+
+
+def rope_write(qkv, positions, cos, sin, k_cache, v_cache, slots, heads, kv_heads, k_scale=None, v_scale=None):
+    """attention_layer.Attention.forward_static's RoPE and kv_pool.KVPool.write, unfused: returns q
+    [T, heads, D] and writes k_cache/v_cache in place."""
+    t, d = qkv.shape[0], k_cache.shape[-1]
+    c, s = cos[positions].to(qkv.dtype), sin[positions].to(qkv.dtype)
+    qk, v = qkv.split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
+    qk = qk.reshape(t, heads + kv_heads, d)
+    qk = qk * c + qk.unflatten(-1, (2, -1)).flip(-2).flatten(-2) * s
+    q, k = qk[:, :heads], qk[:, heads:]
+    k, v = k.transpose(0, 1), v.reshape(t, kv_heads, d).transpose(0, 1)
+    if k_cache.dtype == torch.int8:
+        k = torch.clamp(torch.round(k / k_scale.float().view(-1, 1, 1)), -127, 127).to(torch.int8)
+        v = torch.clamp(torch.round(v / v_scale.float().view(-1, 1, 1)), -127, 127).to(torch.int8)
+    k_cache.index_copy_(1, slots, k.to(k_cache.dtype))
+    v_cache.index_copy_(1, slots, v.to(v_cache.dtype))
+    return q
+
+
+def silu_mul(gate_up):
+    gate, up = gate_up.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
