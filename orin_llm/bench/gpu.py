@@ -33,84 +33,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG_3B = ROOT / "jetson" / "models" / "llama-3.2-3b-instruct" / "config.json"
-# the smoke run's shape: the tests' tiny Llama (tests/conftest.py), fewer layers
-TINY = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256, "head_dim": 64,
-        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4,
-        "vocab_size": 49152, "tie_word_embeddings": True, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
-        "max_position_embeddings": 16384, "torch_dtype": "bfloat16"}
-KV_SCALE_3B = 4.0 / 127  # K/V of a random 3B-shaped model stay within +-4 (hidden 3072, weights std 0.02)
-KV_SCALE_TINY = 1.28 / 127
-
-
-class Run:
-    """The JSON being written, the clock, and the stages."""
-
-    def __init__(self, out: Path, budget_s: float, smoke: bool, only: Optional[set[str]] = None):
-        self.out, self.budget_s, self.smoke, self.only = out, budget_s, smoke, only
-        self.t0 = time.perf_counter()
-        from .common import machine
-
-        self.data: dict[str, Any] = {
-            "issue": 36, "mode": "cpu-smoke" if smoke else "gpu",
-            "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": "bash bench/gpu_check.sh" + (" --cpu-smoke" if smoke else ""), "machine": machine(),
-            "stages": {}}
-
-    def left(self) -> float:
-        return self.budget_s - (time.perf_counter() - self.t0)
-
-    def save(self) -> None:
-        self.data["elapsed_s"] = round(time.perf_counter() - self.t0, 1)
-        tmp = self.out.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str) + "\n")
-        tmp.replace(self.out)
-
-    def stage(self, name: str, fn: Callable[[], dict], need_s: float) -> Optional[dict]:
-        """Run one stage if `need_s` seconds are left; record its result or its error."""
-        if self.only is not None and name not in self.only:
-            return None
-        if self.left() < need_s:
-            self.data["stages"][name] = {"ok": False, "skipped": f"{self.left():.0f} s left, it needs ~{need_s:.0f}"}
-            print(f"[gpu] {name}: skipped ({self.left():.0f} s left)", flush=True)
-            self.save()
-            return None
-        print(f"[gpu] {name} ({self.left():.0f} s left)", flush=True)
-        started = time.perf_counter()
-        try:
-            result = fn()
-            self.data["stages"][name] = {"ok": True, "seconds": round(time.perf_counter() - started, 1), **result}
-        except Exception as e:  # one stage's failure must not cost the others
-            result = None
-            self.data["stages"][name] = {"ok": False, "seconds": round(time.perf_counter() - started, 1),
-                                         "error": f"{type(e).__name__}: {e}"[:2000],
-                                         "traceback": traceback.format_exc()[-3000:]}
-            print(f"[gpu] {name} failed: {type(e).__name__}: {e}", flush=True)
-        self.save()
-        if result is not None:
-            print(f"[gpu] {name}: {json.dumps(_brief(result), default=str)[:600]}", flush=True)
-        return result
-
-
-def _brief(d: dict) -> dict:
-    return {k: v for k, v in d.items() if not isinstance(v, (dict, list)) or len(str(v)) < 200}
-
-
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
+from .gpu_hf import hf_run, hf_stage
+from .gpu_kernels import bandwidth_stage, int4_kernel_stage, profile_stage, replay_ms
+from .gpu_run import CONFIG_3B, KV_SCALE_3B, KV_SCALE_TINY, ROOT, TINY, Run, _free, _gen, _ids, _sync
 
 # ---------------------------------------------------------------------------------------------- stages
 
@@ -127,24 +59,6 @@ def env_stage(device: str) -> dict:
         out.update(gpu=p.name, capability=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1),
                    sms=p.multi_processor_count, cuda=torch.version.cuda)
     return out
-
-
-def bandwidth_stage(device: str, smoke: bool) -> dict:
-    """A device-to-device copy: (bytes read + bytes written) / time, best of 10 after warm-up."""
-    n = (16 << 20) if smoke else (2 << 30)
-    a = torch.empty(n, dtype=torch.uint8, device=device)
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    _sync()
-    best = float("inf")
-    for _ in range(10):
-        t = time.perf_counter()
-        b.copy_(a)
-        _sync()
-        best = min(best, time.perf_counter() - t)
-    del a, b
-    return {"bytes_copied": n, "gb_per_s": round(2 * n / best / 1e9, 1), "counting": "read + written"}
 
 
 def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
@@ -166,22 +80,6 @@ def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
     return {"config": str(cfg.relative_to(ROOT) if cfg.is_relative_to(ROOT) else cfg.name),
             "bytes_on_disk": size, "kv_scale": scale, "draft_layers": draft}
-
-
-def _ids(n: int, seed: int, repeat: bool = False) -> list[int]:
-    g = torch.Generator().manual_seed(seed)
-    if repeat:  # a prompt that repeats itself: lookup speculation finds drafts in it
-        base = torch.randint(1000, 40000, (max(1, n // 4),), generator=g).tolist()
-        return (base * 4)[:n]
-    return torch.randint(1000, 40000, (n,), generator=g).tolist()
-
-
-def _gen(engine, ids: list[int], max_tokens: int, speculation: str = "none"):
-    from ..runtime.sampling import SamplingParams
-
-    gen = engine.generate(ids, SamplingParams(max_tokens=max_tokens), speculation=speculation)
-    gen.stop_ids = set()  # random weights: a plan's end token must not end a timing early
-    return gen
 
 
 def load_engine(path: Path, device: str, **kw):
@@ -234,81 +132,6 @@ def decode_stage(eng, batches: tuple[int, ...], prompt: int, tokens: int, device
     if eng.model.graphs is not None:
         out["graphs"] = eng.model.graphs.report()
         out["replay_ms"] = replay_ms(eng)
-    return out
-
-
-def replay_ms(eng, reps: int = 50) -> dict:
-    """Each captured graph's replay alone (the GPU's part of a decode step, no Python around it)."""
-    out = {}
-    for (b, nb), entry in sorted(eng.model.graphs.entries.items()):
-        if entry.graph is None:
-            continue
-        entry.graph.replay()
-        _sync()
-        t = time.perf_counter()
-        for _ in range(reps):
-            entry.graph.replay()
-        _sync()
-        out[f"{b}x{nb}"] = round(1000 * (time.perf_counter() - t) / reps, 3)
-    return out
-
-
-def _top(prof, steps: int, n: int = 12) -> dict:
-    """The profile's ops by GPU time and by their own CPU time, per step (ms) and calls per step."""
-    ka = prof.key_averages()
-
-    def gpu(e) -> float:
-        return float(getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0) or 0)
-
-    def rows(key) -> list:
-        return [[e.key[:90], round(key(e) / steps / 1000, 3), round(e.count / steps, 1)]
-                for e in sorted(ka, key=key, reverse=True)[:n]]
-
-    return {"gpu_ms_per_step": round(sum(gpu(e) for e in ka if e.key.startswith(("void", "triton", "Memcpy",
-                                                                                    "ampere", "sm90", "cutlass"))
-                                         ) / steps / 1000, 3),
-            "by_gpu_time": rows(gpu), "by_cpu_self_time": rows(lambda e: float(e.self_cpu_time_total)),
-            "columns": ["op", "ms per step", "calls per step"]}
-
-
-def profile_stage(eng, smoke: bool) -> dict:
-    """Where a step's time goes: torch.profiler over batch-1 decode steps and over a prompt's chunks."""
-    from torch.profiler import ProfilerActivity, profile
-
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-    out: dict[str, Any] = {}
-    n = 3 if smoke else 16
-    eng.tune(max_running=1)
-    gen = _gen(eng, _ids(64, 300), n + 8)
-    eng.submit(gen)
-    while not gen.out:
-        eng.step()
-    for _ in range(3):  # (graphs for this length captured before the window)
-        eng.step()
-    _sync()
-    t = time.perf_counter()
-    with profile(activities=acts) as prof:
-        for _ in range(n):
-            eng.step()
-        _sync()
-    out["decode_batch_1"] = {"wall_ms_per_step": round(1000 * (time.perf_counter() - t) / n, 3), **_top(prof, n)}
-    while eng.busy:
-        eng.step()
-    chunks = 2
-    gen = _gen(eng, _ids(chunks * eng.prefill_chunk_tokens + 8, 301), 1)
-    eng.submit(gen)
-    _sync()
-    t = time.perf_counter()
-    with profile(activities=acts) as prof:
-        for _ in range(chunks):
-            eng.step()
-        _sync()
-    out["prefill_chunk"] = {"tokens": eng.prefill_chunk_tokens,
-                            "wall_ms_per_chunk": round(1000 * (time.perf_counter() - t) / chunks, 3),
-                            **_top(prof, chunks)}
-    while eng.busy:
-        eng.step()
-    eng.tune(max_running=eng.capabilities.max_batch)
     return out
 
 
@@ -369,163 +192,6 @@ def home_stage(eng, home_tokens: int, task_tokens: int, plan_tokens: int) -> dic
             "cached_prompt_tokens_warm": warm2.timings.cached_prompt_tokens,
             "plan_warm_s": round(t_warm, 3), "plan_task_alone_s": round(t_alone, 3),
             "warm_over_alone": round(t_warm / t_alone, 2)}
-
-
-def int4_kernel_stage(device: str, smoke: bool) -> dict:
-    """Per Llama 3.2 3B layer shape, each int4 kernel's GPU time per call at 1 row, the decode step's 9
-    (batch 1), 72 (batch 8) and a 256-row prompt chunk: torch's int4 kernel, the Triton GEMV's candidate
-    tiles, the Triton tiled kernel, and the layer dequantized to bf16 (what the bytes alone would allow,
-    at 4x the bytes), each timed as a CUDA graph of calls (cuda_linear.time_us: no Python launch cost,
-    unlike run 2's figures); and each shape's bytes over the measured bandwidth."""
-    from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Gemv, TritonQ4Linear, TritonQ8Head, time_us
-    from ..kernels.quant import QuantLinear
-    from ..kernels.triton.int4_gemv import CANDIDATES
-
-    shapes = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192)}
-    if smoke:
-        shapes = {"qkv": (512, 256)}
-    if device != "cuda":
-        return {"skipped": "needs a CUDA device (the kernels are CUDA's)"}
-    out: dict[str, Any] = {"timing": "GPU time per call, a CUDA graph of 20 calls replayed 5 times"}
-    g = torch.Generator().manual_seed(0)
-    for name, (n, k) in shapes.items():
-        q = QuantLinear(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
-                        torch.full((n, k // 32), 0.004), torch.bfloat16, torch.full((n, k // 32), -0.03)).to(device)
-        kernels: dict[str, Any] = {"dequantized_bf16": None}
-        row: dict[str, Any] = {"weight_bytes_int4": n * k // 2 + 2 * 2 * n * k // 32}
-        builds = [("int4pack", Int4PackLinear.build, ()), ("triton_tiled", TritonQ4Linear.build, ()),
-                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES]]
-        for label, build, extra in builds:
-            layer, why = build(q, torch.bfloat16, *extra)
-            if layer is None:
-                row[label] = f"refused: {why}"
-            else:
-                kernels[label] = layer
-        w = q.dequantize().to(torch.bfloat16)
-        for m in (1, 9, 72, 256):
-            x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
-            for label, layer in kernels.items():
-                fn = (lambda x=x, w=w: torch.nn.functional.linear(x, w)) if layer is None else \
-                    (lambda x=x, lay=layer: lay(x))
-                try:
-                    row[f"{label}_m{m}_us"] = round(time_us(fn), 2)
-                except Exception as e:  # noqa: BLE001 (one kernel's failure is a finding, not the stage's end)
-                    row[f"{label}_m{m}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
-        out[name] = row
-        del kernels, w
-    if not smoke:  # the head: 128256 x 3072, bf16 against the Triton INT8 kernel over Q8_0 blocks
-        codes = torch.randint(-127, 128, (128256, 3072), dtype=torch.int8, device=device)
-        scales = torch.full((128256, 96), 0.0003, device=device)
-        head, why = TritonQ8Head.build(codes, scales)
-        w = (codes.to(torch.bfloat16) * 0.0003)
-        row = {"triton_int8": why or "ok"}
-        for m in (1, 9):
-            x = torch.randn(m, 3072, dtype=torch.bfloat16, device=device)
-            row[f"bf16_m{m}_us"] = round(time_us(lambda x=x: torch.nn.functional.linear(x, w)), 2)
-            if head is not None:
-                row[f"triton_int8_m{m}_us"] = round(time_us(lambda x=x: head(x)), 2)
-        out["lm_head"] = row
-        del codes, w
-    return out
-
-
-def _free(device: str) -> None:
-    import gc
-
-    gc.collect()
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
-def hf_stage(run: Run, device: str, cap_s: float) -> dict:
-    """transformers' generate in a subprocess (its compile can take long: a timeout bounds it)."""
-    timeout = max(30.0, min(cap_s, run.left() - 15))
-    res = Path("/tmp/orin_llm_gpu_hf.json")
-    res.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "orin_llm.bench.gpu", "--hf-only", str(res), "--device", device,
-           "--budget-s", str(timeout - 5)]
-    if run.smoke:
-        cmd.append("--cpu-smoke")
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        tail = (proc.stdout + proc.stderr)[-2000:]
-    except subprocess.TimeoutExpired:
-        tail = f"timed out after {timeout:.0f} s"
-    out = json.loads(res.read_text()) if res.is_file() else {}
-    if not out:
-        raise RuntimeError(f"no result from the transformers run: {tail}")
-    out["log_tail"] = tail[-800:]
-    return out
-
-
-def hf_run(path: Path, device: str, smoke: bool, budget_s: float = 1e9) -> None:
-    """The transformers baseline, written to `path` step by step (eager static cache first, then compiled)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = dict(TINY) if smoke else json.loads(CONFIG_3B.read_text())
-    dtype = torch.bfloat16
-    out: dict[str, Any] = {"dtype": "bfloat16", "layers": cfg["num_hidden_layers"]}
-    t0 = time.perf_counter()
-    config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")})
-    t = time.perf_counter()
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype).eval()
-    out["build_s"] = round(time.perf_counter() - t, 1)
-    new = 16 if smoke else 64
-    g = torch.Generator().manual_seed(0)
-    compiled = {"on": False}
-
-    def timed(batch: int) -> float:
-        ids = torch.randint(1000, 40000, (batch, 64), generator=g).to(device)
-        # disable_compile: transformers compiles a static-cache forward by itself; here only the explicit
-        # torch.compile below does, so "eager" is eager
-        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static",
-                  attention_mask=torch.ones_like(ids), pad_token_id=0, disable_compile=not compiled["on"])
-        try:
-            model.generate(ids, **kw)  # warm-up (and compilation)
-        except (TypeError, ValueError) as e:  # a transformers without disable_compile
-            if "disable_compile" not in str(e):
-                raise
-            kw.pop("disable_compile")
-            model.generate(ids, **kw)
-        _sync()
-        start = time.perf_counter()
-        model.generate(ids, **kw)
-        _sync()
-        return new / (time.perf_counter() - start)
-
-    def save():
-        path.write_text(json.dumps(out, indent=2))
-
-    out["eager_static_tok_per_s_batch_1"] = round(timed(1), 1)
-    save()
-    # compiled: transformers' own recipe, a static cache makes generate compile the forward itself
-    # (generation_config.compile_config: fullgraph, "reduce-overhead", its CUDA-graph steps marked); a
-    # forward wrapped in torch.compile by hand failed there (its cache writes overwrite graph outputs)
-    compiled["on"] = True
-    if smoke:
-        from transformers.generation.configuration_utils import CompileConfig
-
-        model.generation_config.compile_config = CompileConfig(backend="eager")
-    t = time.perf_counter()
-    try:
-        out["compiled_static_tok_per_s_batch_1"] = round(timed(1), 1)
-        out["compiled_by"] = "transformers generate's own torch.compile (static cache, compile_config)"
-    except Exception as e:  # noqa: BLE001 (then by hand, without CUDA graphs: what compiles)
-        out["auto_compile_error"] = f"{type(e).__name__}: {str(e)[:400]}"
-        save()
-        compiled["on"] = False
-        model.forward = torch.compile(model.forward, mode="max-autotune-no-cudagraphs", dynamic=False)
-        out["compiled_static_tok_per_s_batch_1"] = round(timed(1), 1)
-        out["compiled_by"] = "torch.compile(model.forward, mode='max-autotune-no-cudagraphs')"
-    out["compile_and_run_s"] = round(time.perf_counter() - t, 1)
-    save()
-    if time.perf_counter() - t0 < budget_s / 2:  # a second shape compiles again
-        out["compiled_static_tok_per_s_batch_8"] = round(timed(8), 1)
-    out["note"] = f"tok/s counts the whole generate call of 64 prompt tokens + {new} new tokens, per request"
-    save()
 
 
 # ---------------------------------------------------------------------------------------------- main
