@@ -34,8 +34,8 @@ def test_the_dry_run_prints_every_stage_and_exits_0(tmp_path):
         GOLDEN.write_text(proc.stdout)
     assert proc.stdout == GOLDEN.read_text(), "the dry run changed; regenerate (module docstring) and review"
     stages = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
-    assert [s.split(":")[0] for s in stages] == ["== 1/5 checks", "== 2/5 installs", "== 3/5 build",
-                                                 "== 4/5 smoke", "== 5/5 bench", "== done"]
+    assert [s.split(":")[0] for s in stages] == ["== 1/6 checks", "== 2/6 installs", "== 3/6 build",
+                                                 "== 4/6 smoke", "== 5/6 bench", "== 6/6 tests", "== done"]
     assert not (tmp_path / "first-contact-golden").exists() and not list(ROOT.glob("first-contact-golden*"))
 
 
@@ -55,7 +55,7 @@ def test_off_an_orin_a_real_run_stops_at_the_checks_and_packs_what_it_has(tmp_pa
     out = tmp_path / "fc"
     proc = first_contact("--out", str(out))
     assert proc.returncode == 1
-    assert "FAILED at stage 1/5 checks" in proc.stderr and "next: this is not a Jetson" in proc.stderr
+    assert "FAILED at stage 1/6 checks" in proc.stderr and "next: this is not a Jetson" in proc.stderr
     with tarfile.open(f"{out}.tar.gz") as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert {"versions.txt", "FAILED", "profile.toml"} <= names
@@ -68,3 +68,16 @@ def test_bad_options_are_refused():
     assert proc.returncode == 2 and "--swap takes a whole number" in proc.stderr
     proc = first_contact("--profile", "no/such.toml")
     assert proc.returncode == 2 and "no profile no/such.toml" in proc.stderr
+
+
+def test_the_tests_stage_runs_the_real_bindings_cases_of_files_that_exist():
+    """Stage 6 names test files that exist, on the engine it built, and selects their real-bindings cases."""
+    line = next(ln for ln in GOLDEN.read_text().splitlines() if " -m pytest " in ln)
+    assert "ORIN_LLM_TEST_TRTLLM_ENGINE=engines/agx-orin-64gb" in line and " -k real " in line
+    files = [w for w in line.split() if w.startswith("tests/")]
+    assert files and all((ROOT / f).is_file() for f in files)
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-k", "real", *files],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ids = [ln for ln in collected.stdout.splitlines() if "::" in ln]
+    assert len(ids) >= 30 and all(i.endswith("[real]") or "[real-" in i or "-real]" in i for i in ids), ids
