@@ -8,7 +8,7 @@
 #                 (convert_checkpoint.py weight-only INT4, trtllm-build), each step's log kept
 #   4. smoke      orin-llm serve on the engine; health, a plan, a streamed plan, a cancelled stream
 #                 (python -m orin_llm.doctor.smoke)
-#   5. bench      orin-llm bench --quick on the engine
+#   5. bench      orin-llm bench --quick on the engine; the grammar post-processor's per-token cost on the GPU
 #   6. tests      the TensorRT-LLM backend's tests on the real bindings and this engine (the cases the fake
 #                 passes on any machine; ORIN_LLM_TEST_TRTLLM_ENGINE=the engine), a JUnit XML of them
 # It stops at the first failure and says the next thing to try. Whatever happened, the run's folder
@@ -231,6 +231,10 @@ STAGE="5/6 bench"
 say "$STAGE: orin-llm bench --quick"
 step bench.log "${ORIN_LLM[@]}" bench --engine "$ENGINE" --out "$OUT/bench" --quick \
     || fail "the quick bench failed: $OUT/logs/bench.log; jetson/GUIDE.md (Benchmarks) runs each scenario alone"
+# the grammar post-processor's per-token parts with the logits on the GPU: the mask's copy to the device is
+# measured only here (docs/trtllm-0.12-jetson.md §13)
+step bench.log "$PYTHON" bench/grammar_callback.py --engine "$ENGINE" --device cuda --out "$OUT/bench/grammar_callback.json" \
+    || fail "the grammar post-processor's bench failed: $OUT/logs/bench.log"
 
 # ---------------------------------------------------------------------------------------------
 # Last, so a test that fails still leaves the bench's numbers. `-k real`: the real-bindings case of each test
