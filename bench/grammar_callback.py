@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     end_id = tok.eos_token_id if tok.eos_token_id in eos else min(eos)
     result = {
         "what": "TensorRT-LLM grammar post-processor, per row (bench/grammar_callback.py)",
-        "engine": str(engine), "vocab_size": vocab_size, "logits_width": width, "device": str(device),
+        "engine": engine.name, "vocab_size": vocab_size, "logits_width": width, "device": str(device),
         "machine": {"python": platform.python_version(), "torch": torch.__version__, "cpus": torch.get_num_threads(),
                     "switch_interval_ms": sys.getswitchinterval() * 1e3,
                     "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None},
