@@ -238,7 +238,7 @@ step bench.log "$PYTHON" bench/grammar_callback.py --engine "$ENGINE" --device c
 
 # ---------------------------------------------------------------------------------------------
 # Last, so a test that fails still leaves the bench's numbers. `-k real`: the real-bindings case of each test
-# (tests/runtime/conftest.py `eng`); the fake's cases run anywhere.
+# (tests/runtime/trtllm_both.py `eng`); the fake's cases run anywhere.
 STAGE="6/6 tests"
 say "$STAGE: the TensorRT-LLM backend's tests on the real bindings and $ENGINE"
 TESTS=(tests/runtime/test_trtllm_contract.py tests/runtime/test_trtllm_engine.py tests/runtime/test_trtllm_grammar.py

@@ -1,5 +1,5 @@
 """Plans that respect the home's state on TensorRT-LLM 0.12, through the fake executor and the real
-bindings (`eng`, tests/runtime/conftest.py): its logits
+bindings (`eng`, tests/runtime/trtllm_both.py): its logits
 post-processor calls the request's constraint (accept, allowed), which is the grammar narrowed by
 the simulated state, so "enforce" holds there too without a change to the backend."""
 

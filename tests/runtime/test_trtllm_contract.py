@@ -5,7 +5,7 @@ runs twice, against the fake (tests/runtime/fake_trtllm.py) and against the real
 The real run needs `tensorrt_llm.bindings.executor` to import (TensorRT-LLM 0.12.0-jetson, jetson/setup.sh)
 and ORIN_LLM_TEST_TRTLLM_ENGINE to name a trtllm engine directory that orin-llm build wrote (on the Orin:
 the default profile's engine); it is skipped, with the reason, otherwise (the `eng` fixture,
-tests/runtime/conftest.py, which the other TensorRT-LLM tests share). On an Orin the first
+tests/runtime/trtllm_both.py, which the other TensorRT-LLM tests share). On an Orin the first
 `pytest tests/runtime/test_trtllm_*.py` executes the same assertions the fake passes here."""
 
 from __future__ import annotations

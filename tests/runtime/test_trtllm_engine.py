@@ -1,5 +1,5 @@
 """The TensorRT-LLM runtime against a fake executor module with the exact 0.12.0-jetson bindings, and
-against the real bindings where they import (the `eng` fixture, tests/runtime/conftest.py); the tests
+against the real bindings where they import (the `eng` fixture, tests/runtime/trtllm_both.py); the tests
 marked @fake_only say why they need the fake.
 
 The engine directory is the session's real torch engine (tests/conftest.py `engine_dir`) re-labelled
@@ -94,7 +94,7 @@ def install_models(fake, engine, eos_at=None):
 def make(request, tmp_path, engine_dir, fake):
     """make(**engine_dir_options) -> a loaded TrtllmEngine with the scripted models installed. Fake only:
     the real run has one engine, the one ORIN_LLM_TEST_TRTLLM_ENGINE names, so a test that needs engines
-    built another way says why with @fake_only (tests/runtime/conftest.py)."""
+    built another way says why with @fake_only (tests/runtime/trtllm_both.py)."""
     if request.node.get_closest_marker("fake_only") is None:
         raise AssertionError(f"{request.node.name} uses `make` (the fake only): mark it @fake_only(reason), or "
                              "use the `eng` fixture, which runs on the real bindings too")

@@ -1,5 +1,5 @@
 """The plan grammar on TensorRT-LLM 0.12, through the fake executor and the real bindings (`eng`,
-tests/runtime/conftest.py): the target's logits post-processor masks every step of a constrained
+tests/runtime/trtllm_both.py): the target's logits post-processor masks every step of a constrained
 request, found by its client_id."""
 
 import json

@@ -1,5 +1,5 @@
 """Homes on TensorRT-LLM 0.12, through the fake executor and the real bindings (`eng`,
-tests/runtime/conftest.py): replacing the default home and putting and
+tests/runtime/trtllm_both.py): replacing the default home and putting and
 removing named ones go through pin/unpin as on the torch engine (a PUT used to answer 500 here)."""
 
 
