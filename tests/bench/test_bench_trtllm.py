@@ -207,9 +207,11 @@ def test_speculative_on_trtllm_runs_every_drafter_once_and_times_the_draft(trt_d
     assert json.loads((tmp_path / "speculative.json").read_text())["results"] == data["results"]
     assert (tmp_path / "speculative.png").is_file()
     m = load_manifest(trt_dir)
-    # each mode the engine serves, lookup also from an empty history where the engine has seed plans
-    modes = ["none", "lookup"] + ([EMPTY_HISTORY] if m.lookup_seed else []) + (
-        ["draft_model", "combined"] if m.draft else [])
+    # each mode the engine serves: proposals only where trtllm-build made the target take external draft
+    # tokens (speculative_decoding_mode 2), lookup also from an empty history where the engine has seed plans
+    drafts = engine_config(trt_dir)["speculative_decoding_mode"] == 2
+    modes = ["none"] + (["lookup"] + ([EMPTY_HISTORY] if m.lookup_seed else []) + (
+        ["draft_model", "combined"] if m.draft else []) if drafts else [])
     assert list(data["results"]) == [f"trtllm/{mode}" for mode in modes]
     assert data["backend"] == "trtllm" and data["exact_mode"].startswith("torch only")
     items, max_tokens = data["items"], data["max_tokens"]
@@ -219,7 +221,7 @@ def test_speculative_on_trtllm_runs_every_drafter_once_and_times_the_draft(trt_d
         assert 0 <= r["accepted"] <= r["drafted"]
         assert r["acceptance_rate"] == (r["accepted"] / r["drafted"] if r["drafted"] else 0.0)
     assert data["results"]["trtllm/none"]["drafted"] == 0
-    assert sum(r["drafted"] for r in data["results"].values()) > 0  # the drafters proposed something
+    assert (sum(r["drafted"] for r in data["results"].values()) > 0) == drafts  # the drafters proposed something
     c = data["draft"]
     if m.draft is None:
         assert c == {}
@@ -230,7 +232,8 @@ def test_speculative_on_trtllm_runs_every_drafter_once_and_times_the_draft(trt_d
             sum(f.bytes for f in e.files if f.path.endswith(".engine")) for e in (m.target, m.draft))
         assert c["draft_weights"] == m.draft.weights
     report = write_report(tmp_path, m).read_text()
-    assert "| trtllm/lookup |" in report and "Exact mode: torch only" in report
+    assert "| trtllm/none |" in report and ("| trtllm/lookup |" in report) == drafts
+    assert "Exact mode: torch only" in report
     assert ("Draft (" in report) == (m.draft is not None)
 
     fake = bindings.fake
