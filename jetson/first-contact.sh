@@ -8,9 +8,12 @@
 #                 (convert_checkpoint.py weight-only INT4, trtllm-build), each step's log kept
 #   4. smoke      orin-llm serve on the engine; health, a plan, a streamed plan, a cancelled stream
 #                 (python -m orin_llm.doctor.smoke)
-#   5. bench      orin-llm bench --quick on the engine
+#   5. bench      orin-llm bench --quick on the engine; the grammar post-processor's per-token cost on the GPU
+#   6. tests      the TensorRT-LLM backend's tests on the real bindings and this engine (the cases the fake
+#                 passes on any machine; ORIN_LLM_TEST_TRTLLM_ENGINE=the engine), a JUnit XML of them
 # It stops at the first failure and says the next thing to try. Whatever happened, the run's folder
-# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, smoke and bench JSON)
+# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, smoke and bench JSON,
+# the tests' XML)
 # is packed into <out>.tar.gz.
 #
 # Usage: jetson/first-contact.sh [--dry-run] [--profile TOML] [--engine DIR] [--out DIR] [--swap GB]
@@ -123,7 +126,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="1/5 checks"
+STAGE="1/6 checks"
 say "$STAGE: JetPack, power mode, clocks, swap, disk"
 if [[ $DRY_RUN -eq 1 ]]; then
     note "check: /etc/nv_tegra_release says L4T R36.4.0 (JetPack 6.1, what TensorRT-LLM v0.12.0-jetson is made for)"
@@ -152,7 +155,7 @@ else
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="2/5 installs"
+STAGE="2/6 installs"
 say "$STAGE: pinned (jetson/constraints-0.12-jetson.txt), then the doctor"
 if [[ $SKIP_INSTALL -eq 1 ]]; then
     note "skipped (--skip-install)"
@@ -185,7 +188,7 @@ PY
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="3/5 build"
+STAGE="3/6 build"
 say "$STAGE: the memory plan, then NVIDIA's documented path (README4Jetson) for $PROFILE"
 show "orin-llm memory --profile $PROFILE --json > $OUT/memory-plan.json"
 if [[ $DRY_RUN -eq 0 ]]; then
@@ -202,9 +205,15 @@ else
     step build.log "${ORIN_LLM[@]}" build --profile "$PROFILE" --out "$ENGINE" \
         || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
 fi
+# the plan again with the engine files' real sizes (measured) in place of the estimates
+show "orin-llm memory --profile $PROFILE --engine $ENGINE --json > $OUT/memory-plan-measured.json"
+if [[ $DRY_RUN -eq 0 ]]; then
+    "${ORIN_LLM[@]}" memory --profile "$PROFILE" --engine "$ENGINE" --json >"$OUT/memory-plan-measured.json" \
+        || fail "the engines are bigger than the plan holds ($OUT/memory-plan-measured.json says by how much): lower the profile's limits or cached_prefix_tokens and rebuild"
+fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="4/5 smoke"
+STAGE="4/6 smoke"
 say "$STAGE: the daemon on $ENGINE: health, plan, stream, cancel"
 show "orin-llm serve --engine $ENGINE --socket $SOCKET > $OUT/logs/serve.log &"
 show "python -m orin_llm.doctor.smoke --socket $SOCKET --out $OUT/smoke.json"
@@ -218,10 +227,30 @@ if [[ $DRY_RUN -eq 0 ]]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="5/5 bench"
+STAGE="5/6 bench"
 say "$STAGE: orin-llm bench --quick"
 step bench.log "${ORIN_LLM[@]}" bench --engine "$ENGINE" --out "$OUT/bench" --quick \
     || fail "the quick bench failed: $OUT/logs/bench.log; jetson/GUIDE.md (Benchmarks) runs each scenario alone"
+# the grammar post-processor's per-token parts with the logits on the GPU: the mask's copy to the device is
+# measured only here (docs/trtllm-0.12-jetson.md §13)
+step bench.log "$PYTHON" bench/grammar_callback.py --engine "$ENGINE" --device cuda --out "$OUT/bench/grammar_callback.json" \
+    || fail "the grammar post-processor's bench failed: $OUT/logs/bench.log"
+
+# ---------------------------------------------------------------------------------------------
+# Last, so a test that fails still leaves the bench's numbers. `-k real`: the real-bindings case of each test
+# (tests/runtime/trtllm_both.py `eng` and `bindings`: every file with such a test is listed, a test checks it);
+# the fake's cases run anywhere.
+STAGE="6/6 tests"
+say "$STAGE: the TensorRT-LLM backend's tests on the real bindings and $ENGINE"
+TESTS=(tests/runtime/test_trtllm_contract.py tests/runtime/test_trtllm_engine.py tests/runtime/test_trtllm_grammar.py
+       tests/runtime/test_trtllm_homes.py tests/runtime/test_feasibility_trtllm.py tests/runtime/test_backend.py
+       tests/runtime/test_loader.py tests/server/test_worker.py tests/bench/test_bench_trtllm.py
+       tests/build/test_shipped_profiles.py)
+step tests.log env PIP_CONSTRAINT=jetson/constraints-0.12-jetson.txt "$PYTHON" -m pip install --quiet "pytest>=8" \
+    || fail "pytest did not install: $OUT/logs/tests.log"
+step tests.log env ORIN_LLM_TEST_TRTLLM_ENGINE="$ENGINE" "$PYTHON" -m pytest "${TESTS[@]}" -k real -rA \
+    --junitxml "$OUT/tests.xml" \
+    || fail "a TensorRT-LLM test failed on the real bindings ($OUT/logs/tests.log, $OUT/tests.xml): the fake is kinder than 0.12 there; attach the tarball to an issue"
 
 STAGE="done"
 say "done"

@@ -86,12 +86,20 @@ def calibrate(
 def memory(
     profile: Path = typer.Option(..., help="Build profile (TOML)."),
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON."),
+    engine: Optional[Path] = typer.Option(None, help="A trtllm engine directory built from the profile: plan with "
+                                          "its engine files' real sizes (measured) instead of the estimates."),
 ) -> None:
     """Plan unified memory: weights, KV cache and headroom next to the policy model."""
-    from .build.memory import check_feasible, format_plan, plan_memory
+    from .build.memory import check_feasible, engine_file_sizes, format_plan, plan_memory
     from .profile import load_profile
 
-    plan = plan_memory(load_profile(profile), profile.parent)
+    sizes = None
+    if engine is not None:
+        sizes = engine_file_sizes(engine)
+        if not sizes:
+            raise OrinError(f"{engine}: no TensorRT-LLM engine files (target/rank*.engine) here; build it with "
+                            "orin-llm build, or leave out --engine for the estimates")
+    plan = plan_memory(load_profile(profile), profile.parent, engine_files=sizes)
     typer.echo(json.dumps(memory_json(plan), indent=2) if as_json else format_plan(plan))
     check_feasible(plan)  # infeasible: one line with the numbers that do not fit, exit 2
     if plan.deployment.get("refused"):  # a combination TensorRT-LLM 0.12 refuses: the rule and the fix, exit 2
@@ -103,7 +111,7 @@ def memory_json(plan) -> dict:
     keep = ("kv_bytes_per_token", "weights_bytes", "max_kv_tokens", "kv_bytes")
     out = {m: ({k: d[m][k] for k in keep} if d[m] else None) for m in ("target", "draft")}
     out.update({k: d[k] for k in ("total_bytes", "budget_bytes", "headroom_bytes", "feasible", "problems",
-                                  "warm_homes", "deployment")})
+                                  "warm_homes", "deployment", "measured", "estimated")})
     out["detail"] = d
     return out
 

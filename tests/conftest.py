@@ -20,6 +20,10 @@ from pathlib import Path
 
 import pytest
 
+# The TensorRT-LLM tests' fake/real fixtures (`bindings`, `eng`), for the test modules of every directory
+# that test the backend (tests/runtime, tests/server, tests/bench, tests/build)
+pytest_plugins = ["tests.runtime.trtllm_both"]
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -72,8 +72,10 @@ HOME_TOKENS = 6144
 #   it (utils::loadEngine, cpp/tensorrt_llm/runtime/utils/sessionUtils.cpp of the 0.11/0.12 series: a
 #   std::vector<uint8_t> of the file's size), and on the Orin host and device share one memory: loading
 #   an engine holds its file twice for a moment. An engine file is its weights (plus kernels and
-#   metadata, which the weights' figure leaves out), so the plan counts the largest model's weights;
-#   `load_extra_bytes(file_sizes=...)` takes the built files' real sizes.
+#   metadata, which the weights' figure leaves out), so the plan counts the largest model's weights
+#   until the engines exist; after `orin-llm build` (and in `orin-llm memory --engine`) the plan takes
+#   the engine files' real sizes (`engine_file_sizes`) for both that and each model's resident weights:
+#   TensorRT deserializes an engine's weights into device memory, which on the Orin is the same memory.
 HEAD_CHECK_ROWS = 4096
 HEAD_CHECK_TEMPORARIES = 3
 
@@ -174,6 +176,7 @@ class ModelPlan(BaseModel):
     max_kv_tokens: int
     kv_bytes: int
     activation_bytes: int  # derived activation estimate (used when device.workspace_gib = 0)
+    weights_source: str = "estimated from the shapes at the quantized size"  # or "measured: ..." (engine files)
 
 
 class MemoryPlan(BaseModel):
@@ -209,6 +212,8 @@ class MemoryPlan(BaseModel):
     problems: list[str]
     notes: list[str]
     deployment: dict  # what the engines get: KV dtype, prefix reuse, chunked context, speculation modes
+    measured: list[str] = []  # the figures read from files the build or the policy runner wrote
+    estimated: list[str] = []  # the figures computed from shapes and settings (or stated in the profile)
 
     def as_dict(self) -> dict:
         return self.model_dump(mode="json")
@@ -248,6 +253,20 @@ def torch_deployment(profile: Profile) -> Deployment:
                       chunked_context=True, speculation=speculation, why_not=tuple(why))
 
 
+ENGINE_SUFFIX = ".engine"  # Engine.save writes rank{rank}.engine per rank (R≡J tensorrt_llm/builder.py L662-667)
+
+
+def engine_file_sizes(engine_dir: Path) -> dict[str, int]:
+    """The bytes of each model's TensorRT engine files in a trtllm engine directory (role -> bytes, every
+    rank's rank<N>.engine summed), for roles that have any; {} for a torch engine or one not built yet."""
+    sizes = {}
+    for role in ("target", "draft"):
+        files = sorted((engine_dir / role).glob(f"rank*{ENGINE_SUFFIX}")) if (engine_dir / role).is_dir() else []
+        if files:
+            sizes[role] = sum(f.stat().st_size for f in files)
+    return sizes
+
+
 def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
                      file_sizes: Optional[dict[str, int]] = None) -> tuple[int, str]:
     """What loading holds for a moment on top of what the engines keep (the HEAD_CHECK_ROWS comment), and
@@ -256,7 +275,7 @@ def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
     if profile.backend == "trtllm":
         if file_sizes:
             role, size = max(file_sizes.items(), key=lambda kv_: kv_[1])
-            return size, f"the {role} engine file ({size:,} B), read whole before it is deserialized"
+            return size, f"measured: the {role} engine file ({size:,} B), read whole before it is deserialized"
         biggest = max((m for _, m in models), key=lambda m: m.weights_bytes)
         return biggest.weights_bytes, ("an engine file read whole before it is deserialized: about the largest "
                                        f"model's weights ({biggest.model})")
@@ -276,11 +295,15 @@ def deployment(profile: Profile) -> Deployment:
     return trtllm_deployment(profile) if profile.backend == "trtllm" else torch_deployment(profile)
 
 
-def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan:
+def plan_memory(profile: Profile, profile_dir: Path | None = None,
+                engine_files: Optional[dict[str, int]] = None) -> MemoryPlan:
     """The memory plan of a profile; an infeasible plan is returned (feasible=False), not raised.
 
+    engine_files: a trtllm build's engine file sizes (`engine_file_sizes`): measured figures for each
+    model's weights and for what loading holds, in place of the estimates from the shapes.
     Raises OrinError only when an input cannot be read (missing config.json, unreadable ONNX).
     """
+    engine_files = engine_files if profile.backend == "trtllm" else None
     dev, lim = profile.device, profile.limits
     target_arch, target = _model_plan(profile, profile.target, profile_dir, "target")
     shaped = [(target_arch, target)]
@@ -289,6 +312,10 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
         draft_arch, draft = _model_plan(profile, profile.draft, profile_dir, "draft")
         shaped.append((draft_arch, draft))
     models = [m for m in (target, draft) if m is not None]
+    for role, m in (("target", target), ("draft", draft)):
+        if m is not None and engine_files and role in engine_files:
+            m.weights_bytes = engine_files[role]
+            m.weights_source = f"measured: {role}/rank*{ENGINE_SUFFIX} ({engine_files[role]:,} B)"
 
     device = round(dev.memory_gib * GIB)
     reserved = round(dev.reserved_gib * GIB)
@@ -314,7 +341,7 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
     fixed = sum(items.values())
     # The KV cache never takes the room the engines' loading needs for a moment (load_extra_bytes): on a
     # device the policy shares, that moment would push the policy out.
-    load_extra, load_source = load_extra_bytes(profile, shaped)
+    load_extra, load_source = load_extra_bytes(profile, shaped, engine_files)
     budget = device - fixed - load_extra
 
     bpt = sum(m.kv_bytes_per_token for m in models)
@@ -363,7 +390,11 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None) -> MemoryPlan
         spare = max(0, budget // bpt - running)
         notes.append(f"the KV budget could keep {spare // home} homes of {home:,} tokens warm "
                      f"(cached_prefix_tokens = {spare // home * home:,}); this profile keeps {warm}")
+    figures = {f"{role} weights": m.weights_source for role, m in (("target", target), ("draft", draft)) if m}
+    figures.update({"loading": load_source, "policy": policy_source, "workspace": workspace_source})
+    measured = [k for k, v in figures.items() if v.startswith("measured")]
     return MemoryPlan(
+        measured=measured, estimated=[k for k in figures if k not in measured],
         profile=profile.name, backend=profile.backend, device_bytes=device, reserved_bytes=reserved,
         num_engines=engines, cuda_context_bytes=cuda, policy_bytes=policy, policy_source=policy_source,
         target=target, draft=draft, workspace_bytes=workspace, workspace_source=workspace_source,
@@ -397,7 +428,8 @@ def format_plan(plan: MemoryPlan) -> str:
              row("- policy", plan.policy_bytes, plan.policy_source)]
     models = [("target", plan.target)] + ([("draft", plan.draft)] if plan.draft else [])
     for name, m in models:
-        lines.append(row(f"- {name} weights ({m.weights})", m.weights_bytes, m.config))
+        source = m.config if m.weights_source.startswith("estimated") else m.weights_source
+        lines.append(row(f"- {name} weights ({m.weights})", m.weights_bytes, source))
     lines += [row("- workspace", plan.workspace_bytes, plan.workspace_source),
               row("- kept free for loading", plan.load_extra_bytes, plan.load_source),
               row("= KV budget", plan.budget_bytes)]
@@ -411,6 +443,9 @@ def format_plan(plan: MemoryPlan) -> str:
                  "     next to the running requests and the policy")
     lines += [row("total allocated", plan.total_bytes),
               row("headroom", plan.headroom_bytes)]
+    lines.append("  measured: " + (", ".join(plan.measured) or "nothing yet (orin-llm memory --engine DIR reads a "
+                                                          "built engine's files)"))
+    lines.append("  estimated: " + (", ".join(plan.estimated) or "nothing"))
     lines.append("  status: " + ("fits" if plan.feasible else "DOES NOT FIT"))
     lines += [f"  problem: {p}" for p in plan.problems]
     lines += [f"  note: {n}" for n in plan.notes]

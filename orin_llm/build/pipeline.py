@@ -24,7 +24,7 @@ from ..errors import OrinError
 from ..manifest import SCHEMA_VERSION, KvCacheEntry, Manifest, ModelEntry, file_entry, write_manifest
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
-from .memory import MemoryPlan, check_feasible, format_plan, plan_memory
+from .memory import MemoryPlan, check_feasible, engine_file_sizes, format_plan, plan_memory
 from .source import Source, load_arch, resolve_source
 
 
@@ -159,6 +159,13 @@ def _build_trtllm(profile: Profile, out: Path, profile_dir: Optional[Path], plan
     if out.exists() and not force:
         raise OrinError(f"{out} already exists; pass --force to replace it")
     build_trtllm(profile, out, profile_dir, dry_run=False, quiet=quiet)
+    # The plan again, with the engine files' real sizes (measured) for the weights and the load's moment:
+    # an engine bigger than its estimate is refused here, with the numbers, before a daemon tries it.
+    sizes = engine_file_sizes(out)
+    if set(sizes) != {r for r, s in (("target", profile.target), ("draft", profile.draft)) if s is not None}:
+        raise OrinError(f"{out}: trtllm-build left no rank*.engine for every model (found: {sorted(sizes) or 'none'}); "
+                        f"see the build's logs in {out}/logs")
+    plan = check_feasible(plan_memory(profile, profile_dir, engine_files=sizes))
     # The engines are TensorRT-LLM's; the manifest records them with the same schema. The tokenizer
     # (and the EOS ids in generation_config.json) come from the target's HF dir; the draft shares it.
     target_src = resolve_source(profile.target.model, profile_dir)

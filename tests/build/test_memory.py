@@ -406,7 +406,7 @@ def test_the_load_peak_is_planned_and_must_fit(tmp_path):
     profile = load_profile(ORIN)
     models = [(arch_from_config_file(CONFIG_3B), base.target), (arch_from_config_file(CONFIG_1B), base.draft)]
     assert load_extra_bytes(profile, models, {"target": 3_000_000_000, "draft": 1_000_000_000}) == (
-        3_000_000_000, "the target engine file (3,000,000,000 B), read whole before it is deserialized")
+        3_000_000_000, "measured: the target engine file (3,000,000,000 B), read whole before it is deserialized")
     embedded = plan_memory(embedded_profile())
     a = load_arch(embedded_profile().target, None, section="target")
     assert embedded.load_extra_bytes == (embedded.target.weights_bytes + a.vocab_size * a.hidden_size * 4

@@ -7,6 +7,7 @@ After an intended change: ORIN_LLM_REGEN_GOLDEN=1 python -m pytest tests/jetson/
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -34,8 +35,8 @@ def test_the_dry_run_prints_every_stage_and_exits_0(tmp_path):
         GOLDEN.write_text(proc.stdout)
     assert proc.stdout == GOLDEN.read_text(), "the dry run changed; regenerate (module docstring) and review"
     stages = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
-    assert [s.split(":")[0] for s in stages] == ["== 1/5 checks", "== 2/5 installs", "== 3/5 build",
-                                                 "== 4/5 smoke", "== 5/5 bench", "== done"]
+    assert [s.split(":")[0] for s in stages] == ["== 1/6 checks", "== 2/6 installs", "== 3/6 build",
+                                                 "== 4/6 smoke", "== 5/6 bench", "== 6/6 tests", "== done"]
     assert not (tmp_path / "first-contact-golden").exists() and not list(ROOT.glob("first-contact-golden*"))
 
 
@@ -55,7 +56,7 @@ def test_off_an_orin_a_real_run_stops_at_the_checks_and_packs_what_it_has(tmp_pa
     out = tmp_path / "fc"
     proc = first_contact("--out", str(out))
     assert proc.returncode == 1
-    assert "FAILED at stage 1/5 checks" in proc.stderr and "next: this is not a Jetson" in proc.stderr
+    assert "FAILED at stage 1/6 checks" in proc.stderr and "next: this is not a Jetson" in proc.stderr
     with tarfile.open(f"{out}.tar.gz") as tar:
         names = {Path(n).name for n in tar.getnames()}
     assert {"versions.txt", "FAILED", "profile.toml"} <= names
@@ -68,3 +69,31 @@ def test_bad_options_are_refused():
     assert proc.returncode == 2 and "--swap takes a whole number" in proc.stderr
     proc = first_contact("--profile", "no/such.toml")
     assert proc.returncode == 2 and "no profile no/such.toml" in proc.stderr
+
+
+def with_real_cases(path: Path) -> bool:
+    """Whether a test module has tests that run on the real bindings: a test that asks for the `eng` or
+    `bindings` fixture (tests/runtime/trtllm_both.py), or for a fixture of the module that does."""
+    tree = ast.parse(path.read_text())
+    functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    real = {"eng", "bindings"}
+    for _ in functions:  # a fixture may build on another fixture of the module
+        real |= {f.name for f in functions if any("fixture" in ast.unparse(d) for d in f.decorator_list)
+                 and real & {a.arg for a in f.args.args}}
+    return any(f.name.startswith("test_") and real & {a.arg for a in f.args.args} for f in functions)
+
+
+def test_the_tests_stage_runs_the_real_bindings_cases_of_every_file_that_has_them():
+    """Stage 6 names the test files that have real-bindings cases, all of them, on the engine it built, and
+    selects those cases only."""
+    line = next(ln for ln in GOLDEN.read_text().splitlines() if " -m pytest " in ln)
+    assert "ORIN_LLM_TEST_TRTLLM_ENGINE=engines/agx-orin-64gb" in line and " -k real " in line
+    files = [w for w in line.split() if w.startswith("tests/")]
+    assert files and all((ROOT / f).is_file() for f in files)
+    having = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py") if with_real_cases(p))
+    assert sorted(files) == having, "jetson/first-contact.sh's TESTS and the files with real cases differ"
+    collected = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-k", "real", *files],
+                               capture_output=True, text=True, cwd=ROOT, timeout=300,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    ids = [ln for ln in collected.stdout.splitlines() if "::" in ln]
+    assert len(ids) >= 45 and all(i.endswith("[real]") or "[real-" in i or "-real]" in i for i in ids), ids

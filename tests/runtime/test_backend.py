@@ -4,7 +4,8 @@ Checked twice: statically, on the classes (every member of the protocol is there
 property, a classmethod as one, and each method accepts the protocol's parameters by the same names,
 with any extra ones optional), and at run time on loaded engines (`isinstance` against the
 runtime-checkable protocol, which also sees the attributes set in __init__, and the capabilities
-each one reports).
+each one reports); the TensorRT-LLM engine's on the fake executor and on the real bindings (`eng`,
+tests/runtime/trtllm_both.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from orin_llm.runtime.trtllm.generation import TrtllmGeneration, TrtllmPin
 from tests.conftest import tiny_fixture
-
-from .test_trtllm_engine import make_engine_dir
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
 tiny_engine_dir = tiny_fixture("engine_dir")
@@ -93,39 +92,38 @@ def test_the_static_check_sees_a_missing_member_and_a_wrong_signature():
     assert "Half.busy should be a property" in found and "Half.abort is missing" in found
 
 
-def test_loaded_engines_are_backends_and_say_what_they_can_do(engine, tmp_path, engine_dir, fake):
-    trt = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    try:
-        for eng in (engine, trt):
-            assert isinstance(eng, Backend)
-            assert isinstance(eng.capabilities, Capabilities) and isinstance(eng.stats(), EngineStats)
-            assert eng.capabilities.speculation == tuple(eng.speculation_modes)
-        torch_caps, trt_caps = engine.capabilities, trt.capabilities
-        assert torch_caps.max_batch == engine.manifest.limits["max_batch_size"] == engine.stats().max_running
-        assert torch_caps.tunable_batch and torch_caps.paced_prefill and torch_caps.persistent_histories
-        assert torch_caps.kernels and torch_caps.pins_hold and torch_caps.grammars
-        # the executor batches in flight: as many requests as the target engine was built for
-        assert trt_caps.max_batch == trt.max_running == trt.stats().max_running > 1 and trt_caps.grammars
-        assert not (trt_caps.tunable_batch or trt_caps.paced_prefill or trt_caps.persistent_histories
-                    or trt_caps.kernels or trt_caps.pins_hold)
-        assert trt.stats() == EngineStats(waiting=0, running=0, max_running=trt.max_running)
-        gen = trt.generate(trt.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
-        trt.submit(gen)
-        assert trt.stats().waiting == 1 and trt.busy
-        trt.abort(gen)
-        assert not trt.busy and gen.done and gen.result is None
-    finally:
-        trt.close()
+def test_a_loaded_torch_engine_is_a_backend_and_says_what_it_can_do(engine):
+    assert isinstance(engine, Backend)
+    assert isinstance(engine.capabilities, Capabilities) and isinstance(engine.stats(), EngineStats)
+    caps = engine.capabilities
+    assert caps.speculation == tuple(engine.speculation_modes)
+    assert caps.max_batch == engine.manifest.limits["max_batch_size"] == engine.stats().max_running
+    assert caps.tunable_batch and caps.paced_prefill and caps.persistent_histories
+    assert caps.kernels and caps.pins_hold and caps.grammars
 
 
-def test_settings_an_engine_cannot_honour_are_refused(tmp_path, engine_dir, fake):
+def test_a_loaded_trtllm_engine_is_a_backend_and_says_what_it_can_do(eng):
+    assert isinstance(eng, Backend)
+    caps = eng.capabilities
+    assert isinstance(caps, Capabilities) and isinstance(eng.stats(), EngineStats)
+    assert caps.speculation == tuple(eng.speculation_modes)
+    # the executor batches in flight: as many requests as the target engine was built for
+    assert caps.max_batch == eng.max_running == eng.stats().max_running == eng.manifest.limits["max_batch_size"] > 1
+    assert caps.grammars
+    assert not (caps.tunable_batch or caps.paced_prefill or caps.persistent_histories or caps.kernels
+                or caps.pins_hold)
+    assert eng.stats() == EngineStats(waiting=0, running=0, max_running=eng.max_running)
+    gen = eng.generate(eng.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
+    eng.submit(gen)
+    assert eng.stats().waiting == 1 and eng.busy
+    eng.abort(gen)
+    assert not eng.busy and gen.done and gen.result is None
+
+
+def test_settings_an_engine_cannot_honour_are_refused(eng, tmp_path):
     from orin_llm.errors import OrinError
 
-    trt = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    try:
-        with pytest.raises(OrinError, match="batches and paces prompts inside its executor"):
-            trt.tune(max_running=1)
-        with pytest.raises(OrinError, match="keeps one lookup history in memory"):
-            trt.persist_histories(tmp_path / "lookup")
-    finally:
-        trt.close()
+    with pytest.raises(OrinError, match="batches and paces prompts inside its executor"):
+        eng.tune(max_running=1)
+    with pytest.raises(OrinError, match="keeps one lookup history in memory"):
+        eng.persist_histories(tmp_path / "lookup")

@@ -1,5 +1,6 @@
 """Loading reads an engine's manifest once (runtime/loader.py verifies it and hands it on), and the
-TensorRT-LLM engine reads each of its engines' config.json once."""
+TensorRT-LLM engine reads each of its engines' config.json once (on the fake executor and on the real
+bindings: `bindings`, tests/runtime/trtllm_both.py)."""
 
 from __future__ import annotations
 
@@ -39,13 +40,17 @@ def test_a_torch_engine_reads_its_manifest_once(engine_dir, reads):
     assert reads["manifest.json"] == 1
 
 
-def test_a_trtllm_engine_reads_its_manifest_and_configs_once(engine_dir, tmp_path, fake, reads):
-    d = make_engine_dir(engine_dir, tmp_path / "trt")
+def test_a_trtllm_engine_reads_its_manifest_and_configs_once(bindings, request, tmp_path, reads):
+    # the real run asks for no torch engine (the fake's takes the tiny one's tokenizer and manifest)
+    d = bindings.real_dir or make_engine_dir(request.getfixturevalue("engine_dir"), tmp_path / "trt")
     reads.clear()
     engine = load_engine(d)
     try:
-        assert engine.manifest.backend == "trtllm" and engine.draft_executor is not None
+        assert engine.manifest.backend == "trtllm"
+        engines = ["target"] + (["draft"] if engine.draft_executor is not None else [])
+        if bindings.fake is not None:
+            assert engines == ["target", "draft"]  # make_engine_dir's pair: the draft's config counted too
         assert {p: n for p, n in reads.items() if p.endswith(("manifest.json", "/config.json"))} == {
-            "manifest.json": 1, "target/config.json": 1, "draft/config.json": 1}
+            "manifest.json": 1, **{f"{role}/config.json": 1 for role in engines}}
     finally:
         engine.close()

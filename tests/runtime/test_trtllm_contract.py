@@ -4,14 +4,13 @@ runs twice, against the fake (tests/runtime/fake_trtllm.py) and against the real
 
 The real run needs `tensorrt_llm.bindings.executor` to import (TensorRT-LLM 0.12.0-jetson, jetson/setup.sh)
 and ORIN_LLM_TEST_TRTLLM_ENGINE to name a trtllm engine directory that orin-llm build wrote (on the Orin:
-the default profile's engine); it is skipped, with the reason, otherwise. On an Orin the first
-`pytest tests/runtime/test_trtllm_contract.py` executes the same assertions the fake passes here."""
+the default profile's engine); it is skipped, with the reason, otherwise (the `eng` fixture,
+tests/runtime/trtllm_both.py, which the other TensorRT-LLM tests share). On an Orin the first
+`pytest tests/runtime/test_trtllm_*.py` executes the same assertions the fake passes here."""
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -19,16 +18,10 @@ from orin_llm.environment import environment_from_dict
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.bindings import set_executor_module
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from orin_llm.runtime.trtllm.responses import POLL
 from tests.conftest import tiny_fixture
 
-from .test_trtllm_engine import install_models, make_engine_dir
-
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
-
-REAL_ENGINE = "ORIN_LLM_TEST_TRTLLM_ENGINE"
 
 HOME = environment_from_dict({
     "name": "small_home",
@@ -37,41 +30,6 @@ HOME = environment_from_dict({
     "actions": [{"name": "go_to", "args": ["place"]}, {"name": "pick", "args": ["object"]},
                 {"name": "place", "args": ["object", "place"]}, {"name": "switch_off", "args": ["device"]}],
 })
-
-
-def _real_engine_dir() -> Path:
-    """The real bindings and an engine to run them on, or the reason to skip."""
-    try:
-        import tensorrt_llm.bindings.executor  # noqa: F401
-    except Exception as e:  # ImportError, OSError (libnvinfer missing), the 0.12.0 PyPI stub's errors
-        text = str(e).strip().splitlines()
-        pytest.skip(f"the real TensorRT-LLM bindings do not import here ({type(e).__name__}: "
-                    f"{text[0] if text else ''})")
-    path = os.environ.get(REAL_ENGINE)
-    if not path or not (Path(path) / "manifest.json").is_file():
-        pytest.skip(f"the real TensorRT-LLM bindings import, but {REAL_ENGINE} names no trtllm engine directory")
-    return Path(path)
-
-
-@pytest.fixture(params=["fake", "real"])
-def eng(request, tmp_path):
-    if request.param == "real":
-        path = _real_engine_dir()
-        previous = set_executor_module(None)
-        engine = TrtllmEngine.load(path)
-    else:
-        from tests.runtime import fake_trtllm
-
-        fake_trtllm.reset()
-        previous = set_executor_module(fake_trtllm)
-        engine_dir = request.getfixturevalue("engine_dir")
-        engine = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt", limits={"max_batch_size": 2}))
-        install_models(fake_trtllm, engine)
-    try:
-        yield engine
-    finally:
-        engine.close()
-        set_executor_module(previous)
 
 
 def ids_of(engine, text: str) -> list[int]:

@@ -14,12 +14,14 @@ from tests.conftest import tiny_fixture
 
 from . import test_trtllm_engine
 from .test_trtllm_engine import all_read, prompt, target_executor
+from .trtllm_both import fake_only
 
 make = test_trtllm_engine.make  # the fixture: a loaded engine with the scripted models
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 
 
+@fake_only("toggles whether a final response follows cancel_request, which 0.12 does not document")
 @pytest.mark.parametrize("sends_final", [False, True])
 def test_a_cancelled_request_costs_no_wait_whatever_cancel_sends_back(make, fake, monkeypatch, sends_final):
     """0.12's executor.h does not say whether a final response follows cancel_request: neither case stalls."""
@@ -39,6 +41,7 @@ def test_a_cancelled_request_costs_no_wait_whatever_cancel_sends_back(make, fake
     assert target.idle() and all_read(fake)
 
 
+@fake_only("an engine built with max_batch_size 3, and the batch the fake saw in one iteration")
 def test_requests_run_together_inside_the_executor(make, fake):
     """max_batch_size generations at once (the engine's build config): batched in flight, each its own answer."""
     eng = make(draft=False, build={"max_batch_size": 3})
@@ -57,12 +60,14 @@ def test_requests_run_together_inside_the_executor(make, fake):
     assert all_read(fake)
 
 
+@fake_only("an engine whose config.json names no max_batch_size")
 def test_the_daemon_runs_what_the_plan_reserved(make):
     """Without max_batch_size in config.json, the manifest's limits (what the memory plan sized the KV for)."""
     eng = make(draft=False, limits={"max_batch_size": 2})
     assert eng.capabilities.max_batch == 2
 
 
+@fake_only("engines built with and without chunked context, and the chunks the fake ran")
 @pytest.mark.parametrize("chunked", [True, False])
 def test_a_long_prompt_prefills_in_chunks_of_whole_blocks(make, fake, chunked):
     eng = make(draft=False, chunked_context=chunked, build={"max_num_tokens": 64})
@@ -78,6 +83,7 @@ def test_a_long_prompt_prefills_in_chunks_of_whole_blocks(make, fake, chunked):
         assert run.chunks == [len(ids)]
 
 
+@fake_only("forces an eviction in a pool of 12 blocks, which no real build makes")
 def test_stored_blocks_are_evicted_least_recently_used(make, fake):
     """A pool of 12 blocks of 32: two pinned homes fill it; using the second and pinning a third evicts the
     first's blocks, not the second's. What a request is served is measured, not promised by the pin."""

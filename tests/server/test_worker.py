@@ -1,6 +1,7 @@
 """The worker builds the planner on its own thread, so one thread does all of the engine's work; its
 constructor returns at once (tests/server/test_routes.py: /health while it loads); one loop serves both
-backends."""
+backends, the TensorRT-LLM one on the fake executor and on the real bindings (`eng`,
+tests/runtime/trtllm_both.py)."""
 
 import asyncio
 import threading
@@ -11,12 +12,12 @@ from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
 from orin_llm.server.jobs import environment_job, plan_job
 from orin_llm.server.schemas import PlanRequest
 from orin_llm.server.worker import Job, Worker
-from tests.runtime.test_trtllm_engine import all_read, install_models, make_engine_dir, target_executor
+from tests.runtime.test_trtllm_engine import all_read, target_executor
 from tests.runtime.test_trtllm_grammar import SMALL_HOME
+from tests.runtime.trtllm_both import on_fake
 
 
 @pytest.mark.full
@@ -69,12 +70,11 @@ def run_job(worker: Worker, endpoint: str, begin, **options) -> list[tuple[str, 
         loop.close()
 
 
-@pytest.mark.full  # the real engine's tokenizer and configs behind the fake (tests/runtime/test_trtllm_engine.py)
-def test_one_worker_loop_serves_a_tensorrt_llm_engine(tmp_path, engine_dir, fake):
+@pytest.mark.full  # the fake's case: the real engine's tokenizer and configs behind the fake
+def test_one_worker_loop_serves_a_tensorrt_llm_engine(eng):
     """The loop the torch engine runs in serves TrtllmEngine too (its step: each request's next response):
-    a streamed plan, an environment switch as a pin request, and a request ended when its client goes."""
-    eng = TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "trt"))
-    install_models(fake, eng)
+    a streamed plan, an environment switch as a pin request, a request ended when its client goes, and
+    the loop serving the next one after it."""
     worker = Worker(lambda: Planner(eng, SMALL_HOME), queue_size=4)
     try:
         worker.wait_loaded(60)
@@ -89,7 +89,8 @@ def test_one_worker_loop_serves_a_tensorrt_llm_engine(tmp_path, engine_dir, fake
         payload = events[-1][1]
         streamed = "".join(v for k, v in events if k == "delta")
         assert streamed.strip() == payload["plan"] and payload["timings"]["completion_tokens"] > 0
-        assert payload["timings"]["cached_prompt_tokens"] > 0  # the pinned home's stored blocks, measured
+        # the pinned home's stored blocks, measured by the executor (none where the engine keeps no blocks)
+        assert (payload["timings"]["cached_prompt_tokens"] > 0) == eng.block_reuse
 
         renamed = SMALL_HOME.model_copy(update={"name": "small_home_v2"})
         events = run_job(worker, "environment", environment_job(renamed, if_match=1), exclusive=True)
@@ -112,8 +113,12 @@ def test_one_worker_loop_serves_a_tensorrt_llm_engine(tmp_path, engine_dir, fake
         finally:
             loop.close()
         assert kind == "error" and error.status == 499
-        assert target_executor(fake).cancelled and all_read(fake)  # its request cancelled, nothing left queued
         assert not eng.busy
+        fake = on_fake(eng)
+        if fake is not None:
+            assert target_executor(fake).cancelled and all_read(fake)  # its request cancelled, nothing left queued
+        # the cancelled request left nothing behind: the next plan is served in full
+        events = run_job(worker, "plan", plan_job(req, params))
+        assert events[-1][0] == "done" and events[-1][1]["timings"]["completion_tokens"] > 0
     finally:
         worker.stop()
-        eng.close()
