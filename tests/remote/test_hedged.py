@@ -79,26 +79,32 @@ def test_remote_answers_with_the_home_grammar_and_the_prompt_ids(peer, planners)
     assert not planner.engine.busy
 
 
-@pytest.mark.parametrize("mode,why", [("offgrammar", "off the home's grammar"), ("http500", "HTTP 500"),
-                                      ("malformed", "malformed chunk"),
-                                      ("infeasible", "a step the home's state does not allow")])
-def test_a_bad_remote_answer_never_becomes_the_plan(peer, planners, mode, why):
+@pytest.mark.parametrize("mode,reason,why", [
+    ("offgrammar", "off_grammar", "off the home's grammar"), ("http500", "http_error", "HTTP 500"),
+    ("malformed", "malformed", "malformed chunk"),
+    ("infeasible", "infeasible", "a step the home's state does not allow")])
+def test_a_bad_remote_answer_never_becomes_the_plan(peer, planners, mode, reason, why):
     if mode == "offgrammar":
         peer.text = "go_to(the moon)\nrm -rf /"
     elif mode == "infeasible":  # on the home's grammar, but the milk is in the closed fridge
         peer.text = "go_to(fridge)\npick(milk)"
     else:
         peer.mode = mode
-    planner = planners(peer.url, backoff_s=300)
+    planner = planners(peer.url, backoff_s=300, plans="whole")  # the answer as the peer wrote it, checked here
     plan, gen, _ = run(planner)
     assert gen.report["served_by"] == "local" and why in gen.report["fallback"]
+    assert gen.report["fallback_reason"] == reason
     # the local engine's plan, on the grammar (max_tokens may cut its last line)
     assert "moon" not in plan.text and "go_to(fridge)\npick(milk)" not in plan.text
     assert all(r.reason.startswith("unfinished") for r in plan.rejected)
-    # the remote now rests: the next plan is local without asking it
     asked = len(peer.requests)
     _, gen2, _ = run(planner)
-    assert len(peer.requests) == asked and "resting" in gen2.report["fallback"]
+    if mode == "infeasible":
+        # a plan the state does not allow is no failure of the server or the link: it is asked again
+        assert len(peer.requests) == asked + 1 and gen2.report.get("fallback_reason") == "infeasible"
+        assert planner.engine.breaker.failures == 0
+    else:  # the remote now rests: the next plan is local without asking it
+        assert len(peer.requests) == asked and gen2.report["fallback_reason"] == "resting"
 
 
 def test_no_first_token_in_time_starts_the_local_engine_and_drops_the_late_remote(peer, planners):

@@ -29,7 +29,12 @@ from .settings import RemoteSettings
 
 
 class RemoteError(OrinError):
-    """The remote engine did not give a usable answer (unreachable, an HTTP error, malformed, off-grammar)."""
+    """The remote engine did not give a usable answer (unreachable, an HTTP error, malformed, off-grammar).
+    `kind` is the reason as one word, for /metrics and the answer's `fallback_reason` (hedged.py's REASONS)."""
+
+    def __init__(self, message: str, kind: str = "error"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def connect(settings: RemoteSettings, timeout_s: float) -> http.client.HTTPConnection:
@@ -59,13 +64,13 @@ def served_model(settings: RemoteSettings, timeout_s: float) -> str:
         resp = conn.getresponse()
         body = resp.read()
         if resp.status != 200:
-            raise RemoteError(f"GET /v1/models answered HTTP {resp.status}: {body[:200]!r}")
+            raise RemoteError(f"GET /v1/models answered HTTP {resp.status}: {body[:200]!r}", "http_error")
         try:
             return json.loads(body)["data"][0]["id"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise RemoteError(f"GET /v1/models answered no model: {body[:200]!r}") from None
+            raise RemoteError(f"GET /v1/models answered no model: {body[:200]!r}", "malformed") from None
     except (OSError, http.client.HTTPException) as e:
-        raise RemoteError(f"{settings.host} unreachable: {e}") from None
+        raise RemoteError(f"{settings.host} unreachable: {e}", "unreachable") from None
     finally:
         conn.close()
 
@@ -126,8 +131,12 @@ class RemoteCall:
         except RemoteError as e:
             self.error = e
         except (OSError, http.client.HTTPException) as e:
-            self.error = RemoteError("cancelled" if self.cancelled else
-                                     f"{self.settings.host} unreachable or cut off: {type(e).__name__}: {e}")
+            if self.cancelled:
+                self.error = RemoteError("cancelled", "cancelled")
+            elif self.sent_at is None:
+                self.error = RemoteError(f"{self.settings.host} unreachable: {type(e).__name__}: {e}", "unreachable")
+            else:
+                self.error = RemoteError(f"{self.settings.host} cut off: {type(e).__name__}: {e}", "cut_off")
         finally:
             if self._conn is not None:
                 self._conn.close()
@@ -145,28 +154,29 @@ class RemoteCall:
         conn.request("POST", path(self.settings, "/v1/completions"), body=body, headers=headers(self.settings))
         resp = conn.getresponse()
         if resp.status != 200:
-            raise RemoteError(f"HTTP {resp.status} from {self.settings.host}: {resp.read(300)!r}")
+            raise RemoteError(f"HTTP {resp.status} from {self.settings.host}: {resp.read(300)!r}", "http_error")
         for raw in resp:
             if self.cancelled:
-                raise RemoteError("cancelled")
+                raise RemoteError("cancelled", "cancelled")
             line = raw.strip()
             if not line or line.startswith(b":"):
                 continue
             if not line.startswith(b"data:"):
-                raise RemoteError(f"malformed stream from {self.settings.host}: {line[:120]!r}")
+                raise RemoteError(f"malformed stream from {self.settings.host}: {line[:120]!r}", "malformed")
             data = line[5:].strip()
             if data == b"[DONE]":
                 break
             self._chunk(data)
         if self.finish_reason is None:
-            raise RemoteError(f"the stream from {self.settings.host} ended without a finish_reason")
+            raise RemoteError(f"the stream from {self.settings.host} ended without a finish_reason", "cut_off")
 
     def _chunk(self, data: bytes) -> None:
         now = time.perf_counter()
         try:
             chunk = json.loads(data)
             if "error" in chunk:
-                raise RemoteError(f"{self.settings.host} failed the request: {str(chunk['error'])[:200]}")
+                raise RemoteError(f"{self.settings.host} failed the request: {str(chunk['error'])[:200]}",
+                                  "engine_error")
             for choice in chunk.get("choices") or ():
                 text = choice.get("text")
                 if not isinstance(text, str):
@@ -180,7 +190,7 @@ class RemoteCall:
             if chunk.get("usage"):
                 self.usage = dict(chunk["usage"])
         except (ValueError, TypeError, AttributeError) as e:
-            raise RemoteError(f"malformed chunk from {self.settings.host} ({e}): {data[:120]!r}") from None
+            raise RemoteError(f"malformed chunk from {self.settings.host} ({e}): {data[:120]!r}", "malformed") from None
         self.last_at = now
         self.changed.set()
 
