@@ -1,6 +1,7 @@
 """The robot's daemon planning on a REAL vLLM replica (CPU build, the embedded model) on loopback: the
 home's grammar travels with each request, the engine's prefix cache serves the home's prefix, and a
-replica that stalls or dies ends in a local answer within the deadline."""
+replica that stalls or dies, or a link to it (a loopback proxy the test controls, proxy.py) that stalls,
+drops or refuses, ends in a local answer within the deadline."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from orin_llm.home.grammar import plan_grammar
 from tests.server.conftest import free_port
 
 from .conftest import REMOTE_FEASIBILITY
+from .link_checks import check_a_broken_link
+from .proxy import Proxy
 from .vllm_replica import Replica, completion, model_dir
 
 pytestmark = pytest.mark.full
@@ -34,6 +37,17 @@ def replica(engine_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def remote_daemon(start_daemon, replica):
     return start_daemon("--remote", replica.url, "--remote-first-token-share", "0.2")
+
+
+@pytest.fixture(scope="module")
+def link(replica):
+    with Proxy(replica.port) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def linked_daemon(start_daemon, link):
+    return start_daemon("--remote", link.url, "--remote-first-token-share", "0.2", "--remote-backoff-s", "5")
 
 
 def test_vllm_itself_keeps_a_plan_on_the_home_grammar(replica):
@@ -72,6 +86,12 @@ def test_a_stalled_replica_ends_in_a_local_answer_within_the_deadline(remote_dae
         replica.signal(signal.SIGCONT)
     assert out["served_by"] == "local" and "no first token" in out["fallback"], out
     assert out["steps"] and took < 120
+
+
+@pytest.mark.parametrize("mode", ["stall", "drop", "refuse"])
+def test_a_broken_link_to_vllm_ends_in_a_local_plan_and_heals(linked_daemon, link, mode):
+    print(check_a_broken_link(linked_daemon, link, mode, deadline_ms=60_000, heal_within_s=180, max_tokens=24,
+                              feasibility=REMOTE_FEASIBILITY))
 
 
 def test_a_dead_replica_ends_in_a_local_answer(remote_daemon, replica):
