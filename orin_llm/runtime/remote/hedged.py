@@ -6,7 +6,9 @@ local engine's. A request made by `generate` is a `HedgedRequest`:
 
 - it goes to the remote engine (client.py) when the remote is not resting after a failure and its
   constraint, if any, has Lark text (the home's plan grammar: Grammar.lark); else the local engine
-  answers at once, and the answer says why (`fallback`);
+  answers at once, and the answer says why (`fallback`). A plan under the home's state goes one step
+  per request, each with the grammar of the steps feasible now (stepwise.py, `plans: stepwise`), or
+  whole with the home's grammar (`plans: whole`);
 - the local engine starts too (hedged) when the remote has no first token by `first_token_share` of the
   request's budget (its deadline, else `timeout_s`), or has been silent that long, or failed;
 - the first valid answer wins and the other is ended: a late remote answer is dropped;
@@ -22,9 +24,10 @@ Every answer says why the local engine answered in words (`fallback`) and as one
 (`fallback_reason`, what /metrics counts).
 
 A remote answer is not streamed while it races: its text reaches the client once it has won and been
-checked (a streamed plan then arrives in one piece). Feasibility in the home's current state (issue
-#32) is the planner's check on the answer's text, the same for both engines: `HedgedRequest.result`
-is an ordinary generate.Result.
+checked (a streamed plan then arrives in one piece). The check runs on a fork of the request's
+constraint, so under the home's state (issue #32) it simulates the steps as the local engine's
+narrowing would; the planner's own check then runs on the text, the same for both engines:
+`HedgedRequest.result` is an ordinary generate.Result.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from ..generate import Result, SpecStats, Timings
 from ..sampling import SamplingParams
 from .client import RemoteCall, RemoteError, served_model
 from .settings import RemoteSettings
+from .stepwise import StepwiseCall, stepwise_ok
 
 log = logging.getLogger("orin_llm.remote")
 WAIT_S = 0.02  # the longest the engine's thread waits for remote news when the local engine is idle
@@ -144,7 +148,7 @@ class HedgedRequest:
             out["fallback_reason"] = self.fallback_reason or "error"
         if self.remote is not None and self.winner == "remote":
             out["remote"] = {"url": self.backend.settings.url, **self.remote.split(),
-                             "cached_tokens": self.remote.cached_tokens}
+                             "cached_tokens": self.remote.cached_tokens, "requests": self.remote.requests}
         return out
 
     # -- the race, advanced by HedgedBackend.step on the engine's thread
@@ -208,14 +212,14 @@ class HedgedRequest:
         text = call.text
         ids = self.backend.local.encode(text) if text else []
         usage = call.usage
-        prompt = int(usage.get("prompt_tokens") or len(self.prompt_ids))
+        prompt = usage["prompt_tokens"] or len(self.prompt_ids)
         cached = call.cached_tokens
         sent = call.sent_at or time.perf_counter()
         timings = Timings(prompt_tokens=prompt, cached_prompt_tokens=cached, computed_prompt_tokens=prompt - cached,
-                          completion_tokens=int(usage.get("completion_tokens") or len(ids)),
+                          completion_tokens=usage["completion_tokens"] or len(ids),
                           ttft_s=(call.first_at or call.done_at or sent) - sent,
                           total_s=(call.done_at or sent) - sent,
-                          queue_s=max(0.0, sent - call.connect_s - (self.started or sent)))
+                          queue_s=max(0.0, sent - call.first_connect_s - (self.started or sent)))
         reason = "length" if call.finish_reason == "length" else "stop"
         self._result = Result(text, ids, reason, timings, SpecStats(drafter="remote"))
         self.winner = "remote"
@@ -350,9 +354,13 @@ class HedgedBackend:
         hedge_after, abandon_after = request.budget()
         p = request.params
         lark = request.constraint.lark if request.constraint else None
-        request.remote = RemoteCall(self.settings, self._served_model, request.prompt_ids, p.max_tokens,
-                                    p.temperature, p.top_p, p.seed, p.stop, lark, self.changed,
-                                    timeout_s=max(0.05, abandon_after))
+        args = (self.settings, self._served_model, request.prompt_ids, p.max_tokens, p.temperature, p.top_p, p.seed,
+                p.stop, lark, self.changed)
+        if self.settings.plans == "stepwise" and stepwise_ok(request.constraint):
+            request.remote = StepwiseCall(*args, timeout_s=max(0.05, abandon_after), constraint=request.constraint,
+                                          encode=self.local.encode)
+        else:
+            request.remote = RemoteCall(*args, timeout_s=max(0.05, abandon_after))
         request.remote.start()
         self.racing.append(request)
 

@@ -13,9 +13,11 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from ...errors import OrinError
+from .flavors import FLAVORS
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
 PLANS = ("stepwise", "whole")
+
 
 
 def is_loopback(host: str) -> bool:
@@ -39,7 +41,9 @@ class RemoteSettings:
     backoff_max_s: float = 60.0  # … up to this
     # a plan under the home's state (feasibility enforce): "stepwise", one remote request per step with the
     # grammar of the steps feasible now; "whole", one request with the home's grammar, checked here
-    plans: str = "whole"
+    # (stepwise.py; the measurements behind the default: jetson/GUIDE.md, "Site server")
+    plans: str = "stepwise"
+    flavor: str = "vllm"  # the engine's request fields (flavors.py): vllm, sglang or trtllm
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -55,6 +59,8 @@ class RemoteSettings:
             if not self.token:
                 raise OrinError(f"--remote {self.url!r}: a remote engine beyond this host needs a bearer token: "
                                 "--remote-token-file FILE (or $ORIN_LLM_REMOTE_TOKEN)")
+        if self.flavor not in FLAVORS:
+            raise OrinError(f"--remote-flavor {self.flavor!r}: one of {', '.join(FLAVORS)}")
         if self.plans not in PLANS:
             raise OrinError(f"--remote-plans {self.plans!r}: one of {', '.join(PLANS)}")
         if not 0 < self.first_token_share <= 1:
