@@ -10,7 +10,7 @@ check: on the grammar and executable in the home's state), the share equal to th
 fallback reasons, wall time per plan (p50, mean), remote requests, and prompt, cached and generated
 tokens per plan as the engine reported them.
 
-    python bench/remote_plan_modes.py --engine /work/engines/embedded --remote http://127.0.0.1:8000 \
+    python bench/remote_plan_modes.py --engine engines/smollm2-135m-demo --remote http://127.0.0.1:8000 \
         [--homes city_flat,cottage,loft] [--tasks 4] [--max-tokens 64] [--out result.json]
 
 The engine behind --remote must serve the same model and tokenizer (tests/remote/vllm_replica.py starts
