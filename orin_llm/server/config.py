@@ -75,6 +75,13 @@ class DaemonConfig:
                                              "by this share of the request's deadline.", minimum=0.01)
     remote_timeout_s: float = option(10.0, "A request's budget on the remote when it has no deadline_ms.",
                                      minimum=0.05)
+    remote_backoff_s: float = option(1.0, "After a failure the remote rests this long, doubling per failure in "
+                                     "a row (up to 60 s).", minimum=0.01)
+    remote_flavor: str = option("vllm", "The remote engine's request fields: vllm, sglang or trtllm (trtllm-serve).",
+                                choices=("vllm", "sglang", "trtllm"))
+    remote_plans: str = option("stepwise", "A plan under the home's state on the remote: stepwise (a request per "
+                               "step, the steps feasible now) or whole (the home's grammar, checked here).",
+                               choices=("stepwise", "whole"))
     # Not an option: $ORIN_LLM_THREADS as the user set it, read by from_options (the edge).
     env_threads: Optional[int] = field(default=None, metadata={"edge": True})
     env_remote_token: Optional[str] = field(default=None, metadata={"edge": True})  # $ORIN_LLM_REMOTE_TOKEN
@@ -109,7 +116,8 @@ class DaemonConfig:
             except OSError as e:
                 raise OrinError(f"--remote-token-file {self.remote_token_file}: {e.strerror}") from None
         return RemoteSettings(self.remote, token or None, self.remote_model, self.remote_first_token_share,
-                              self.remote_timeout_s)
+                              self.remote_timeout_s, backoff_s=self.remote_backoff_s, plans=self.remote_plans,
+                              flavor=self.remote_flavor)
 
     def placement_and_threads(self) -> tuple[placement.Placement, Optional[int]]:
         """Where the daemon runs and the engine's thread count (None: torch's own choice): --threads,

@@ -7,6 +7,11 @@ request's arrival, queue wait included: what a client sees.
 `orin_llm_cached_prompt_tokens_total` counts only prompt tokens a request did not compute (its
 prompt's blocks that the KV cache held); `orin_llm_computed_prompt_tokens_total` counts what the
 engine fed through prefill for requests. With no preemption the two add up to the prompt tokens.
+
+With `--remote` (runtime/remote), `orin_llm_answers_total` counts answers by who served them (`remote`,
+`local`) and, for a local one, why (`fallback_reason`: runtime/remote/hedged.py's REASONS; `none` for a
+remote answer); a remote answer's time is split into the network's and the engine's
+(`orin_llm_remote_network_seconds`, `orin_llm_remote_engine_seconds`), as the answer's `remote` says.
 """
 
 from __future__ import annotations
@@ -67,6 +72,14 @@ class Metrics:
                                 ["drafter"], registry=r)
         self.acceptance = Histogram("orin_llm_speculation_acceptance_rate", "Acceptance rate per request",
                                     ["drafter"], buckets=[i / 10 for i in range(1, 11)], registry=r)
+        self.answers = Counter("orin_llm_answers", "Answers by who served them (remote or local, with --remote) "
+                               "and why the local engine answered", ["endpoint", "served_by", "fallback_reason"],
+                               registry=r)
+        self.remote_network = Histogram("orin_llm_remote_network_seconds", "A remote answer's network time (link "
+                                        "setup and one round trip)", ["endpoint"], buckets=SECONDS, registry=r)
+        self.remote_engine = Histogram("orin_llm_remote_engine_seconds", "A remote answer's time on the remote "
+                                       "engine (its total less the network's)", ["endpoint"], buckets=SECONDS,
+                                       registry=r)
         self._gauges = {name: Gauge(f"orin_llm_{name}", doc, registry=r) for name, doc in (
             ("queue_depth", "Requests waiting for the engine"),
             ("queue_capacity", "Most requests that may wait"),
@@ -128,6 +141,17 @@ class Metrics:
             self.drafted.labels(s.drafter).inc(s.drafted)
             self.accepted.labels(s.drafter).inc(s.accepted)
             self.acceptance.labels(s.drafter).observe(s.acceptance_rate)
+
+    def served(self, endpoint: str, report: dict) -> None:
+        """A finished answer's `served_by` report (runtime/remote's HedgedRequest.report)."""
+        by = report.get("served_by")
+        if by is None:
+            return
+        self.answers.labels(endpoint, by, report.get("fallback_reason") or "none").inc()
+        remote = report.get("remote")
+        if by == "remote" and remote:
+            self.remote_network.labels(endpoint).observe(remote["network_ms"] / 1e3)
+            self.remote_engine.labels(endpoint).observe(remote["engine_ms"] / 1e3)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

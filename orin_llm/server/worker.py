@@ -295,7 +295,9 @@ class Worker:
                 except Exception as e:
                     self._end(a.job, *self._error(a.job, e))
                     continue
-                payload.update(getattr(a.gen, "report", None) or {})  # served_by, where a remote races
+                report = getattr(a.gen, "report", None) or {}  # served_by, where a remote races
+                payload.update(report)
+                self.metrics.served(a.job.endpoint, report)
                 a.job.emit("done", payload)
                 if a.gen.result is not None and a.job.endpoint != "environment":
                     self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,

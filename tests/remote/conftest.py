@@ -1,10 +1,44 @@
-"""The server tests' real daemons (tests/server/conftest.py), for the remote tests that start one."""
+"""The server tests' real daemons (tests/server/conftest.py), for the remote tests that start one; a real
+HTTP peer (peer.py) and a planner on the tiny engine behind HedgedBackend, for the tests of the race."""
 
+import pytest
+
+from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.runtime.planner import Planner
+from orin_llm.runtime.remote.hedged import Breaker, HedgedBackend
+from orin_llm.runtime.remote.settings import RemoteSettings
 from tests.server.conftest import start_daemon  # noqa: F401  (a fixture, re-exported for this directory)
 
-# What the remote engine is asked for is the home's grammar, not the grammar narrowed by the home's state
-# (issue #35 has not chosen how to narrow it remotely yet). Under `enforce` (the default) a remote plan with a
-# step the state does not allow is refused on the robot and the local engine answers
-# (test_hedged.py, "infeasible"); the tests of remote serving ask for `report`: the grammar on the
-# remote, the violations listed here.
-REMOTE_FEASIBILITY = "report"
+from .peer import Peer
+
+# The feasibility the remote tests plan under: `enforce`, the default. A remote plan under it is asked one
+# step per request with the steps the home's state allows (--remote-plans stepwise, runtime/remote/stepwise.py),
+# so it runs remotely like any other; with `whole` such plans were mostly refused here and these tests asked
+# for `report`. Kept as a name for what imports it.
+REMOTE_FEASIBILITY = "enforce"
+
+
+@pytest.fixture
+def peer():
+    with Peer() as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def planner(tiny_engine):
+    """One planner per module (its home's grammar and pin take a while); each test points it at its own
+    remote with `planners`."""
+    p = Planner(HedgedBackend(tiny_engine, RemoteSettings("http://127.0.0.1:1")), load_environment(EXAMPLE_HOME_PATH))
+    yield p
+    tiny_engine.unpin(p.pin)
+
+
+@pytest.fixture
+def planners(planner):
+    def use(url: str, **kw) -> Planner:
+        """The planner, on a fresh remote: these settings, no failures behind it, its model not yet asked."""
+        backend = planner.engine
+        backend.settings = RemoteSettings(url, **kw)
+        backend.breaker, backend._model = Breaker(backend.settings), None
+        return planner
+    return use

@@ -29,6 +29,7 @@ class Peer:
     def __init__(self) -> None:
         self.mode = "ok"  # ok | stall | http500 | malformed
         self.text = "go_to(fridge)\nopen(fridge)\npick(milk)"
+        self.texts: list[str] = []  # answers for the next requests, one each (then `text`)
         self.stall_s = 5.0
         self.cached_tokens = 0
         self.requests: list[dict[str, Any]] = []
@@ -67,7 +68,8 @@ class Peer:
             return JSONResponse({"error": "unauthorized"}, status_code=401)
         if self.mode == "http500":
             return JSONResponse({"error": "engine died"}, status_code=500)
-        mode, text, stall_s, cached = self.mode, self.text, self.stall_s, self.cached_tokens
+        mode, stall_s, cached = self.mode, self.stall_s, self.cached_tokens
+        text = self.texts.pop(0) if self.texts else self.text
 
         async def events():
             if mode == "stall":

@@ -4,6 +4,7 @@ budgets the race."""
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -44,6 +45,13 @@ def test_plan_and_stream_say_they_were_served_remotely(daemon, peer):
     assert out["remote"]["url"] == peer.url
     steps = [e["step"]["action"] for e in events if "step" in e]
     assert steps == ["go_to", "open", "pick"] and events[-1]["served_by"] == "remote"
+    with daemon.client() as c:
+        metrics = c.metrics()
+    # both answers counted as remote, their time split into the network's and the engine's
+    assert re.search(r'^orin_llm_answers_total\{endpoint="plan",fallback_reason="none",served_by="remote"\} [2-9]',
+                     metrics, re.M), metrics
+    assert re.search(r'^orin_llm_remote_engine_seconds_count\{endpoint="plan"\} [2-9]', metrics, re.M)
+    assert re.search(r'^orin_llm_remote_network_seconds_count\{endpoint="plan"\} [2-9]', metrics, re.M)
 
 
 def test_a_stalled_remote_gives_a_local_plan_within_the_deadline(daemon, peer):

@@ -1,5 +1,6 @@
 """The remote backend's race on the robot's real (tiny) engine against a real HTTP peer on loopback
-(peer.py): who answers, what the answer says, how the daemon backs off, what never reaches the robot."""
+(peer.py): who answers, what the answer says, how the daemon backs off, what never reaches the robot.
+The peer and the planner are conftest.py's."""
 
 from __future__ import annotations
 
@@ -7,45 +8,16 @@ import time
 
 import pytest
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.errors import OrinError
 from orin_llm.runtime.planner import Planner
-from orin_llm.runtime.remote.hedged import Breaker, HedgedBackend
+from orin_llm.runtime.remote.hedged import Breaker
 from orin_llm.runtime.remote.settings import RemoteSettings
 from orin_llm.runtime.sampling import SamplingParams
-from tests.conftest import tiny_fixture
 
-from .peer import Peer, free_port
+from .peer import free_port
 
-tiny_engine = tiny_fixture("engine")
 PARAMS = SamplingParams(max_tokens=12)
 TASK = "Bring the milk from the fridge to the coffee table."
-
-
-@pytest.fixture
-def peer():
-    with Peer() as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def planner(tiny_engine):
-    """One planner for the module (its home's grammar and pin take a while); each test points it at its
-    own remote with `use`."""
-    p = Planner(HedgedBackend(tiny_engine, RemoteSettings("http://127.0.0.1:1")), load_environment(EXAMPLE_HOME_PATH))
-    yield p
-    tiny_engine.unpin(p.pin)
-
-
-@pytest.fixture
-def planners(planner):
-    def use(url: str, **kw) -> Planner:
-        """The planner, on a fresh remote: these settings, no failures behind it, its model not yet asked."""
-        backend = planner.engine
-        backend.settings = RemoteSettings(url, **kw)
-        backend.breaker, backend._model = Breaker(backend.settings), None
-        return planner
-    return use
 
 
 def run(planner: Planner, deadline_s=None, constrained=True):
@@ -65,7 +37,7 @@ def run(planner: Planner, deadline_s=None, constrained=True):
 
 def test_remote_answers_with_the_home_grammar_and_the_prompt_ids(peer, planners):
     peer.cached_tokens = 7
-    planner = planners(peer.url)
+    planner = planners(peer.url, plans="whole")  # one request (test_stepwise.py: a request per step)
     plan, gen, _ = run(planner)
     assert gen.report["served_by"] == "remote" and "fallback" not in gen.report
     assert [s.action for s in plan.steps] == ["go_to", "open", "pick"] and plan.constrained
@@ -79,26 +51,32 @@ def test_remote_answers_with_the_home_grammar_and_the_prompt_ids(peer, planners)
     assert not planner.engine.busy
 
 
-@pytest.mark.parametrize("mode,why", [("offgrammar", "off the home's grammar"), ("http500", "HTTP 500"),
-                                      ("malformed", "malformed chunk"),
-                                      ("infeasible", "a step the home's state does not allow")])
-def test_a_bad_remote_answer_never_becomes_the_plan(peer, planners, mode, why):
+@pytest.mark.parametrize("mode,reason,why", [
+    ("offgrammar", "off_grammar", "off the home's grammar"), ("http500", "http_error", "HTTP 500"),
+    ("malformed", "malformed", "malformed chunk"),
+    ("infeasible", "infeasible", "a step the home's state does not allow")])
+def test_a_bad_remote_answer_never_becomes_the_plan(peer, planners, mode, reason, why):
     if mode == "offgrammar":
         peer.text = "go_to(the moon)\nrm -rf /"
     elif mode == "infeasible":  # on the home's grammar, but the milk is in the closed fridge
         peer.text = "go_to(fridge)\npick(milk)"
     else:
         peer.mode = mode
-    planner = planners(peer.url, backoff_s=300)
+    planner = planners(peer.url, backoff_s=300, plans="whole")  # the answer as the peer wrote it, checked here
     plan, gen, _ = run(planner)
     assert gen.report["served_by"] == "local" and why in gen.report["fallback"]
+    assert gen.report["fallback_reason"] == reason
     # the local engine's plan, on the grammar (max_tokens may cut its last line)
     assert "moon" not in plan.text and "go_to(fridge)\npick(milk)" not in plan.text
     assert all(r.reason.startswith("unfinished") for r in plan.rejected)
-    # the remote now rests: the next plan is local without asking it
     asked = len(peer.requests)
     _, gen2, _ = run(planner)
-    assert len(peer.requests) == asked and "resting" in gen2.report["fallback"]
+    if mode == "infeasible":
+        # a plan the state does not allow is no failure of the server or the link: it is asked again
+        assert len(peer.requests) == asked + 1 and gen2.report.get("fallback_reason") == "infeasible"
+        assert planner.engine.breaker.failures == 0
+    else:  # the remote now rests: the next plan is local without asking it
+        assert len(peer.requests) == asked and gen2.report["fallback_reason"] == "resting"
 
 
 def test_no_first_token_in_time_starts_the_local_engine_and_drops_the_late_remote(peer, planners):

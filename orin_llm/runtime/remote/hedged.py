@@ -6,7 +6,9 @@ local engine's. A request made by `generate` is a `HedgedRequest`:
 
 - it goes to the remote engine (client.py) when the remote is not resting after a failure and its
   constraint, if any, has Lark text (the home's plan grammar: Grammar.lark); else the local engine
-  answers at once, and the answer says why (`fallback`);
+  answers at once, and the answer says why (`fallback`). A plan under the home's state goes one step
+  per request, each with the grammar of the steps feasible now (stepwise.py, `plans: stepwise`), or
+  whole with the home's grammar (`plans: whole`);
 - the local engine starts too (hedged) when the remote has no first token by `first_token_share` of the
   request's budget (its deadline, else `timeout_s`), or has been silent that long, or failed;
 - the first valid answer wins and the other is ended: a late remote answer is dropped;
@@ -14,12 +16,18 @@ local engine's. A request made by `generate` is a `HedgedRequest`:
   token of it must be one the home's grammar allows (llguidance, the same matcher the local engine
   decodes with). One that is not is a failure: the local engine answers;
 - each failure makes the remote rest (`backoff_s`, doubling, up to `backoff_max_s`); the next request
-  after that tries it again, and a success ends the resting.
+  after that tries it again, and a success ends the resting. A well-formed answer on the home's grammar
+  with a step the home's state does not allow is the planner's problem, not the link's or the server's:
+  the local engine answers, and the remote is not rested.
+
+Every answer says why the local engine answered in words (`fallback`) and as one of REASONS
+(`fallback_reason`, what /metrics counts).
 
 A remote answer is not streamed while it races: its text reaches the client once it has won and been
-checked (a streamed plan then arrives in one piece). Feasibility in the home's current state (issue
-#32) is the planner's check on the answer's text, the same for both engines: `HedgedRequest.result`
-is an ordinary generate.Result.
+checked (a streamed plan then arrives in one piece). The check runs on a fork of the request's
+constraint, so under the home's state (issue #32) it simulates the steps as the local engine's
+narrowing would; the planner's own check then runs on the text, the same for both engines:
+`HedgedRequest.result` is an ordinary generate.Result.
 """
 
 from __future__ import annotations
@@ -36,9 +44,16 @@ from ..generate import Result, SpecStats, Timings
 from ..sampling import SamplingParams
 from .client import RemoteCall, RemoteError, served_model
 from .settings import RemoteSettings
+from .stepwise import StepwiseCall, stepwise_ok
 
 log = logging.getLogger("orin_llm.remote")
 WAIT_S = 0.02  # the longest the engine's thread waits for remote news when the local engine is idle
+# why the local engine answered: before asking (resting, no_grammar_text), the link (unreachable, cut_off),
+# the engine (http_error, engine_error, malformed), the answer (off_grammar, infeasible, incomplete,
+# finish_reason), the clock (no_first_token, silent, timeout)
+REASONS = ("resting", "no_grammar_text", "unreachable", "cut_off", "http_error", "engine_error", "malformed",
+           "off_grammar", "infeasible", "incomplete", "finish_reason", "no_first_token", "silent", "timeout",
+           "error")
 
 
 class Breaker:
@@ -71,7 +86,8 @@ class HedgedRequest:
     """A plan (or chat) request raced between the remote engine and the local one (module doc)."""
 
     def __init__(self, backend: HedgedBackend, local: Request, prompt_ids: list[int], params: SamplingParams,
-                 constraint: Optional[Constraint], check: Optional[Constraint], remote_why_not: Optional[str]):
+                 constraint: Optional[Constraint], check: Optional[Constraint],
+                 remote_why_not: Optional[tuple[str, str]]):
         self.backend, self.local, self.params = backend, local, params
         self.prompt_ids = list(prompt_ids)
         self.constraint = constraint  # what the planner reads: the plan was constrained
@@ -81,8 +97,8 @@ class HedgedRequest:
         self.deadline: Optional[float] = None  # time.monotonic(); the worker sets the job's before submitting
         self.pin = None
         self.remote: Optional[RemoteCall] = None
-        self.remote_why_not = remote_why_not  # set: the remote is not asked at all
-        self.fallback: Optional[str] = remote_why_not  # why the local engine answered
+        self.remote_why_not = remote_why_not  # set, (reason, words): the remote is not asked at all
+        self.fallback_reason, self.fallback = remote_why_not or (None, None)  # why the local engine answered
         self.winner: Optional[str] = "local" if remote_why_not else None
         self.local_submitted = False
         self.submitted_at = 0.0
@@ -129,9 +145,10 @@ class HedgedRequest:
         out: dict[str, Any] = {"served_by": self.winner or "remote"}
         if self.winner == "local" and self.fallback:
             out["fallback"] = self.fallback
+            out["fallback_reason"] = self.fallback_reason or "error"
         if self.remote is not None and self.winner == "remote":
             out["remote"] = {"url": self.backend.settings.url, **self.remote.split(),
-                             "cached_tokens": self.remote.cached_tokens}
+                             "cached_tokens": self.remote.cached_tokens, "requests": self.remote.requests}
         return out
 
     # -- the race, advanced by HedgedBackend.step on the engine's thread
@@ -141,10 +158,11 @@ class HedgedRequest:
         total = s.timeout_s if self.deadline is None else max(0.0, self.deadline - self.submitted_at)
         return total * s.first_token_share, total
 
-    def start_local(self, why: str) -> None:
+    def start_local(self, why: str, reason: str) -> None:
         if not self.local_submitted:
             self.local_submitted = True
-            self.fallback = self.fallback or why
+            if self.fallback is None:
+                self.fallback, self.fallback_reason = why, reason
             self.local.started = self.started
             self.backend.local.submit(self.local)
 
@@ -163,21 +181,24 @@ class HedgedRequest:
                 if problem is None:
                     self._win_remote(call)
                     return
-                call.error = RemoteError(problem)
-            self.backend.breaker.failed(str(call.error))
-            self.fallback = f"remote failed: {call.error}"
-            self.start_local(self.fallback)
+                call.error = RemoteError(*reversed(problem))
+            if call.error.kind == "infeasible":  # the server did its part (module doc): no rest
+                self.backend.breaker.succeeded()
+            else:
+                self.backend.breaker.failed(str(call.error))
+            self.fallback, self.fallback_reason = f"remote failed: {call.error}", call.error.kind
+            self.start_local(self.fallback, self.fallback_reason)
             self.winner = "local"
             return
         hedge_after, abandon_after = self.budget()
         since = now - self.submitted_at
         silent = since if call.first_at is None else time.perf_counter() - (call.last_at or call.first_at)
         if not self.local_submitted and (silent >= hedge_after):
-            what = "no first token" if call.first_at is None else "no answer"
-            self.start_local(f"{what} from the remote engine within {hedge_after * 1e3:.0f} ms")
+            what, reason = ("no first token", "no_first_token") if call.first_at is None else ("no answer", "silent")
+            self.start_local(f"{what} from the remote engine within {hedge_after * 1e3:.0f} ms", reason)
         if since >= abandon_after:
             self._lose_remote(call, f"no answer within {abandon_after * 1e3:.0f} ms")
-            self.start_local(self.fallback or "remote timed out")
+            self.start_local("remote timed out", "timeout")
             self.winner = "local"
 
     def _lose_remote(self, call: RemoteCall, why: str) -> None:
@@ -191,33 +212,33 @@ class HedgedRequest:
         text = call.text
         ids = self.backend.local.encode(text) if text else []
         usage = call.usage
-        prompt = int(usage.get("prompt_tokens") or len(self.prompt_ids))
+        prompt = usage["prompt_tokens"] or len(self.prompt_ids)
         cached = call.cached_tokens
         sent = call.sent_at or time.perf_counter()
         timings = Timings(prompt_tokens=prompt, cached_prompt_tokens=cached, computed_prompt_tokens=prompt - cached,
-                          completion_tokens=int(usage.get("completion_tokens") or len(ids)),
+                          completion_tokens=usage["completion_tokens"] or len(ids),
                           ttft_s=(call.first_at or call.done_at or sent) - sent,
                           total_s=(call.done_at or sent) - sent,
-                          queue_s=max(0.0, sent - call.connect_s - (self.started or sent)))
+                          queue_s=max(0.0, sent - call.first_connect_s - (self.started or sent)))
         reason = "length" if call.finish_reason == "length" else "stop"
         self._result = Result(text, ids, reason, timings, SpecStats(drafter="remote"))
         self.winner = "remote"
 
-    def _check_answer(self, call: RemoteCall) -> Optional[str]:
-        """Why the remote's answer may not be used (None: it may)."""
+    def _check_answer(self, call: RemoteCall) -> Optional[tuple[str, str]]:
+        """(reason, why) the remote's answer may not be used (None: it may)."""
         if call.finish_reason not in ("stop", "length"):
-            return f"the remote ended with finish_reason {call.finish_reason!r}"
+            return "finish_reason", f"the remote ended with finish_reason {call.finish_reason!r}"
         if self._check is None:
             return None
         ids = self.backend.local.encode(call.text) if call.text else []
         check = self._check
         if check.m.validate_tokens(ids) != len(ids):
-            return f"the remote's answer is off the home's grammar: {call.text[:80]!r}"
+            return "off_grammar", f"the remote's answer is off the home's grammar: {call.text[:80]!r}"
         if check.valid_prefix(ids) != len(ids):  # a narrowed constraint: a step the home's state does not allow
-            return f"the remote's answer has a step the home's state does not allow: {call.text[:80]!r}"
+            return "infeasible", f"the remote's answer has a step the home's state does not allow: {call.text[:80]!r}"
         if call.finish_reason == "stop" and not any(check.valid_prefix(ids + [e]) == len(ids) + 1
                                                     for e in self.backend.local.eos_ids):
-            return f"the remote's answer is an incomplete plan: {call.text[:80]!r}"
+            return "incomplete", f"the remote's answer is an incomplete plan: {call.text[:80]!r}"
         return None
 
 
@@ -309,10 +330,12 @@ class HedgedBackend:
     def generate(self, prompt_ids: list[int], params: SamplingParams, speculation: str = "auto",
                  constraint: Optional[Constraint] = None, history: str = "chat") -> HedgedRequest:
         check = None
-        why_not = self.breaker.why_not()
+        resting = self.breaker.why_not()
+        why_not = ("resting", resting) if resting else None
         if constraint is not None:
             if constraint.lark is None:
-                why_not = why_not or "this constraint has no Lark form to send to the remote engine"
+                why_not = why_not or ("no_grammar_text",
+                                      "this constraint has no Lark form to send to the remote engine")
             else:  # the local request consumes `constraint`; the remote's answer is checked on a copy
                 # (with the home's state too, where the plan's constraint is narrowed by it)
                 check = constraint.fork()
@@ -327,13 +350,17 @@ class HedgedBackend:
         if request.started is None:
             request.started = time.perf_counter()
         if request.winner == "local":
-            return request.start_local(request.fallback or "local")
+            return request.start_local(request.fallback or "local", request.fallback_reason or "error")
         hedge_after, abandon_after = request.budget()
         p = request.params
         lark = request.constraint.lark if request.constraint else None
-        request.remote = RemoteCall(self.settings, self._served_model, request.prompt_ids, p.max_tokens,
-                                    p.temperature, p.top_p, p.seed, p.stop, lark, self.changed,
-                                    timeout_s=max(0.05, abandon_after))
+        args = (self.settings, self._served_model, request.prompt_ids, p.max_tokens, p.temperature, p.top_p, p.seed,
+                p.stop, lark, self.changed)
+        if self.settings.plans == "stepwise" and stepwise_ok(request.constraint):
+            request.remote = StepwiseCall(*args, timeout_s=max(0.05, abandon_after), constraint=request.constraint,
+                                          encode=self.local.encode)
+        else:
+            request.remote = RemoteCall(*args, timeout_s=max(0.05, abandon_after))
         request.remote.start()
         self.racing.append(request)
 

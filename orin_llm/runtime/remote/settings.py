@@ -13,8 +13,11 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from ...errors import OrinError
+from .flavors import FLAVORS
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
+PLANS = ("stepwise", "whole")
+
 
 
 def is_loopback(host: str) -> bool:
@@ -36,6 +39,11 @@ class RemoteSettings:
     timeout_s: float = 10.0  # a request's budget when it has no deadline; the remote is abandoned after it
     backoff_s: float = 1.0  # after a failure the remote rests this long, doubling per failure in a row …
     backoff_max_s: float = 60.0  # … up to this
+    # a plan under the home's state (feasibility enforce): "stepwise", one remote request per step with the
+    # grammar of the steps feasible now; "whole", one request with the home's grammar, checked here
+    # (stepwise.py; the measurements behind the default: jetson/GUIDE.md, "Site server")
+    plans: str = "stepwise"
+    flavor: str = "vllm"  # the engine's request fields (flavors.py): vllm, sglang or trtllm
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -51,6 +59,10 @@ class RemoteSettings:
             if not self.token:
                 raise OrinError(f"--remote {self.url!r}: a remote engine beyond this host needs a bearer token: "
                                 "--remote-token-file FILE (or $ORIN_LLM_REMOTE_TOKEN)")
+        if self.flavor not in FLAVORS:
+            raise OrinError(f"--remote-flavor {self.flavor!r}: one of {', '.join(FLAVORS)}")
+        if self.plans not in PLANS:
+            raise OrinError(f"--remote-plans {self.plans!r}: one of {', '.join(PLANS)}")
         if not 0 < self.first_token_share <= 1:
             raise OrinError(f"--remote-first-token-share must be in (0, 1], got {self.first_token_share:g}")
 
