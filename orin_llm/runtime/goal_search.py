@@ -23,11 +23,12 @@ from ..environment.state import HomeState
 from ..environment.world import World, simulate
 from ..home.steps import check_steps
 from .feasibility import plan_lines
+from .plans import Plan, Prefix
 from .sampling import SamplingParams
 
-# the planner's Plan and Prefix, and the Planner: this module is below planner.py (it calls back into
-# it for more candidates), so it names them by what it uses, not by their types
-Plan = Prefix = Planner = Any
+# this module is below planner.py (it calls back into the Planner for more candidates), so it names
+# the Planner by what it uses, not by its type
+Planner = Any
 
 GOAL_BUDGET_S = 10.0  # a goal's search when the request names no deadline
 MODEL_CANDIDATES = 3  # plans asked of the model before the classical search
