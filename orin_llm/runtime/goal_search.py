@@ -31,7 +31,10 @@ from .sampling import SamplingParams
 Planner = Any
 
 GOAL_BUDGET_S = 10.0  # a goal's search when the request names no deadline
-MODEL_CANDIDATES = 3  # plans asked of the model before the classical search
+# plans asked of the model before the classical search: the request's own and one sampled. On a small
+# model a failed candidate is the cost of a goal plan (each a full decode) and a third rarely reached
+# what two did not; the search then takes milliseconds
+MODEL_CANDIDATES = 2
 SEARCH_RESERVE = 0.25  # of the budget kept for the classical search: no new model candidate in it
 # the search runs even when a model candidate overran the deadline (a model step cannot be cut short
 # here): it takes milliseconds on a home, and a plan a little late beats none
@@ -55,6 +58,7 @@ class PlanRun:
     goal: Optional[Any] = None  # environment/goals.py Goal
     deadline: float = 0.0  # perf_counter() by which a goal search ends
     started: float = 0.0  # perf_counter() when the request began
+    inferred: Optional[Any] = None  # goal_infer.InferredGoal when the goal was read from the task text
 
 
 def parse_goal(facts: list[str], env):
@@ -69,6 +73,8 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
     plan.final_state = world.state
     # an unconstrained plan is simulated but was never narrowed: at most "report"
     plan.feasibility = run.feasibility if plan.constrained else "report"
+    if run.inferred is not None:
+        plan.goal_inferred = list(run.inferred.facts)
     if run.goal is not None:
         plan.goal_reached = run.goal.reached(world)
         plan.goal_missing = list(run.goal.missing(world)) if not plan.goal_reached else []

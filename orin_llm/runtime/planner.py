@@ -36,6 +36,7 @@ from .cache import Pin
 from .constraint import Grammar
 from .feasibility import StepSets, narrowed, whole_steps
 from .generate import Generation
+from .goal_infer import INFER, infer_goal
 from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
 from .home_state import StateChange, StatePart, ids_after_part, state_part
 from .plans import FEASIBILITY, MAX_CONVERSATIONS, Conversation, Home, Plan, Prefix, history_key
@@ -253,7 +254,7 @@ class Planner:
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constrained: bool = True,
               conversation: Optional[Conversation] = None, home: Optional[str] = None,
-              feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+              feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
               deadline_s: Optional[float] = None) -> Generation:
         """A plan request on home `home`'s current version; `constrained`: every line it writes is a
         step of the home (its grammar), where the engine and the home allow it. With a
@@ -261,7 +262,8 @@ class Planner:
 
         `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
         "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
-        must make true (environment/goals.py); finish() searches for a plan that does, within
+        must make true (environment/goals.py), or "infer": the model reads them in the task text first
+        (goal_infer.py; the plan's goal_inferred says which); finish() searches for a plan that does, within
         `deadline_s` of now (GOAL_BUDGET_S when None). `state`: this request's state (a partial
         update of the home's current one, or a HomeState), the home's stays as it is."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
@@ -286,6 +288,13 @@ class Planner:
             run_state = state
         else:
             run_state = apply_update(current or HomeState(), state, env)
+        inferred = None
+        if isinstance(goal, str):
+            if goal != INFER:
+                raise OrinError(f"goal {goal!r}: give a list of facts like [\"at(mug, sink)\"], or \"infer\" "
+                                "to have the model read them in the task text")
+            inferred = infer_goal(self.engine, h, task)
+            goal = inferred.facts
         goal_ = parse_goal(goal, env) if goal else None
         world = World.start(env, run_state) if feasibility != "off" else None
         extra: dict = {"history": history_key(env)}  # an engine with one history ignores it
@@ -323,7 +332,7 @@ class Planner:
         gen.world = world
         budget = GOAL_BUDGET_S if deadline_s is None else deadline_s
         gen.planning = PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
-                               world, goal_, started + budget, started)
+                               world, goal_, started + budget, started, inferred)
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
@@ -359,7 +368,7 @@ class Planner:
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
              speculation: str = "auto", constrained: bool = True, home: Optional[str] = None,
-             feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+             feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
              deadline_s: Optional[float] = None) -> Plan:
         prefix = self.home(home).prefix
         return self.finish(self.start(task, params, observations, speculation, constrained, home=home,

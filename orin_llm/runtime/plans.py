@@ -7,7 +7,7 @@ share the types without importing one another.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from ..environment import Environment, Step
 from ..environment.state import HomeState
@@ -36,6 +36,7 @@ class Plan:
     goal_missing: list[str] = field(default_factory=list)  # the goal's facts still false after the plan
     search: Optional[dict] = None  # with a goal: {"candidates", "source": model|search|none, "reason", ...}
     feasibility: str = "off"  # the mode the plan was checked in (an unconstrained plan: report at most)
+    goal_inferred: Optional[list[str]] = None  # goal "infer": the facts the model read in the task
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,4 @@ class Home:
     state_version: int = 0  # set_state calls since this version of the home
     part: Optional[StatePart] = None  # the current state rendered after the prefix
     state_pin: Optional[Pin] = None  # the prefix and the part, pinned by the last set_state
+    goal_prompt: Optional[Any] = None  # goal_infer.GoalPrompt: rendered on the first inferred goal
