@@ -258,7 +258,7 @@ class Planner:
               deadline_s: Optional[float] = None) -> Generation:
         """A plan request on home `home`'s current version; `constrained`: every line it writes is a
         step of the home (its grammar), where the engine and the home allow it. With a
-        `conversation`, the request is its next turn (finish() records it).
+        `conversation`, the request is its next turn (finish() records it), headed by the state it starts in.
 
         `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
         "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
@@ -316,7 +316,10 @@ class Planner:
             ids = (self._state_ids(messages, prefix, part, home) if part is not None
                    else self.prompt_ids(messages, home))
         else:
-            messages = conversation.messages + [task_message(task, observations)]
+            # every turn is headed by the state it starts in (the robot's last report, or this request's):
+            # the turns before it stay as they were, cached, and only the new turn is computed
+            block = state_text(run_state) if run_state is not None else None
+            messages = conversation.messages + [task_message(task, observations, block)]
             ids, text = self._turn_ids(conversation, messages, home)
         try:
             gen = self.engine.generate(ids, params, speculation, **extra)
