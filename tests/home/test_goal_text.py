@@ -10,7 +10,14 @@ from orin_llm.calibration_data import load_home, load_split
 from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_environment
 from orin_llm.environment.goals import parse_goal
 from orin_llm.errors import OrinError
-from orin_llm.home.goal_text import goal_examples, goal_grammar, goal_lines, goal_prefix_messages, mentioned
+from orin_llm.home.goal_text import (
+    goal_examples,
+    goal_grammar,
+    goal_lines,
+    goal_prefix_messages,
+    kind_examples,
+    mentioned,
+)
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
@@ -26,6 +33,11 @@ def test_a_mention_is_the_longest_name_of_the_home_in_the_text():
     assert mentioned(env, "Bring the napkins to the Dining Table.") == {"napkins", "dining_table"}
     assert mentioned(env, "Wipe the towel rails.") == {"towel_rail"}  # a plural too
     assert mentioned(env, "Make some tea.") == set()
+    # where a thing comes from is not what the goal is about
+    assert mentioned(env, "Take the candle from the sideboard to the desk.") == {"candle", "desk"}
+    assert mentioned(env, "Get the candle out of the sideboard and put it on the desk") == {"candle", "desk"}
+    assert mentioned(env, "Take the candle from the sideboard to the desk.", sources_out=False) == {
+        "candle", "sideboard", "desk"}
 
 
 def test_every_reference_goal_is_in_the_grammar_narrowed_to_its_task(engine):
@@ -61,12 +73,19 @@ def test_the_few_shot_goals_are_what_the_example_plans_make_true():
     assert examples == [("Get the candle out of the sideboard and put it on the desk.", ["at(candle, desk)"]),
                         ("Put the watch away on the nightstand.", ["at(watch, nightstand)"]),
                         ("Please open the guest wardrobe.", ["open(guest_wardrobe)"])]
+    kinds = kind_examples(env)  # one per fact kind, in the home's own names
+    assert {f.split("(")[0] for _, facts in kinds for f in facts} == {"at", "off", "on", "closed"}
+    assert ("Turn off the hallway light.", ["off(hallway_light)"]) in kinds
     messages = goal_prefix_messages(env)
     assert messages[0]["role"] == "system" and "Home: bungalow" in messages[0]["content"]
-    assert [m["content"] for m in messages[2::2]] == ["at(candle, desk)", "at(watch, nightstand)",
-                                                      "open(guest_wardrobe)"]
-    for facts in (f for _, f in examples):
+    answers = [m["content"].split("\n") for m in messages[2::2]]
+    assert answers == [f for _, f in kinds] + [["at(candle, desk)"], ["at(watch, nightstand)"],
+                                                ["open(guest_wardrobe)"]]
+    for facts in answers:
         parse_goal(facts, env)  # each one a goal of the home
+    hard = environment_from_dict({"name": "h", "rooms": [{"name": "hall", "places": ["hook"], "objects": ["key"]}],
+                                  "actions": [{"name": "walk", "args": ["place"], "kind": "navigate"}]})
+    assert kind_examples(hard) == [("Put the key on the hook.", ["at(key, hook)"])]  # only kinds it has
 
 
 def test_goal_lines_are_each_fact_once():
