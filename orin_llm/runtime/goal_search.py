@@ -100,7 +100,7 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
                          seed=(params.seed or 0) + tried)
         gen = planner.start(run.task, params, run.observations, run.speculation, run.constrained, home=run.home,
                             feasibility=run.feasibility, state=run.state)
-        gen.planning = replace(gen.planning, goal=run.goal)
+        gen.planning = replace(gen.planning, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
         cand = planner.finish_one(gen, prefix)
         tried += 1
         took = time.perf_counter() - began

@@ -127,3 +127,22 @@ def test_infer_is_refused_where_it_cannot_run(planner, engine):
             text.plan("Open the fridge.", SamplingParams(max_tokens=8), goal="infer", constrained=False)
     finally:
         engine.unpin(text.pin)
+
+
+def test_a_sampled_candidate_aims_at_the_goal_read_once(planner, monkeypatch):
+    """The model's further candidates plan to the goal already read (not read again), and the answer
+    says it whichever candidate or the search found the plan."""
+    seen = []
+    finish_one = planner.finish_one
+
+    def spy(gen, prefix):
+        seen.append(gen.planning.inferred)
+        return finish_one(gen, prefix)
+    monkeypatch.setattr(planner, "finish_one", spy)
+    # a goal the tiny model's first plan does not reach: "infer" over a task that names the remote only
+    plan = planner.plan("Put the remote on the sofa.", SamplingParams(max_tokens=16), speculation="none",
+                        goal="infer", deadline_s=60)
+    assert plan.goal_inferred and seen[0] is not None
+    assert all(s is seen[0] for s in seen), seen  # every candidate: the same inferred goal
+    if not plan.search["reason"].startswith("the model's plan"):
+        assert len(seen) == 2  # the request's plan, then one sampled candidate
