@@ -33,7 +33,8 @@ SPECULATION_HELP = ("Drafter for speculative decoding: auto, none, lookup, draft
 FEASIBILITY_HELP = ("enforce: every step's preconditions hold in the state simulated from the steps before it; "
                     "report: the home's grammar only, and the violations listed; off: no state checked.")
 GOAL_HELP = ("A fact the plan must make true, written like a step: at(mug, sink), holding(mug), robot_at(kitchen), "
-             "open(fridge), closed(fridge), on(tv), off(tv), done(wipe, table), said (repeatable).")
+             "open(fridge), closed(fridge), on(tv), off(tv), done(wipe, table), said (repeatable); or "
+             "`--goal infer`: the model reads the goal in the task text.")
 SOCKET_HELP = "Daemon socket (default: $ORIN_LLM_SOCKET, else the user's, else /run/orin-llm/planner.sock)."
 
 

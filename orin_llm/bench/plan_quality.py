@@ -9,15 +9,18 @@ Agent Interface's (errors sorted into unknown, affordance and precondition). For
   leaves changed, the `other` actions it does, whether it speaks);
 - each mode plans greedily: `off` (free text), `grammar` (the home's grammar only), `enforce` (the
   grammar narrowed at each step by the state the plan has reached) and `enforce+goal` (the goal
-  given: the planner checks its candidates and searches when they fail);
+  given: the planner checks its candidates and searches when they fail) and `enforce+inferred` (from
+  the task text alone: the model writes the goal's facts under the home's goal grammar,
+  runtime/goal_infer.py, and the planner plans to them as with a given goal; the plan is scored
+  against the reference's goal, the inferred one is kept in the row);
 - the plan is simulated from the home's state (environment/world.py): executable when it has steps,
   every line is a step and every step's preconditions hold; goal success when it is executable and
   reaches every fact of the goal; goal-condition recall, the share of the goal's facts it reaches
   (a step that cannot run changes nothing, as on a robot); its length against the reference's; the
   time the request took.
 
-Modes enforce and enforce+goal need a planner that takes `feasibility` and `goal` (issue #32); on
-one that does not, they are left out of the JSON with that reason. Torch engines only, as the
+Modes enforce, enforce+goal and enforce+inferred need a planner that takes `feasibility` and `goal`
+(issue #32); on one that does not, they are left out of the JSON with that reason. Torch engines only, as the
 constrained scenario.
 """
 
@@ -38,7 +41,7 @@ from ..errors import OrinError
 from ..home.steps import check_steps
 from .common import progress, pyplot, write_json
 
-MODES = ("off", "grammar", "enforce", "enforce+goal")
+MODES = ("off", "grammar", "enforce", "enforce+goal", "enforce+inferred")
 MAX_TOKENS = 160  # the longest reference plan is 10 steps; room for a few more
 HARD_HOME = "canal_house"
 # A goal's request deadline: the model's candidates, then the search, within it (the planner's own
@@ -102,7 +105,7 @@ def planner_modes(planner_cls) -> tuple[list[str], dict[str, str]]:
     if "feasibility" in params and "goal" in params:
         return list(MODES), {}
     why = "this planner takes no feasibility/goal (issue #32's runtime part): run it on a checkout that has it"
-    return ["off", "grammar"], {"enforce": why, "enforce+goal": why}
+    return ["off", "grammar"], {"enforce": why, "enforce+goal": why, "enforce+inferred": why}
 
 
 def _plan(planner, task: str, mode: str, facts: list[str], with_feasibility: bool, max_tokens: int):
@@ -114,6 +117,8 @@ def _plan(planner, task: str, mode: str, facts: list[str], with_feasibility: boo
         kwargs["feasibility"] = {"off": "off", "grammar": "report"}.get(mode, "enforce")
         if mode == "enforce+goal":
             kwargs["goal"], kwargs["deadline_s"] = facts, GOAL_DEADLINE_S
+        elif mode == "enforce+inferred":
+            kwargs["goal"], kwargs["deadline_s"] = "infer", GOAL_DEADLINE_S
     return planner.plan(task, params, **kwargs)
 
 
@@ -143,6 +148,8 @@ def run(engine, out: Path, quick: bool = False, items: Optional[list] = None,
                              "finish_reason": plan.result.finish_reason,
                              "completion_tokens": plan.result.timings.completion_tokens,
                              "search": getattr(plan, "search", None)}
+                if mode == "enforce+inferred":
+                    row[mode]["goal_inferred"] = plan.goal_inferred
             rows.append(row)
             progress(f"plan_quality {n + 1}/{len(chosen)} {it.id}: " + ", ".join(
                 f"{m} {'ok' if row[m]['executable'] else 'x'}/{'goal' if row[m]['goal_success'] else '-'}"
@@ -183,13 +190,16 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                 "plan_s_max": max(g["plan_s"] for g in got),
                 "cut_by_max_tokens": sum(g["finish_reason"] == "length" for g in got),
                 "violation_kinds": dict(kinds), "search_sources": dict(sources)}
+            if mode == "enforce+inferred":  # how often the model read the reference's goal itself
+                exact = [set(r[mode].get("goal_inferred") or []) == set(r["goal"]) for r in mine if mode in r]
+                out[split][mode]["inferred_goal_exact"] = sum(exact) / len(exact)
     return out
 
 
 def plot(data: dict, out: Path, name: str) -> None:
     plt = pyplot()
     splits = [s for s in SPLITS if s in data["summary"]]
-    fig, axes = plt.subplots(1, len(splits), figsize=(4.8 * len(splits), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(splits), figsize=(6.0 * len(splits), 3.9), squeeze=False)
     modes = data["modes"]
     metrics = (("executability", "executable"), ("goal_success", "goal reached"),
                ("goal_condition_recall", "goal-condition recall"))
@@ -199,7 +209,7 @@ def plot(data: dict, out: Path, name: str) -> None:
         for k, (key, label) in enumerate(metrics):
             xs = [i + (k - 1) * width for i in range(len(modes))]
             ax.bar(xs, [s[m][key] * 100 for m in modes], width, label=label)
-        ax.set_xticks(range(len(modes)), modes)
+        ax.set_xticks(range(len(modes)), modes, rotation=15, fontsize=8)
         ax.set_ylim(0, 105)
         ax.set_ylabel("% of tasks")
         title = "held-out homes" if split == "heldout" else f"{HARD_HOME}: own action names, no examples"

@@ -23,14 +23,18 @@ from ..environment.state import HomeState
 from ..environment.world import World, simulate
 from ..home.steps import check_steps
 from .feasibility import plan_lines
+from .plans import Plan, Prefix
 from .sampling import SamplingParams
 
-# the planner's Plan and Prefix, and the Planner: this module is below planner.py (it calls back into
-# it for more candidates), so it names them by what it uses, not by their types
-Plan = Prefix = Planner = Any
+# this module is below planner.py (it calls back into the Planner for more candidates), so it names
+# the Planner by what it uses, not by its type
+Planner = Any
 
 GOAL_BUDGET_S = 10.0  # a goal's search when the request names no deadline
-MODEL_CANDIDATES = 3  # plans asked of the model before the classical search
+# plans asked of the model before the classical search: the request's own and one sampled. On a small
+# model a failed candidate is the cost of a goal plan (each a full decode) and a third rarely reached
+# what two did not; the search then takes milliseconds
+MODEL_CANDIDATES = 2
 SEARCH_RESERVE = 0.25  # of the budget kept for the classical search: no new model candidate in it
 # the search runs even when a model candidate overran the deadline (a model step cannot be cut short
 # here): it takes milliseconds on a home, and a plan a little late beats none
@@ -54,6 +58,7 @@ class PlanRun:
     goal: Optional[Any] = None  # environment/goals.py Goal
     deadline: float = 0.0  # perf_counter() by which a goal search ends
     started: float = 0.0  # perf_counter() when the request began
+    inferred: Optional[Any] = None  # goal_infer.InferredGoal when the goal was read from the task text
 
 
 def parse_goal(facts: list[str], env):
@@ -68,6 +73,8 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
     plan.final_state = world.state
     # an unconstrained plan is simulated but was never narrowed: at most "report"
     plan.feasibility = run.feasibility if plan.constrained else "report"
+    if run.inferred is not None:
+        plan.goal_inferred = list(run.inferred.facts)
     if run.goal is not None:
         plan.goal_reached = run.goal.reached(world)
         plan.goal_missing = list(run.goal.missing(world)) if not plan.goal_reached else []
@@ -93,7 +100,7 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
                          seed=(params.seed or 0) + tried)
         gen = planner.start(run.task, params, run.observations, run.speculation, run.constrained, home=run.home,
                             feasibility=run.feasibility, state=run.state)
-        gen.planning = replace(gen.planning, goal=run.goal)
+        gen.planning = replace(gen.planning, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
         cand = planner.finish_one(gen, prefix)
         tried += 1
         took = time.perf_counter() - began

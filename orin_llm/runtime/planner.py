@@ -22,90 +22,29 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..environment import Environment, Step, prefix_messages, task_message
+from ..environment import Environment, prefix_messages, task_message
 from ..environment.render import state_text
 from ..environment.state import HomeState, apply_update
 from ..environment.world import World
 from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..home.grammar import plan_grammar
-from ..home.steps import Rejected, check_steps
+from ..home.steps import check_steps
 from .backend import Backend
 from .cache import Pin
 from .constraint import Grammar
 from .feasibility import StepSets, narrowed, whole_steps
-from .generate import Generation, Result
+from .generate import Generation
+from .goal_infer import INFER, infer_goal
 from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
 from .home_state import StateChange, StatePart, ids_after_part, state_part
+from .plans import FEASIBILITY, MAX_CONVERSATIONS, Conversation, Home, Plan, Prefix, history_key
 from .sampling import SamplingParams
 
-FEASIBILITY = ("enforce", "report", "off")
+__all__ = ["FEASIBILITY", "Conversation", "Home", "Plan", "Planner", "Prefix", "history_key"]
+
 CURRENT = object()  # messages(): the home's current state
-
-
-@dataclass
-class Plan:
-    text: str
-    steps: list[Step]  # lines that call a declared action with things of the home of the right types
-    result: Result
-    environment_version: int
-    rejected: list[Rejected] = field(default_factory=list)  # the other lines, and why
-    constrained: bool = False
-    # what the simulator says of it (environment/world.py); "off" and plain-text homes: nothing
-    violations: list = field(default_factory=list)  # world.Violation per step that cannot run ("enforce": none)
-    final_state: Optional[HomeState] = None  # the state predicted after the plan
-    goal_reached: Optional[bool] = None  # None: no goal given
-    goal_missing: list[str] = field(default_factory=list)  # the goal's facts still false after the plan
-    search: Optional[dict] = None  # with a goal: {"candidates", "source": model|search|none, "reason", ...}
-    feasibility: str = "off"  # the mode the plan was checked in (an unconstrained plan: report at most)
-
-
-@dataclass(frozen=True)
-class Prefix:
-    version: int
-    environment: Environment
-    text: str
-    ids: tuple[int, ...]
-    messages: tuple[dict[str, str], ...]  # rendered once: every request starts with them
-    grammar: Optional[Grammar] = None  # the home's plan grammar, compiled once per version
-    steps: Optional[StepSets] = None  # the feasible steps per simulated state, made as plans meet them
-
-
-@dataclass
-class Conversation:
-    """An agent loop's turns (task, plan, observations, plan, ...) on one environment version. The
-    next turn's ids are this turn's ids (prompt + the plan's own tokens) followed by the ids of
-    what the template adds after them: the cache then holds every earlier turn, and only the new
-    text is computed (never the joined text re-tokenized, which could split the plan differently)."""
-
-    id: str
-    version: int
-    messages: list[dict[str, str]]
-    ids: list[int] = field(default_factory=list)  # prompt + output of the last turn
-    text: str = ""  # what those ids spell (prompt text + the plan's text)
-    turns: int = 0
-
-
-MAX_CONVERSATIONS = 64  # kept in memory, least recently used dropped first
-
-
-def history_key(environment: Environment) -> str:
-    """The lookup history plans in this environment draft from: per home, across its versions."""
-    return f"env:{environment.name}"
-
-
-@dataclass
-class Home:
-    """A home the planner serves: its current prefix and the pin that keeps it cached."""
-
-    prefix: Prefix
-    pin: Pin
-    state: Optional[HomeState] = None  # reported by the robot (set_state); None: the home's own `state:`
-    state_version: int = 0  # set_state calls since this version of the home
-    part: Optional[StatePart] = None  # the current state rendered after the prefix
-    state_pin: Optional[Pin] = None  # the prefix and the part, pinned by the last set_state
 
 
 class Planner:
@@ -315,15 +254,16 @@ class Planner:
     def start(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
               speculation: str = "auto", constrained: bool = True,
               conversation: Optional[Conversation] = None, home: Optional[str] = None,
-              feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+              feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
               deadline_s: Optional[float] = None) -> Generation:
         """A plan request on home `home`'s current version; `constrained`: every line it writes is a
         step of the home (its grammar), where the engine and the home allow it. With a
-        `conversation`, the request is its next turn (finish() records it).
+        `conversation`, the request is its next turn (finish() records it), headed by the state it starts in.
 
         `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
         "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
-        must make true (environment/goals.py); finish() searches for a plan that does, within
+        must make true (environment/goals.py), or "infer": the model reads them in the task text first
+        (goal_infer.py; the plan's goal_inferred says which); finish() searches for a plan that does, within
         `deadline_s` of now (GOAL_BUDGET_S when None). `state`: this request's state (a partial
         update of the home's current one, or a HomeState), the home's stays as it is."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
@@ -348,6 +288,13 @@ class Planner:
             run_state = state
         else:
             run_state = apply_update(current or HomeState(), state, env)
+        inferred = None
+        if isinstance(goal, str):
+            if goal != INFER:
+                raise OrinError(f"goal {goal!r}: give a list of facts like [\"at(mug, sink)\"], or \"infer\" "
+                                "to have the model read them in the task text")
+            inferred = infer_goal(self.engine, h, task)
+            goal = inferred.facts
         goal_ = parse_goal(goal, env) if goal else None
         world = World.start(env, run_state) if feasibility != "off" else None
         extra: dict = {"history": history_key(env)}  # an engine with one history ignores it
@@ -369,7 +316,10 @@ class Planner:
             ids = (self._state_ids(messages, prefix, part, home) if part is not None
                    else self.prompt_ids(messages, home))
         else:
-            messages = conversation.messages + [task_message(task, observations)]
+            # every turn is headed by the state it starts in (the robot's last report, or this request's):
+            # the turns before it stay as they were, cached, and only the new turn is computed
+            block = state_text(run_state) if run_state is not None else None
+            messages = conversation.messages + [task_message(task, observations, block)]
             ids, text = self._turn_ids(conversation, messages, home)
         try:
             gen = self.engine.generate(ids, params, speculation, **extra)
@@ -385,7 +335,7 @@ class Planner:
         gen.world = world
         budget = GOAL_BUDGET_S if deadline_s is None else deadline_s
         gen.planning = PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
-                               world, goal_, started + budget, started)
+                               world, goal_, started + budget, started, inferred)
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
@@ -421,7 +371,7 @@ class Planner:
 
     def plan(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
              speculation: str = "auto", constrained: bool = True, home: Optional[str] = None,
-             feasibility: str = "enforce", goal: Optional[list[str]] = None, state: Any = None,
+             feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
              deadline_s: Optional[float] = None) -> Plan:
         prefix = self.home(home).prefix
         return self.finish(self.start(task, params, observations, speculation, constrained, home=home,

@@ -28,7 +28,10 @@ def feasibility_options(goal: Optional[list[str]], feasibility: str, state: Opti
         raise OrinError(f"--feasibility {feasibility!r}: choose enforce, report or off")
     opts: dict = {"feasibility": feasibility}
     if goal:
-        opts["goal"] = list(goal)
+        if "infer" in goal and list(goal) != ["infer"]:
+            raise OrinError("--goal infer has the model read the goal in the task text: give it alone, or give "
+                            "the facts (--goal 'at(mug, sink)' --goal said)")
+        opts["goal"] = "infer" if list(goal) == ["infer"] else list(goal)
     if state is not None:
         opts["state"] = json_object(state, "--state")
     return opts
@@ -97,6 +100,8 @@ def summary(result: dict) -> str:
 def feasibility_lines(result: dict) -> str:
     """What the simulation found: each violated step, and the goal reached or the facts missing."""
     lines = [f"-- violation at step {v['index']} {v['step']}: {v['reason']}" for v in result.get("violations") or []]
+    if result.get("goal_inferred"):
+        lines.append(f"-- goal read in the task: {', '.join(result['goal_inferred'])}")
     if result.get("goal_reached") is not None:
         search = result.get("search") or {}
         source = f" (plan from the {search['source']})" if search.get("source") in ("model", "search") else ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 MAX_TASK_CHARS = 2000
 MAX_OBSERVATIONS = 64
@@ -81,6 +81,19 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]
 HomeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
+def _infer_only(v: str) -> str:
+    if v != "infer":
+        raise ValueError(f"a list of facts like [\"at(mug, sink)\"], or \"infer\" to have the model read them in "
+                         f"the task text; got the string {json.dumps(v)[:80]}")
+    return v
+
+
+# "infer", or the facts; the tags hold "[" so that error messages leave them out (app.py describe)
+Goal = Annotated[Union[Annotated[str, AfterValidator(_infer_only), Tag("str[infer]")],
+                       Annotated[list[Fact], Field(min_length=1, max_length=MAX_GOAL_FACTS), Tag("list[facts]")]],
+                 Discriminator(lambda v: "str[infer]" if isinstance(v, str) else "list[facts]")]
+
+
 class PlanRequest(Sampling):
     task: Text = Field(min_length=1, max_length=MAX_TASK_CHARS, description="What the robot should do.")
     observations: list[Annotated[Text, Field(max_length=MAX_TASK_CHARS)]] = Field(
@@ -94,12 +107,13 @@ class PlanRequest(Sampling):
                                          "computed). A new environment version starts it over.")
     environment: Optional[HomeName] = Field(None, description="A named environment (PUT /v1/environments/NAME) "
                                         "instead of the default one.")
-    goal: Optional[list[Fact]] = Field(
-        None, min_length=1, max_length=MAX_GOAL_FACTS,
+    goal: Optional[Goal] = Field(
+        None,
         description="Facts the plan must make true, written like steps: at(mug, coffee_table), holding(o), "
-                    "robot_at(p), open(p), closed(p), on(d), off(d), done(action, p), said. The answer says "
-                    "goal_reached and, when false, goal_missing; the planner searches for a plan that reaches it "
-                    "within the deadline.")
+                    "robot_at(p), open(p), closed(p), on(d), off(d), done(action, p), said; or \"infer\": the "
+                    "model reads them in the task text first (the answer's goal_inferred says which). The answer "
+                    "says goal_reached and, when false, goal_missing; the planner searches for a plan that reaches "
+                    "it within the deadline.")
     feasibility: Literal["enforce", "report", "off"] = Field(
         "enforce", description="enforce (the default): every step's preconditions hold in the state simulated "
                                "from the steps before it (the constraint allows only those); report: the grammar "
@@ -362,6 +376,8 @@ class PlanResponse(BaseModel):
     goal_reached: Optional[bool] = Field(description="Whether the simulated plan makes every goal fact true (null "
                                                      "without a goal).")
     goal_missing: list[str] = Field(description="The goal facts the plan leaves false.")
+    goal_inferred: Optional[list[str]] = Field(None, description="With goal \"infer\": the facts the model read in "
+                                                                 "the task text, which the plan aims at.")
     search: Optional[dict[str, Any]] = Field(description="With a goal: candidates (model plans tried), source "
                                                          "(model, search or none) and reason.")
 

@@ -5,6 +5,7 @@ plot, and (full tier) a handful of tasks on the embedded engine, where `enforce`
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import pytest
 
@@ -89,21 +90,30 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
     chosen = tasks(quick=True)[:3] + tasks(quick=True)[-1:]
     data = plan_quality.run(engine, tmp_path, items=chosen)
     if data["skipped_modes"]:
-        assert set(data["skipped_modes"]) == {"enforce", "enforce+goal"} and data["modes"] == ["off", "grammar"]
+        assert set(data["skipped_modes"]) == {"enforce", "enforce+goal", "enforce+inferred"}
+        assert data["modes"] == ["off", "grammar"]
         return
     assert data["modes"] == list(MODES)
     for split in ("heldout", "hard"):
         assert data["summary"][split]["enforce"]["executability"] == 1, data["summary"][split]["enforce"]
         assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
+        inferred = data["summary"][split]["enforce+inferred"]
+        assert inferred["executability"] == 1 and 0 <= inferred["inferred_goal_exact"] <= 1, inferred
+    for row in data["rows"]:  # the goal each plan aimed at is in the row, facts of the home
+        assert row["enforce+inferred"]["goal_inferred"], row["enforce+inferred"]
 
 
-def _made_up_summary(enforce_exec: float, grammar_exec: float, goal_given: float) -> dict:
+def _made_up_summary(enforce_exec: float, grammar_exec: float, goal_given: float,
+                     inferred: Optional[float] = None) -> dict:
     def mode(executability, success, plan_s):
         return {"executability": executability, "goal_success": success, "goal_condition_recall": 0.5,
                 "length_ratio_successful": 1.25, "plan_s_median": plan_s, "plan_s_max": plan_s,
                 "cut_by_max_tokens": 0, "violation_kinds": {"precondition": 3, "unknown": 1}, "search_sources": {}}
     split = {"tasks": 4, "off": mode(0.1, 0.0, 1.0), "grammar": mode(grammar_exec, 0.25, 2.0),
              "enforce": mode(enforce_exec, 0.75, 3.0), "enforce+goal": mode(1.0, goal_given, 4.0)}
+    if inferred is None:  # a run from before the inferred mode
+        return {"modes": list(MODES[:4]), "summary": {"heldout": split, "hard": split}}
+    split["enforce+inferred"] = {**mode(1.0, inferred, 5.0), "inferred_goal_exact": 0.5}
     return {"modes": list(MODES), "summary": {"heldout": split, "hard": split}}
 
 
@@ -121,3 +131,10 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
     assert short[0].met is False and short[2].met is True
     table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0))
     assert "| `grammar` | 40% | 25% | 0.50 | 1.25× | 2,000 ms | 1 / 0 / 3 |" in table
+    # with the inferred mode, "from the task text" is its figure, and how often its goal was the reference's
+    rows = plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
+    assert "enforce+inferred" in rows[1].what and rows[1].ours == "55%" and rows[1].met is False
+    assert rows[4].ours == "50%" and "reference" in rows[4].what and rows[6].met is None
+    assert plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.6))[1].met is True
+    table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
+    assert "| `enforce+inferred` | 100% | 55% | 0.50 | 1.25× | 5,000 ms | 1 / 0 / 3 |" in table

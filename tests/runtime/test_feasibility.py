@@ -201,3 +201,29 @@ def test_timings_record_the_mask_cost(greedy):
     d = t.as_dict()
     assert t.masks > 0 and 0 < t.feasibility_s <= t.mask_s
     assert d["feasibility_ms"] > 0 and d["masks"] == t.masks
+
+
+def test_every_turn_of_a_conversation_carries_the_state_it_starts_in(engine):
+    """An agent loop: the robot reports where it got to between turns; each turn's user message is
+    headed by the state then current (not only the first's), and the earlier turns stay as they were,
+    so the next turn's ids still continue the last turn's (only the new turn is computed)."""
+    p = Planner(engine, home())
+    try:
+        conv = p.conversation("robot-1")
+        seen: list[int] = []
+        for where in ("hallway", "kitchen", "sofa"):
+            p.set_state({"robot_at": where}, run=True)
+            gen = p.start("Turn on the tv.", SamplingParams(max_tokens=8), None, "none", conversation=conv)
+            before = list(conv.ids)
+            plan = p.finish(gen, p.prefix)
+            turn = conv.messages[-2]
+            assert turn["role"] == "user" and turn["content"].startswith("State:"), turn
+            assert f"- the robot is at {where}\n" in turn["content"] and "Task: Turn on the tv." in turn["content"]
+            assert before[:len(seen)] == seen  # token identity with the last turn
+            seen = before + plan.result.token_ids
+        users = [m["content"] for m in conv.messages if m["role"] == "user" and "State:" in m["content"]]
+        assert ["- the robot is at hallway" in users[-3], "- the robot is at sofa" in users[-1]] == [True, True]
+    finally:
+        engine.unpin(p.pin)
+        if p.homes[None].state_pin is not None:
+            engine.unpin(p.homes[None].state_pin)

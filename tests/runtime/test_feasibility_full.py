@@ -62,3 +62,20 @@ def test_the_goal_of_a_reference_plan_is_reached(planners):
         _, violations = simulate(env, plan.steps, env.state)
         assert violations == [], (it.id, plan.text)
         assert plan.search["source"] in ("model", "search")
+
+
+def test_a_goal_read_from_a_simple_tasks_text_is_the_reference_goal_and_is_reached(planners):
+    """From the task text alone (goal "infer"): on simple calibration tasks (not held-out), the
+    model's goal is the one the reference plan makes true, and the plan reaches it."""
+    calib = {it.id: it for it in load_split("calib")}
+    for item_id in ("row_house-013", "loft-013"):  # a switch, and an object carried to a place
+        it = calib[item_id]
+        planner = planners(it.home)
+        env = planner.prefix.environment
+        steps = [Step(*parse_call(s)) for s in it.reference_plan]
+        want = goal_of_plan(env, steps, env.state)
+        plan = planner.plan(it.task, GREEDY, speculation="none", goal="infer", deadline_s=60)
+        assert sorted(plan.goal_inferred or []) == sorted(want), (it.id, plan.goal_inferred, want)
+        assert plan.goal_reached is True and plan.goal_missing == [], (it.id, plan.text, plan.search)
+        _, violations = simulate(env, plan.steps, env.state)
+        assert violations == [], (it.id, plan.text, violations)

@@ -186,7 +186,8 @@ def test_a_conversation_prefills_only_each_new_turn(planner, engine):
         computed.append(t.prompt_tokens - t.cached_prompt_tokens)
         assert conv.turns == turn + 1 and conv.messages[-1] == {"role": "assistant", "content": plan.result.text}
     assert len(seen) > len(planner.prefix.ids) + 100  # the prompt grew with the turns ...
-    assert max(computed) <= 70  # ... what was computed did not: the new turn and at most one partial block
+    # ... what was computed did not: the new turn (headed by the home's state) and at most one partial block
+    assert max(computed) <= 100, computed
     planner.set_environment(other_home())
     assert planner.conversation("robot-1").turns == 0  # a new home: its earlier turns do not apply
 

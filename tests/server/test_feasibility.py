@@ -71,6 +71,18 @@ def test_a_goal_is_reached_by_the_model_or_the_search(planner):
     assert violations == [] and final["object_at"].get("milk") == "coffee_table"
 
 
+def test_an_inferred_goal_is_said_and_the_plan_checked_against_it(planner):
+    start = planner.get_state()
+    answer = planner.plan("Switch on the tv.", max_tokens=32, goal="infer", deadline_ms=120_000)
+    inferred = answer["goal_inferred"]
+    assert inferred and all(isinstance(f, str) for f in inferred), answer
+    assert set(answer["goal_missing"]) <= set(inferred) and answer["goal_reached"] is (answer["goal_missing"] == [])
+    _, violations = replay(answer, start)
+    assert violations == []
+    given = planner.plan("Switch on the tv.", max_tokens=16, goal=["said"])
+    assert given["goal_inferred"] is None
+
+
 def test_a_one_off_state_is_this_plans_only(planner):
     before = planner.get_state()
     answer = planner.plan("Switch off the floor lamp.", max_tokens=48, state={"robot_at": "floor_lamp"},

@@ -1,0 +1,191 @@
+"""Goals from the task text: the model translates a task into goal facts (LLM+P's division of
+labour: the model reads the words, the simulator and the search plan to the facts).
+
+The facts are decoded under a grammar built from the home (`goal_grammar`): each fact is one of
+environment/goals.py's predicates over things of the right sort (at(object, place), on(device),
+open(openable place), done(other action, thing), ...), one per line. When the task names things of
+the home (`mentioned`: a name's words in the text, longest names first, so "desk lamp" is the lamp
+and not the desk), the grammar allows only those: a goal's things are the task's own in every
+calibration task; a thing named as a source ("from the bathroom", "out of the cupboard") is left
+out, for what the goal is about ends somewhere else. The few-shot turns are one short example per
+fact kind in the home's own names (kind_examples) and the home's own examples, each with the goal
+its plan makes true by simulation (goals.py goal_of_plan), rendered after a system message that
+holds the home, so the home and the examples stay one cached prefix and a request computes only
+its task.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+from ..environment import Environment, format_call, parse_call
+from ..environment.goals import goal_of_plan
+from ..environment.render import system_message
+from ..errors import OrinError
+from .steps import check_steps
+
+MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
+GOAL_MAX_TOKENS = 64  # three facts of long names fit
+KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
+
+GOAL_SYSTEM_PROMPT = (
+    "You translate a home robot's task into its goal: the facts that are true once the task is done.\n"
+    "Answer with one fact per line, using only the names of this home:\n"
+    "at(object, place): the object lies at the place; holding(object): the robot holds it; "
+    "robot_at(place); open(place); closed(place); on(device); off(device); "
+    "done(action, thing): the action was done there; said: the robot told the people something.\n"
+    "Write nothing else."
+)
+
+
+# a thing the task names as where something comes from ("from the bathroom", "out of the cupboard"):
+# not what the goal is about (what is taken out of a cupboard ends somewhere else, the cupboard shut)
+SOURCE = re.compile(r" (?:from|out of)(?: the| my| your)? $")
+SOURCES_OUT = True
+
+
+def mentioned(env: Environment, text: str, sources_out: Optional[bool] = None) -> set[str]:
+    """The names of `env`'s things (rooms, places, objects, devices) that `text` mentions: a name's
+    words, in order, as whole words (a plural s allowed), longest names first; a span of the text
+    names one thing. `sources_out`: leave out a thing named as a source ("from the bathroom")."""
+    sources_out = SOURCES_OUT if sources_out is None else sources_out
+    low = " " + re.sub(r"[^a-z0-9]+", " ", text.lower()) + " "
+    names = set(env.names("place")) | set(env.names("object")) | set(env.names("device"))
+    found: set[str] = set()
+    for name in sorted(names, key=lambda n: (-len(n.split("_")), -len(n), n)):
+        words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+        if not words:
+            continue
+        pattern = re.compile(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)? ")
+        m = pattern.search(low)
+        if m is None:
+            continue
+        if not (sources_out and SOURCE.search(low[:m.start() + 1])):
+            found.add(name)
+        low = low[:m.start()] + " " + "#" * (m.end() - m.start() - 2) + " " + low[m.end():]
+    return found
+
+
+def _alt(names) -> str:
+    return " | ".join(json.dumps(n) for n in sorted(set(names)))
+
+
+def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: int = MAX_FACTS) -> str:
+    """Lark text for a goal of `env`: 1 to `max_facts` facts, one a line. `only`: the things a fact
+    may name (mentioned(); a predicate whose sort has none of them is left out); None or empty:
+    every thing of the home."""
+    if env.is_text:
+        raise OrinError(f"environment {env.name!r} is plain text: a goal needs rooms, objects and actions to name")
+    if max_facts < 1:
+        raise OrinError(f"a goal has at least one fact; max_facts is {max_facts}")
+    places, objects = env.names("place"), env.names("object")
+    devices, openable = env.names("device"), sorted(env.openable_places())
+    if only:
+        def keep(names):
+            return [n for n in names if n in only]
+        places, objects, devices, openable = keep(places), keep(objects), keep(devices), keep(openable)
+    sorts = {"place": places, "object": objects, "device": devices, "openable": openable}
+    facts = ['"said"']
+    if objects and places:
+        facts.append('"at(" object ", " place ")"')
+    if objects:
+        facts.append('"holding(" object ")"')
+    if places:
+        facts.append('"robot_at(" place ")"')
+    if openable:
+        facts += ['"open(" openable ")"', '"closed(" openable ")"']
+    if devices:
+        facts += ['"on(" device ")"', '"off(" device ")"']
+    for a in env.actions:
+        if a.effective_kind != "other":  # not narrowed by mentions: "bring it to me" is done(give, it)
+            continue
+        if not a.args or a.args[0] == "text":
+            facts.append(f'"done({a.name})"')
+        elif sorts.get(a.args[0]):
+            facts.append(f'"done({a.name}, " {a.args[0]} ")"')
+    lines = [f'start: fact ("\\n" fact){{0,{max_facts - 1}}} "\\n"?', "fact: " + " | ".join(facts)]
+    lines += [f"{sort}: {_alt(names)}" for sort, names in sorts.items() if names]
+    return "\n".join(lines) + "\n"
+
+
+def goal_examples(env: Environment) -> list[tuple[str, list[str]]]:
+    """The home's examples as (task, goal facts): the facts each example plan makes true from the
+    home's state, by simulation. An example whose plan changes nothing the goal facts can say is
+    left out."""
+    out = []
+    for ex in env.examples:
+        steps, rejected = check_steps("\n".join(ex.plan), env)
+        if rejected or not steps:
+            continue
+        facts = goal_of_plan(env, steps, env.state)
+        if facts:
+            out.append((ex.task, facts))
+    return out
+
+
+def _words(name: str) -> str:
+    return name.replace("_", " ")
+
+
+def kind_examples(env: Environment) -> list[tuple[str, list[str]]]:
+    """A short example per fact kind the home declares, in its own names: a task worded plainly and its
+    goal (an object put on a place of another room, a device off and one on, a place closed, and a
+    task of two facts). The home's own examples rarely show every kind. No `said` or `done` example:
+    on the dev subset the embedded model then wrote them for tasks that asked neither."""
+    rooms = list(env.rooms)
+    objects = [(o, r.name) for r in rooms for o in r.objects]
+    places = [(p, r.name) for r in rooms for p in r.places]
+    # only what the home declares: a home that lists no devices lets anything switch, which no
+    # example should suggest
+    devices = [d for r in rooms for d in r.devices or []]
+    openable = [p for r in rooms for p in r.openable or []]
+    out: list[tuple[str, list[str]]] = []
+    spots = [p for p, _ in places if p not in devices and p not in openable] or [p for p, _ in places]
+    if objects and spots:
+        o, home_room = objects[0]
+        p = next((q for q, r in places if r != home_room and q in spots), spots[0])
+        out.append((f"Put the {_words(o)} on the {_words(p)}.", [f"at({o}, {p})"]))
+    if devices:
+        out.append((f"Turn off the {_words(devices[0])}.", [f"off({devices[0]})"]))
+        d = devices[1] if len(devices) > 1 else devices[0]
+        out.append((f"Switch on the {_words(d)}.", [f"on({d})"]))
+    if openable:
+        out.append((f"Close the {_words(openable[0])}.", [f"closed({openable[0]})"]))
+    if len(objects) > 1 and devices and spots:
+        o, home_room = objects[-1]
+        p = next((q for q, r in places if r != home_room and q in spots), spots[0])
+        d = devices[-1]
+        out.append((f"Turn off the {_words(d)}, then bring the {_words(o)} to the {_words(p)}.",
+                    [f"at({o}, {p})", f"off({d})"]))
+    return out
+
+
+def goal_task_message(task: str) -> dict[str, str]:
+    return {"role": "user", "content": f"Task: {' '.join(str(task).split())}\nGoal:"}
+
+
+def goal_prefix_messages(env: Environment) -> list[dict[str, str]]:
+    """The system message (what a goal is, the home), then one example per fact kind and the home's
+    examples, as task/goal turns."""
+    home = system_message(env)["content"].split("\n\n", 1)[1]  # the plan prompt's rendering of the home
+    messages = [{"role": "system", "content": f"{GOAL_SYSTEM_PROMPT}\n\n{home}"}]
+    for task, facts in (kind_examples(env) if KIND_EXAMPLES else []) + goal_examples(env):
+        messages.append(goal_task_message(task))
+        messages.append({"role": "assistant", "content": "\n".join(facts)})
+    return messages
+
+
+def goal_lines(text: str) -> list[str]:
+    """The facts a decoded goal's text holds, one a line, each once, written as parse_goal reads them."""
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        call = parse_call(line)
+        fact = "said" if line in ("said", "said()") else (format_call(*call) if call else line)
+        if fact not in out:
+            out.append(fact)
+    return out
