@@ -29,7 +29,6 @@ from .steps import check_steps
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
 GOAL_MAX_TOKENS = 64  # three facts of long names fit
 COVER = True  # a narrowed goal names every target the task mentions (_covering)
-CONTRAST = False
 KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
 
 GOAL_SYSTEM_PROMPT = (
@@ -216,8 +215,6 @@ def kind_examples(env: Environment) -> list[tuple[str, list[str]]]:
         out.append((f"Turn off the {_words(devices[0])}.", [f"off({devices[0]})"]))
         d = devices[1] if len(devices) > 1 else devices[0]
         out.append((f"Switch on the {_words(d)}.", [f"on({d})"]))
-        if CONTRAST:
-            out.append((f"Switch off the {_words(d)}.", [f"off({d})"]))
     if openable:
         out.append((f"Close the {_words(openable[0])}.", [f"closed({openable[0]})"]))
     if len(objects) > 1 and devices and spots:
