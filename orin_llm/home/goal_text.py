@@ -7,7 +7,8 @@ open(openable place), done(other action, thing), ...), one per line. When the ta
 the home (`mentioned`: a name's words in the text, longest names first, so "desk lamp" is the lamp
 and not the desk), the grammar allows only those: a goal's things are the task's own in every
 calibration task; a thing named as a source ("from the bathroom", "out of the cupboard") is left
-out, for what the goal is about ends somewhere else. The few-shot turns are one short example per
+out, for what the goal is about ends somewhere else; and the goal may not end before every other
+thing it mentions, rooms aside, is in some fact (_covering). The few-shot turns are one short example per
 fact kind in the home's own names (kind_examples) and the home's own examples, each with the goal
 its plan makes true by simulation (goals.py goal_of_plan), rendered after a system message that
 holds the home, so the home and the examples stay one cached prefix and a request computes only
