@@ -7,7 +7,8 @@ open(openable place), done(other action, thing), ...), one per line. When the ta
 the home (`mentioned`: a name's words in the text, longest names first, so "desk lamp" is the lamp
 and not the desk), the grammar allows only those: a goal's things are the task's own in every
 calibration task; a thing named as a source ("from the bathroom", "out of the cupboard") is left
-out, for what the goal is about ends somewhere else. The few-shot turns are one short example per
+out, for what the goal is about ends somewhere else; and the goal may not end before every other
+thing it mentions, rooms aside, is in some fact (_covering). The few-shot turns are one short example per
 fact kind in the home's own names (kind_examples) and the home's own examples, each with the goal
 its plan makes true by simulation (goals.py goal_of_plan), rendered after a system message that
 holds the home, so the home and the examples stay one cached prefix and a request computes only
@@ -28,6 +29,7 @@ from .steps import check_steps
 
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
 GOAL_MAX_TOKENS = 64  # three facts of long names fit
+COVER = True  # a narrowed goal names every target the task mentions (_covering)
 KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
 
 GOAL_SYSTEM_PROMPT = (
@@ -105,9 +107,72 @@ def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: i
             facts.append(f'"done({a.name})"')
         elif sorts.get(a.args[0]):
             facts.append(f'"done({a.name}, " {a.args[0]} ")"')
-    lines = [f'start: fact ("\\n" fact){{0,{max_facts - 1}}} "\\n"?', "fact: " + " | ".join(facts)]
-    lines += [f"{sort}: {_alt(names)}" for sort, names in sorts.items() if names]
+    lines = [f"{sort}: {_alt(names)}" for sort, names in sorts.items() if names]
+    covering = _covering(env, sorts, only, max_facts) if (only and COVER) else None
+    if covering:
+        return "\n".join(covering) + "\n"
+    lines = [f'start: fact ("\\n" fact){{0,{max_facts - 1}}} "\\n"?', "fact: " + " | ".join(facts)] + lines
     return "\n".join(lines) + "\n"
+
+
+def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int) -> Optional[list[str]]:
+    """Rules for goals that name every target the task mentions (an object, a device or a place that is
+    no room; a room is where things happen, "in the kitchen", seldom a goal's thing), in facts of the
+    kinds goal_grammar allows. The model still picks the kinds and the pairings; it only may not end
+    before each target is in some fact (on the dev subset it left out the second of two). The state
+    of a rule is the set of targets named so far and the facts left; None when the targets cannot all
+    be named in `max_facts` facts."""
+    rooms = {r.name for r in env.rooms}
+    targets = frozenset(n for n in only if n not in rooms)
+    if not targets:
+        return None
+    # every fact, grouped by the targets it names, each one literal (a fact's text is no prefix of
+    # another's); those that name none are `plain`
+    by_cover: dict[frozenset, list[str]] = {frozenset(): ["said"]}
+    pairs = [("holding", "object"), ("robot_at", "place"), ("open", "openable"), ("closed", "openable"),
+             ("on", "device"), ("off", "device")]
+    for pred, sort in pairs:
+        for n in sorts[sort]:
+            by_cover.setdefault(frozenset([n]) & targets, []).append(f"{pred}({n})")
+    for o in sorts["object"]:
+        for p in sorts["place"]:
+            by_cover.setdefault(frozenset({o, p}) & targets, []).append(f"at({o}, {p})")
+    for a in env.actions:
+        if a.effective_kind != "other":
+            continue
+        if not a.args or a.args[0] == "text":
+            by_cover[frozenset()].append(f"done({a.name})")
+        for n in (sorts.get(a.args[0]) or []) if a.args else []:
+            by_cover.setdefault(frozenset([n]) & targets, []).append(f"done({a.name}, {n})")
+    plain = by_cover.pop(frozenset())
+    covers = sorted(by_cover, key=lambda c: sorted(c))
+
+    def can(left: frozenset, k: int) -> bool:  # `left` can be named in k facts
+        return not left or (k > 0 and any(c & left and can(left - c, k - 1) for c in covers))
+    if not can(targets, max_facts):
+        return None
+    names: dict[tuple, str] = {}
+
+    def rule(left: frozenset, k: int) -> str:  # after a fact: k facts may follow, `left` still unnamed
+        key = (left, k)
+        if key in names:
+            return names[key]
+        name = names[key] = f"g{len(names)}"
+        alts = ['"\\n"?'] if not left else []
+        if k > 0:
+            if not left or can(left, k - 1):
+                alts.append(f'"\\n" plain {rule(left, k - 1)}')
+            for i, c in enumerate(covers):
+                if can(left - c, k - 1):
+                    alts.append(f'"\\n" cover{i} {rule(left - c, k - 1)}')
+        body.append(f"{name}: " + " | ".join(alts))
+        return name
+    body: list[str] = []
+    first = [f"plain {rule(targets, max_facts - 1)}"] if can(targets, max_facts - 1) else []
+    first += [f"cover{i} {rule(targets - c, max_facts - 1)}" for i, c in enumerate(covers)
+              if can(targets - c, max_facts - 1)]
+    return (["start: " + " | ".join(first)] + body
+            + [f"cover{i}: " + _alt(by_cover[c]) for i, c in enumerate(covers)] + ["plain: " + _alt(plain)])
 
 
 def goal_examples(env: Environment) -> list[tuple[str, list[str]]]:

@@ -146,3 +146,34 @@ def test_a_sampled_candidate_aims_at_the_goal_read_once(planner, monkeypatch):
     assert all(s is seen[0] for s in seen), seen  # every candidate: the same inferred goal
     if not plan.search["reason"].startswith("the model's plan"):
         assert len(seen) == 2  # the request's plan, then one sampled candidate
+
+
+def test_a_narrowed_goal_names_every_target_the_task_mentions(engine):
+    """The goal may not end before each thing the task names (not a room, not a source) is in a fact;
+    which kind of fact and which pairing stays the model's."""
+    env = load_home("bungalow")
+    task = "Put the book on the desk, then turn on the desk lamp"
+    g = Grammar.lark(engine.vocabulary(), goal_grammar(env, mentioned(env, task)))
+    end = min(engine.eos_ids)
+
+    def ends_after(text):
+        c = g.constraint()
+        ids = engine.encode(text)
+        assert c.valid_prefix(ids) == len(ids), text
+        for tok in ids:
+            c.accept(tok)
+        return end in c.allowed().nonzero().flatten().tolist()
+    assert not ends_after("at(book, desk)")  # the lamp is left out
+    assert not ends_after("on(desk_lamp)\nholding(book)")  # the desk
+    assert ends_after("at(book, desk)\non(desk_lamp)")
+    assert ends_after("on(desk_lamp)\nat(book, desk)")  # any order
+    assert ends_after("holding(book)\nrobot_at(desk)\noff(desk_lamp)")  # any kinds: the model's choice
+    ids = engine.encode("said\nsaid\nat(book, desk)")  # no room left for the lamp
+    assert g.constraint().valid_prefix(ids) < len(ids)
+    # a room the task names is where things happen, not a target: "said" alone may end
+    room = mentioned(env, "Tell the people in the kitchen that dinner is ready.")
+    assert room == {"kitchen"}
+    gr = Grammar.lark(engine.vocabulary(), goal_grammar(env, room)).constraint()
+    for tok in engine.encode("said"):
+        gr.accept(tok)
+    assert end in gr.allowed().nonzero().flatten().tolist()
