@@ -105,11 +105,12 @@ class Harness(Node):
         response = self.wait_future(entry['result_future'], cmd.get('timeout', 120))
         waited = time.monotonic() - entry['sent']
         # feedback (a topic) and the result (a service) are separate channels: the result can
-        # overtake the last feedback messages, so wait until they stop coming
-        end, count = time.monotonic() + 2.0, -1
+        # overtake the last feedback messages, so wait until they stop coming (a quiet 0.6 s: on a
+        # loaded machine a last message came more than 0.2 s after the result)
+        end, count = time.monotonic() + 6.0, -1
         while count != len(entry['feedback']) and time.monotonic() < end:
             count = len(entry['feedback'])
-            time.sleep(0.2)
+            time.sleep(0.6)
         return {'status': STATUS.get(response.status, str(response.status)),
                 'result': to_dict(response.result), 'feedback': entry['feedback'],
                 'waited_s': waited}
