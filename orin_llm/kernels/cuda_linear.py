@@ -121,9 +121,23 @@ def _split_k(out_features: int, device: torch.device) -> int:
     return max(1, min(8, -(-2 * sms // tiles)))
 
 
-class TritonQ4Linear(nn.Module):
-    """A Q4_1 QuantLinear on the Triton int4 kernel (kernels/triton/q4_linear.py): the GGUF's codes,
-    fp16 scales and mins, repacked once at load; float32 sums, output in the activations' dtype."""
+def _triton_q4_refusal(q: QuantLinear) -> Optional[str]:
+    """Why a layer cannot run on the Triton Q4_1 kernels here (None: it can)."""
+    from . import triton as kernels
+
+    dev = q.qweight.device
+    if dev.type != "cuda":
+        return f"not a CUDA device ({dev.type})"
+    why = kernels.available()
+    if why:
+        return why
+    if q.bits != 4 or q.group != 32:
+        return f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
+    return None
+
+
+class _TritonQ4(nn.Module):
+    """What both Triton Q4_1 layers hold: the repacked codes, scales and mins as buffers, the input split."""
 
     def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
         super().__init__()
@@ -133,18 +147,32 @@ class TritonQ4Linear(nn.Module):
         self.split_k, self.dtype = split_k, dtype
         self.in_features, self.out_features = in_features, out_features
 
+    @property
+    def packed(self):
+        from .triton.q4_linear import Q4Packed
+
+        return Q4Packed(self.codes, self.scales, self.mins)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
+
+
+class TritonQ4Linear(_TritonQ4):
+    """A Q4_1 QuantLinear on the Triton int4 kernel (kernels/triton/q4_linear.py): the GGUF's codes,
+    fp16 scales and mins, repacked once at load; float32 sums, output in the activations' dtype."""
+
+    def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
+        super().__init__(packed, in_features, out_features, split_k, dtype)
+
     @classmethod
     def build(cls, q: QuantLinear, dtype: torch.dtype) -> tuple[Optional[TritonQ4Linear], Optional[str]]:
         from . import triton as kernels
 
         dev = q.qweight.device
-        if dev.type != "cuda":
-            return None, f"not a CUDA device ({dev.type})"
-        why = kernels.available()
+        why = _triton_q4_refusal(q)
         if why:
             return None, why
-        if q.bits != 4 or q.group != 32:
-            return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
         mins = q.mins if q.mins is not None else -8 * q.scales
         try:
             packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float())
@@ -161,47 +189,29 @@ class TritonQ4Linear(nn.Module):
 
         return kernels.int4_linear(x, self.packed, split_k=self.split_k)
 
-    @property
-    def packed(self):
-        from .triton.q4_linear import Q4Packed
-
-        return Q4Packed(self.codes, self.scales, self.mins)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
-
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"Q4_1 (Triton, split_k={self.split_k})")
 
 
-class TritonQ4Gemv(nn.Module):
+class TritonQ4Gemv(_TritonQ4):
     """A Q4_1 QuantLinear on the Triton INT4 GEMV (kernels/triton/int4_gemv.py): the GGUF's codes repacked
     once at load, the scales and mins in the activations' dtype (the dequantization by bits: no
     int-to-float conversions; bf16-rounded scales, as torch's kernel holds them), float32 sums, a tile
     and input split fixed per layer (rows independent of each other)."""
 
     def __init__(self, packed, in_features: int, out_features: int, config, split_k: int, dtype: torch.dtype):
-        super().__init__()
-        self.register_buffer("codes", packed.codes)
-        self.register_buffer("scales", packed.scales)
-        self.register_buffer("mins", packed.mins)
-        self.config, self.split_k, self.dtype = config, split_k, dtype
-        self.in_features, self.out_features = in_features, out_features
+        super().__init__(packed, in_features, out_features, split_k, dtype)
+        self.config = config
 
     @classmethod
     def build(cls, q: QuantLinear, dtype: torch.dtype, config=None) -> tuple[Optional[TritonQ4Gemv], Optional[str]]:
         from . import triton as kernels
 
         dev = q.qweight.device
-        if dev.type != "cuda":
-            return None, f"not a CUDA device ({dev.type})"
-        why = kernels.available()
+        why = _triton_q4_refusal(q)
         if why:
             return None, why
-        if q.bits != 4 or q.group != 32:
-            return None, f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
         from .triton.int4_gemv import CANDIDATES
 
         config = config or CANDIDATES[0]
@@ -220,13 +230,8 @@ class TritonQ4Gemv(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from .triton.int4_gemv import q4_gemv
-        from .triton.q4_linear import Q4Packed
 
-        return q4_gemv(x, Q4Packed(self.codes, self.scales, self.mins), self.config, self.split_k)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
+        return q4_gemv(x, self.packed, self.config, self.split_k)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "

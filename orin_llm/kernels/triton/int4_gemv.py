@@ -28,8 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import check_float, dot, dot_mode, launch_options, operand
-from .q4_linear import GROUP, Q4Packed, _magic, _sum_splits
+from .common import dot, dot_mode, launch_options, operand
+from .q4_linear import GROUP, Q4Packed, _magic, _sum_splits, rows_and_out
 
 ROWS = 16  # rows per M tile: tl.dot's smallest M (masked rows cost no memory traffic)
 
@@ -115,21 +115,9 @@ def q4_gemv(x: torch.Tensor, packed: Q4Packed, config: GemvConfig = CANDIDATES[0
     """y = x @ W.T for a repacked Q4_1 weight, x [..., K] → [..., N] in `out_dtype` (x's by default),
     tiled for decode's few rows (module doc). split_k: the input ranges (GemvConfig.split_k gives a
     layer's); keep it and `config` fixed for a layer so rows stay independent of each other."""
-    check_float("x", x)
+    flat, out = rows_and_out(x, packed, split_k, out, out_dtype)
     k, n = packed.in_features, packed.out_features
-    if x.shape[-1] != k:
-        raise ValueError(f"x has {x.shape[-1]} inputs, the weight {k}")
-    if split_k < 1:
-        raise ValueError(f"split_k must be at least 1, not {split_k}")
-    flat = x.reshape(-1, k)
-    if flat.stride(1) != 1:
-        flat = flat.contiguous()
     m = flat.shape[0]
-    dtype = out_dtype or x.dtype
-    if out is None:
-        out = torch.empty(m, n, dtype=dtype, device=x.device)
-    elif out.shape != (m, n) or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous [{m}, {n}] tensor, not {tuple(out.shape)}")
     if m:
         half = k // 2
         steps = triton.cdiv(half, config.block_r)

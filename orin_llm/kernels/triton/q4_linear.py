@@ -153,15 +153,10 @@ def _magic(dtype: torch.dtype, packed: Q4Packed) -> dict:
     return {"MAGIC": magic, "BIAS": bias}
 
 
-def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
-                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
-                split_k: int = 1, num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
-    """y = x @ W.T for a repacked Q4_1 weight: x [..., K] (float16, bfloat16 or float32) → [..., N] in
-    `out_dtype` (x's by default). block_m/block_n/block_g: the tile (rows, outputs, groups of 32
-    inputs per step); the defaults suit decode's 1-8 rows, a prefill of hundreds takes block_m 64.
-    split_k > 1: the inputs in that many ranges, each program writing float32 partial sums that a
-    second kernel adds in split order (no atomics: deterministic): more programs for a decode GEMV whose
-    outputs alone give too few tiles to fill the GPU."""
+def rows_and_out(x: torch.Tensor, packed: Q4Packed, split_k: int, out: Optional[torch.Tensor],
+                 out_dtype: Optional[torch.dtype]) -> tuple[torch.Tensor, torch.Tensor]:
+    """x checked and flattened to [m, K] rows with unit stride, and the [m, N] output (the one given, checked,
+    or a new one in `out_dtype`, x's by default): what both int4 kernels' wrappers need first."""
     check_float("x", x)
     k, n = packed.in_features, packed.out_features
     if x.shape[-1] != k:
@@ -172,11 +167,24 @@ def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] =
     if flat.stride(1) != 1:
         flat = flat.contiguous()
     m = flat.shape[0]
-    dtype = out_dtype or x.dtype
     if out is None:
-        out = torch.empty(m, n, dtype=dtype, device=x.device)
+        out = torch.empty(m, n, dtype=out_dtype or x.dtype, device=x.device)
     elif out.shape != (m, n) or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{m}, {n}] tensor, not {tuple(out.shape)}")
+    return flat, out
+
+def int4_linear(x: torch.Tensor, packed: Q4Packed, out: Optional[torch.Tensor] = None, block_m: int = 16,
+                block_n: int = 64, block_g: int = 4, out_dtype: Optional[torch.dtype] = None,
+                split_k: int = 1, num_warps: Optional[int] = None, num_stages: Optional[int] = None) -> torch.Tensor:
+    """y = x @ W.T for a repacked Q4_1 weight: x [..., K] (float16, bfloat16 or float32) → [..., N] in
+    `out_dtype` (x's by default). block_m/block_n/block_g: the tile (rows, outputs, groups of 32
+    inputs per step); the defaults suit decode's 1-8 rows, a prefill of hundreds takes block_m 64.
+    split_k > 1: the inputs in that many ranges, each program writing float32 partial sums that a
+    second kernel adds in split order (no atomics: deterministic): more programs for a decode GEMV whose
+    outputs alone give too few tiles to fill the GPU."""
+    flat, out = rows_and_out(x, packed, split_k, out, out_dtype)
+    k, n = packed.in_features, packed.out_features
+    m = flat.shape[0]
     if m:
         groups = k // GROUP
         per_split = triton.cdiv(triton.cdiv(groups, split_k), block_g) * block_g  # whole steps per split
