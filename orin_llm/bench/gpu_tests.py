@@ -39,16 +39,18 @@ REST = (
                             ("tests/runtime/test_cuda_graphs.py", "-k", "not fixed_shape")), 60),
 )
 _LINE = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)")
+_WHY = re.compile(r"^(?:FAILED|ERROR) (\S+::\S+) - (.*)$")  # -rA's summary: a failure and its message
 
 
 def run_group(group: Group, tokenizer: Path, left_s: float) -> dict[str, Any]:
     """One group in a subprocess, killed at min(its cap, left_s); its tests' outcomes from pytest's -v lines."""
     cap = max(10.0, min(group.cap_s, left_s))
     # (unbuffered: a group killed at its cap keeps the lines of the tests that finished)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
+    # (COLUMNS: -rA's summary lines, with each failure's message, not cut at 80 columns)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "1000", "ORIN_LLM_TEST_TOKENIZER": str(tokenizer),
            "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
     out: dict[str, Any] = {"cap_s": round(cap, 1), "passed": 0, "failed": 0, "errors": 0, "skipped": 0,
-                           "failing": [], "returncodes": []}
+                           "failing": [], "why": {}, "e_lines": [], "returncodes": []}
     started = time.perf_counter()
     log = Path(f"/tmp/orin_llm_gpu_tests_{group.name}.log")
     tail = ""
@@ -68,7 +70,14 @@ def run_group(group: Group, tokenizer: Path, left_s: float) -> dict[str, Any]:
                 out["returncodes"].append(None)
                 out["cut"] = f"cut at its cap of {cap:.0f} s in {' '.join(args)}"
         text = log.read_text(errors="replace")
-        tail = text[-1500:]
+        if not tail or not out["failing"]:  # (the tail of the first call with a failure stays)
+            tail = text[-1500:]
+        for line in text.splitlines():
+            m = _WHY.match(line)
+            if m:
+                out["why"][m.group(1)] = m.group(2)[:400]
+            elif line.startswith("E ") and len(out["e_lines"]) < 40:  # (a multi-line message: assert_close's)
+                out["e_lines"].append(line[:300])
         for name, outcome in _outcomes(text):
             key = {"PASSED": "passed", "FAILED": "failed", "ERROR": "errors", "SKIPPED": "skipped"}.get(outcome)
             if key:

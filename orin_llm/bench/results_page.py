@@ -386,7 +386,9 @@ def gpu_rows(d: dict) -> list[Row]:
     # each int4 kernel forced, and the step's small ops unfused, beside the per-shape choice (runs after 2026-11-26)
     for stage, words in (("decode_int4pack", "torch's int4 kernel at every layer"),
                          ("decode_gemv", "the Triton int4 GEMV at every layer"),
-                         ("decode_unfused", "the step's small ops unfused")):
+                         ("decode_unfused", "the step's small ops unfused"),
+                         ("decode_fused_untested", "the step's small ops fused, though their CUDA test failed "
+                                                   "(speed only)")):
         if stage in st:
             v, f = get(stage, "batch_1", "tok_per_s_per_request"), get("roofline", f"{stage}_fraction")
             rows.append(Row(f"decode, batch 1, {words}", "—",

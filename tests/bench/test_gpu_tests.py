@@ -30,3 +30,16 @@ def test_groups_share_the_time_left_and_say_what_did_not_run(tmp_path):
     assert r["engine"] == {"ok": False, "not_run": "20 s left"}
     assert r["summary"] == "new_kernels: 1 passed, 0 failed, 0 skipped; engine: not run, 20 s left"
     assert gate(r) == {}
+
+
+def test_a_failure_keeps_its_message_and_its_call_s_tail_after_later_calls(tmp_path):
+    bad, good = tmp_path / "test_bad.py", tmp_path / "test_good.py"
+    bad.write_text("def test_step_ops_at_3b_shapes():\n    assert 1 == 2, 'silu_mul: 3 elements apart'\n")
+    good.write_text("def test_later():\n    pass\n")
+    r = run_group(Group("new_kernels", ((str(bad),), (str(good),)), 60), Path("no-tokenizer"), 100)
+    assert r["returncodes"] == [1, 0] and (r["passed"], r["failed"]) == (1, 1)
+    [(name, why)] = r["why"].items()
+    assert name.endswith("test_bad.py::test_step_ops_at_3b_shapes") and "silu_mul: 3 elements apart" in why
+    assert "test_bad.py" in r["tail"] and "test_later" not in r["tail"]
+    assert "E       AssertionError: silu_mul" in r["e_lines"][0]
+    assert gate({"new_kernels": r}) == {"fused_step": "the fused step ops' CUDA tests failed here: unfused"}

@@ -127,8 +127,12 @@ def main(archs: list[int]) -> int:
         if key in seen:
             continue
         seen.add(key)
-        types = ",".join(v for v in sig.values() if v != "constexpr")
-        for arch in archs:
+        # torch.compile's inductor passes a Python float as fp64: each kernel with one compiles so too (once)
+        wide = {n: "fp64" if t == "fp32" and isinstance(a, float) else t
+                for (n, t), a in zip(sig.items(), [*args, *[None] * len(sig)], strict=False)}
+        variants = [(arch, sig) for arch in archs] + ([(archs[-1], wide)] if wide != sig else [])
+        for arch, sig in variants:
+            types = ",".join(v for v in sig.values() if v != "constexpr")
             try:
                 kernel = triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32),
                                         options=options)

@@ -25,3 +25,5 @@ def test_kernels_compile_for_sm87_and_sm90():
         for arch in (87, 90):
             compiled = any(line.startswith(f"ok sm_{arch} {kernel} ") for line in lines)
             assert compiled, f"{kernel} not compiled for sm_{arch}"
+    for kernel in ("_decode_split", "_prefill", "_add_rms_norm"):  # its float argument as torch.compile passes it
+        assert any(line.startswith(f"ok sm_90 {kernel} ") and "fp64" in line for line in lines), kernel

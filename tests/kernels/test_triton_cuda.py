@@ -134,9 +134,13 @@ def test_step_ops_at_3b_shapes():
     delta = torch.randn(9, 3072, device="cuda", generator=g).bfloat16()
     w = (1 + 0.1 * torch.randn(3072, device="cuda", generator=g)).bfloat16()
     got, want = add_rms_norm(x, w, 1e-5, delta), reference.add_rms_norm(x, w, 1e-5, delta)
-    assert torch.equal(got[0], want[0]) and (got[1].float() - want[1].float()).abs().max() <= 0.02 * want[1].abs().max()
+    assert torch.equal(got[0], want[0]), "add_rms_norm: the residual sum differs from torch's bf16 add"
+    err = (got[1].float() - want[1].float()).abs().max()
+    assert err <= 0.02 * want[1].abs().max(), f"add_rms_norm: the norm is {err} off"
     gu = torch.randn(9, 2 * 8192, device="cuda", generator=g).bfloat16()
-    assert (silu_mul(gu).float() - reference.silu_mul(gu).float()).abs().max() <= 0.02
+    # the GPU's exp is not torch's to the last float32 bit, so SiLU(gate) can land a bf16 unit apart, and
+    # times `up` that is up to ~0.06 at these magnitudes: bf16's own tolerance, relative
+    torch.testing.assert_close(silu_mul(gu), reference.silu_mul(gu), msg=lambda m: f"silu_mul: {m}")
     qkv = torch.randn(9, (H + 2 * KV) * D, device="cuda", generator=g).bfloat16()
     pos = torch.arange(100, 109, device="cuda")
     inv = 1.0 / (500000.0 ** (torch.arange(0, D, 2, device="cuda").float() / D))
@@ -149,9 +153,11 @@ def test_step_ops_at_3b_shapes():
     slots = torch.randperm(NUM_BLOCKS * BS, device="cuda")[:9]
     q = rope_write(qkv, pos, cos, sin, k, v, slots, H, KV, ks, vs)
     want_q = reference.rope_write(qkv, pos, cos, sin, k2, v2, slots, H, KV, ks, vs)
-    assert torch.equal(q, want_q)
-    for got, want in ((k, k2), (v, v2)):  # rounded half to even as torch's round: a code apart only at ties
-        assert (got.int() - want.int()).abs().max() <= 1 and (got != want).sum() <= 9 * KV * D // 100
+    assert torch.equal(q, want_q), f"rope_write: q differs in {(q != want_q).sum()} of {q.numel()} elements"
+    for name, got, want in (("k", k, k2), ("v", v, v2)):  # round half to even as torch's: a code apart at ties
+        diff = (got.int() - want.int()).abs()
+        assert diff.max() <= 1 and (got != want).sum() <= 9 * KV * D // 100, \
+            f"rope_write: {name} codes differ by up to {diff.max()} in {(got != want).sum()} elements"
 
 
 def test_int8_head_at_3b_shapes():

@@ -49,7 +49,8 @@ def _decode_split(Q, K, V, BT, LENS, KS, VS, OUT, PM, PL, PO, qk_scale,
     q = tl.load(Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                 mask=hmask[:, None] & dmask[None, :], other=0.0)
     q = operand(q, q.dtype, DOT)  # (float16 under F16_CODES; else as loaded)
-    scale = qk_scale  # sm_scale · log2(e): exp2 below
+    # (float32 stated: torch.compile passes a Python float as float64, which the loop below cannot carry)
+    scale = tl.cast(qk_scale, tl.float32)  # sm_scale · log2(e): exp2 below
     if SCALED:
         scale = scale * tl.load(KS + kvh).to(tl.float32)
     lo = s * blocks_per_split * BS

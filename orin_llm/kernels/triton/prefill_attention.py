@@ -47,7 +47,7 @@ def _prefill(Q, K, V, BT, LENS, QSTART, KS, VS, OUT, qk_scale,
     q = tl.load(Q + (first + rows)[:, None].to(tl.int64) * stride_qt + h * stride_qh + d[None, :],
                 mask=rmask[:, None] & dmask[None, :], other=0.0)
     q = operand(q, q.dtype, DOT)  # (float16 under F16_CODES; else as loaded)
-    scale = qk_scale
+    scale = tl.cast(qk_scale, tl.float32)  # (torch.compile passes a Python float as float64: see decode_attention)
     if SCALED:
         scale = scale * tl.load(KS + kvh).to(tl.float32)
     # keys up to this block's last row (none when the block is past the sequence's rows)

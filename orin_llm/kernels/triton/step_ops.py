@@ -144,7 +144,7 @@ def _silu_mul(GU, OUT, N, stride_gu, stride_out, BLOCK: tl.constexpr):
     g = tl.load(GU + row * stride_gu + i, mask=mask, other=0.0)
     u = tl.load(GU + row * stride_gu + N + i, mask=mask, other=0.0)
     gf = g.to(tl.float32)
-    act = (gf / (1.0 + tl.exp(-gf))).to(g.dtype)
+    act = tl.math.div_rn(gf, 1.0 + tl.exp(-gf)).to(g.dtype)  # (IEEE division, as torch's silu)
     tl.store(OUT + row * stride_out + i, (act.to(tl.float32) * u.to(tl.float32)).to(OUT.dtype.element_ty), mask=mask)
 
 
