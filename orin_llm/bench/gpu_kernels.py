@@ -33,7 +33,8 @@ def bandwidth_stage(device: str, smoke: bool) -> dict:
 def replay_ms(eng, reps: int = 50) -> dict:
     """Each captured graph's replay alone (the GPU's part of a decode step, no Python around it)."""
     out = {}
-    for (b, nb), entry in sorted(eng.model.graphs.entries.items()):
+    graphs = eng.model.graphs
+    for (b, w, nb), entry in sorted(graphs.entries.items()):
         if entry.graph is None:
             continue
         entry.graph.replay()
@@ -42,7 +43,7 @@ def replay_ms(eng, reps: int = 50) -> dict:
         for _ in range(reps):
             entry.graph.replay()
         _sync()
-        out[f"{b}x{nb}"] = round(1000 * (time.perf_counter() - t) / reps, 3)
+        out[f"{b}x{nb}" + ("" if w == graphs.width else f"w{w}")] = round(1000 * (time.perf_counter() - t) / reps, 3)
     return out
 
 

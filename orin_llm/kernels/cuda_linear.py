@@ -284,6 +284,7 @@ class Int4Choice:
     config: object = None  # the GEMV's GemvConfig
     timings_us: dict = field(default_factory=dict)  # candidate label -> µs per call (empty: not timed)
     refused: dict = field(default_factory=dict)  # candidate -> why it does not run here
+    rows: tuple = ()  # the row counts timed: a candidate's time is its calls' at each, summed
 
     def describe(self) -> str:
         name = {"int4pack": "torch's int4 kernel", "gemv": f"Triton GEMV {getattr(self.config, 'label', str)()}",
@@ -291,7 +292,8 @@ class Int4Choice:
         if not self.timings_us:
             return f"{name} (asked for)"
         times = ", ".join(f"{k} {v:.1f} us" for k, v in sorted(self.timings_us.items(), key=lambda kv: kv[1]))
-        return f"{name} (timed at load: {times})"
+        at = " + ".join(map(str, self.rows))
+        return f"{name} (timed at load, {at} rows: {times})" if self.rows else f"{name} (timed at load: {times})"
 
 
 def _build(kind: str, q: QuantLinear, dtype: torch.dtype, config=None):
@@ -302,12 +304,13 @@ def _build(kind: str, q: QuantLinear, dtype: torch.dtype, config=None):
     return TritonQ4Gemv.build(q, dtype, config)
 
 
-def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "auto",
+def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...], asked: str = "auto",
                 chosen: Optional[dict] = None) -> tuple[Optional[nn.Module], Optional[str], Optional[Int4Choice]]:
     """The layer `q` on the CUDA int4 kernel `asked` (INT4_KERNELS): "auto" times torch's kernel and the
-    GEMV's candidate tiles at `rows` rows (the decode step's) and keeps the fastest; "gemv" times its
-    tiles only. `chosen` (shape -> Int4Choice) carries the choice to the other layers of the same
-    shape, timed once. Returns (layer, None, choice), or (None, why, None) where no candidate runs."""
+    GEMV's candidate tiles at `rows` rows (the decode steps': a row count, or several, each candidate's
+    times summed) and keeps the fastest; "gemv" times its tiles only. `chosen` (shape -> Int4Choice)
+    carries the choice to the other layers of the same shape, timed once. Returns (layer, None,
+    choice), or (None, why, None) where no candidate runs."""
     if asked not in INT4_KERNELS:
         raise ValueError(f"int4 kernel {asked!r}: one of {', '.join(INT4_KERNELS)}")
     shape = (q.out_features, q.in_features)
@@ -320,7 +323,8 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "aut
     kinds = [(asked, None)] if asked in ("int4pack", "tiled") else \
         ([("int4pack", None)] if asked == "auto" else []) + [("gemv", c) for c in CANDIDATES]
     choice, best, refused, timings = None, None, {}, {}
-    x = torch.randn(max(1, rows), q.in_features, device=q.qweight.device, dtype=dtype,
+    counts = tuple(max(1, r) for r in ((rows,) if isinstance(rows, int) else rows))
+    x = torch.randn(max(counts), q.in_features, device=q.qweight.device, dtype=dtype,
                     generator=torch.Generator(device=q.qweight.device).manual_seed(1))
     for kind, config in kinds:
         label = kind if config is None else f"gemv_{config.label()}"
@@ -332,7 +336,7 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "aut
             best, choice = layer, Int4Choice(kind, config)
             break
         try:
-            timings[label] = round(time_us(lambda layer=layer: layer(x)), 2)
+            timings[label] = round(sum(time_us(lambda layer=layer, r=r: layer(x[:r])) for r in counts), 2)
         except Exception as e:  # noqa: BLE001 (a candidate that fails to run is refused, with why)
             refused[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
@@ -341,7 +345,7 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int, asked: str = "aut
         del layer
     if best is None:
         return None, "; ".join(f"{k}: {v}" for k, v in refused.items()) or "no candidate", None
-    choice.timings_us, choice.refused = timings, refused
+    choice.timings_us, choice.refused, choice.rows = timings, refused, counts
     if chosen is not None:
         chosen[shape] = choice
     return best, None, choice

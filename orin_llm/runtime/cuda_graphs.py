@@ -10,7 +10,10 @@ its draft, or catch-up rows) runs here in a fixed shape:
 - W rows each: the exact decode width (KernelPlan.decode_width: 2·draft_len + 1), whatever the draft:
   a plain step and a verify step of the same request then run the same kernels at the same shapes,
   which is what keeps greedy speculation identical to plain decoding; padding rows past a sequence's
-  own rows;
+  own rows. Where every row's numbers are its own whatever the row count (`narrow`: the linear
+  kernels probed row-independent at load, packed.rows_independent, and attention per query, the
+  Triton kernel's), a step whose sequences have one row each runs 1 row wide instead: the same
+  numbers, without computing W - 1 rows of padding per sequence at every plain decode step;
 - N keys each: the block table padded to the smallest block bucket (powers of two up to the longest
   sequence's blocks), each query masked to the keys up to its own position.
 
@@ -170,22 +173,24 @@ class GraphStats:
     replays: int = 0
     eager_runs: int = 0
     capture_s: float = 0.0
-    buckets: dict = field(default_factory=dict)  # "BxN" -> replays + eager runs
+    buckets: dict = field(default_factory=dict)  # "BxN" (W wide; "BxNw1": 1 row each) -> replays + eager runs
 
 
 class DecodeGraphs:
-    """A model's fixed-shape decode steps, one Entry per (batch, blocks) bucket.
+    """A model's fixed-shape decode steps, one Entry per (batch, width, blocks) bucket.
 
     step: the fixed-shape forward (Llama.static_step), (StaticInputs) -> logits [B·W, vocab] float32.
-    capture: capture CUDA graphs (a CUDA device); False runs the same fixed-shape step eagerly."""
+    capture: capture CUDA graphs (a CUDA device); False runs the same fixed-shape step eagerly.
+    narrow: steps of one row per sequence run 1 row wide (the module doc says when that is exact)."""
 
     def __init__(self, step: Callable[[StaticInputs], torch.Tensor], width: int, block_size: int,
                  scratch_block: int, max_batch: int, max_blocks: int, device: torch.device | str,
-                 capture: bool = True, smallest_blocks: int = 4):
+                 capture: bool = True, smallest_blocks: int = 4, narrow: bool = False):
         self.step, self.width, self.block_size, self.scratch_block = step, width, block_size, scratch_block
         self.batches, self.blocks = batch_buckets(max_batch), block_buckets(max_blocks, smallest_blocks)
+        self.widths = (1, width) if narrow and width > 1 else (width,)
         self.device, self.capture = torch.device(device), capture
-        self.entries: dict[tuple[int, int], Entry] = {}
+        self.entries: dict[tuple[int, int, int], Entry] = {}
         self.stats = GraphStats()
         self._pool = None  # the graphs' shared memory pool (torch.cuda.graph_pool_handle), on first capture
 
@@ -196,13 +201,14 @@ class DecodeGraphs:
 
     def run(self, rows: list[Row]) -> list[torch.Tensor]:
         """Each sequence's logits ([num_logits, vocab] float32), in order."""
-        lay = layout(rows, self.width, self.block_size, self.scratch_block, self.batches, self.blocks)
-        key = (lay.batch, lay.blocks)
+        width = bucket(max(len(r.ids) for r in rows), self.widths)
+        lay = layout(rows, width, self.block_size, self.scratch_block, self.batches, self.blocks)
+        key = (lay.batch, width, lay.blocks)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = Entry(StaticInputs(lay.batch, self.width, lay.blocks, self.device))
+            entry = self.entries[key] = Entry(StaticInputs(lay.batch, width, lay.blocks, self.device))
         entry.inputs.fill(lay)
-        name = f"{lay.batch}x{lay.blocks}"
+        name = f"{lay.batch}x{lay.blocks}" + ("" if width == self.width else f"w{width}")
         self.stats.buckets[name] = self.stats.buckets.get(name, 0) + 1
         if not self.capture:
             out = self.step(entry.inputs)
@@ -236,10 +242,11 @@ class DecodeGraphs:
         self.stats.captures += 1
         self.stats.capture_s += entry.capture_s
         log.info("CUDA graph captured for %d sequences x %d rows, %d blocks, in %.2f s", entry.inputs.batch,
-                 self.width, entry.inputs.blocks, entry.capture_s)
+                 entry.inputs.width, entry.inputs.blocks, entry.capture_s)
 
     def report(self) -> dict:
         s = self.stats
         return {"captured": s.captures, "replays": s.replays, "eager_runs": s.eager_runs,
                 "capture_s": round(s.capture_s, 3), "batch_buckets": list(self.batches),
-                "block_buckets": list(self.blocks), "width": self.width, "steps_by_bucket": dict(s.buckets)}
+                "block_buckets": list(self.blocks), "width": self.width, "widths": list(self.widths),
+                "steps_by_bucket": dict(s.buckets)}

@@ -265,9 +265,13 @@ class Llama(nn.Module):
         self.graph_pool = pool
         # the Triton kernel splits a table of more than 16 blocks into ranges merged in order: every
         # table at least 32 wide takes that one path, so a row's numbers do not depend on the bucket
+        # plain steps 1 row wide where that computes the same numbers as W wide (cuda_graphs.py): linear
+        # kernels probed row-independent at load, and attention per query row (the Triton kernel; SDPA's
+        # kernels over W queries are not promised to give each row the numbers it gets alone)
         self.graphs = DecodeGraphs(functools.partial(compiled, pool=pool), self.plan.decode_width,
                                    pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture,
-                                   smallest_blocks=32 if self.triton_attention else 4)
+                                   smallest_blocks=32 if self.triton_attention else 4,
+                                   narrow=bool(self.plan.rows_independent and self.triton_attention))
         return self.graphs
 
     def _graphable(self, items: list[Item]) -> bool:

@@ -184,8 +184,10 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         raise OrinError(f"{model_dir}: weights do not match a Llama of this config "
                         f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     model = model.to(device).eval()
+    # timed at the rows decode steps run: W, and 1 where plain steps may run 1 row wide (cuda_graphs.py)
+    rows = (1, decode_width) if plan.triton_attention and decode_width > 1 else (max(1, decode_width),)
     int4_why, int4_layers = _pack_cuda(model, dtype, plan.int4_kernel if plan.triton_linear else "int4pack",
-                                       max(1, decode_width)) if plan.int4_cuda else (None, ())
+                                       rows) if plan.int4_cuda else (None, ())
     independent = _pack(model, device, dtype, weights, plan)
     if embed is not None:  # a q4_1 target: its GGUF's Q8_0 embedding for lookups; the float one only as the head
         model.embed_tokens = Q8Embedding(*embed, dtype).to(device)
@@ -230,9 +232,9 @@ def _head_kernel(head: nn.Module) -> str:
     return "oneDNN packed float32" if isinstance(head, PackedLinear) else f"torch's {type(head).__name__}"
 
 
-def _pack_cuda(model: Llama, dtype: torch.dtype, asked: str, rows: int) -> tuple[Optional[str], tuple]:
+def _pack_cuda(model: Llama, dtype: torch.dtype, asked: str, rows: tuple[int, ...]) -> tuple[Optional[str], tuple]:
     """The int4 layers onto a CUDA int4 kernel: per layer shape the one cuda_linear.choose_int4 picks
-    (`asked`: KernelSwitches.int4_kernel; timed at `rows` rows, the decode step's); a layer no kernel
+    (`asked`: KernelSwitches.int4_kernel; timed at `rows` rows, the decode steps'); a layer no kernel
     takes is dequantized once. Returns why not every layer runs one (None: all do), and per shape
     (out x in, kernel, the choice in words)."""
     why, chosen = None, {}

@@ -102,6 +102,24 @@ def test_greedy_speculation_is_plain_decoding_on_cuda(cuda_engine, mode):
     plain = _run(cuda_engine, ids, tokens=32)
     spec = _run(cuda_engine, ids, mode, tokens=32)
     assert spec.token_ids == plain.token_ids
+    graphs = cuda_engine.model.graphs  # plain steps ran 1 row wide, the verify steps W wide
+    assert graphs.widths == (1, graphs.width) and any(k.endswith("w1") for k in graphs.stats.buckets)
+
+
+def test_plain_steps_one_row_wide_give_the_tokens_of_w_wide_steps(cuda_engine):
+    """Narrow graphs (cuda_graphs.py) are exact only if a row's numbers do not depend on the step's width:
+    greedy decoding of a random model parts at the first near-tie where they do."""
+    graphs = cuda_engine.model.graphs
+    ids = list(range(700, 760))
+    try:
+        graphs.widths = (graphs.width,)
+        graphs.entries.clear()
+        wide = _run(cuda_engine, ids, tokens=48)
+    finally:
+        graphs.widths = (1, graphs.width)
+        graphs.entries.clear()
+    narrow = _run(cuda_engine, ids, tokens=48)
+    assert narrow.token_ids == wide.token_ids
 
 
 def test_batched_requests_decode_together_in_one_graph(cuda_engine):

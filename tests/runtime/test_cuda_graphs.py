@@ -98,6 +98,33 @@ def test_one_entry_per_bucket_reused_and_each_sequence_gets_its_rows():
     assert not graphs.fits([Row([1], 0, [0], 1)] * 5)  # more sequences than max_batch
 
 
+def test_narrow_graphs_run_one_row_steps_one_row_wide_and_the_rest_w_wide():
+    seen = []
+
+    def step(inp: StaticInputs) -> torch.Tensor:
+        seen.append((inp.batch, inp.width, inp.blocks))
+        return torch.stack([inp.ids.float(), inp.positions.float()], dim=1)
+
+    def graphs(narrow: bool) -> DecodeGraphs:
+        return DecodeGraphs(step, width=5, block_size=4, scratch_block=50, max_batch=4, max_blocks=16,
+                            device="cpu", capture=False, narrow=narrow)
+
+    g = graphs(True)
+    assert g.widths == (1, 5)
+    out = g.run([Row([7], 4, [1, 2], 1), Row([9], 0, [3], 1)])  # plain steps: one row each
+    assert [o.tolist() for o in out] == [[[7, 4]], [[9, 0]]]
+    out = g.run([Row([7, 8, 6], 5, [1, 2], 3), Row([9], 1, [3], 1)])  # a verify beside a plain step: W wide
+    assert [o.tolist() for o in out] == [[[7, 5], [8, 6], [6, 7]], [[9, 1]]]
+    g.run([Row([1], 6, [1, 2], 1), Row([2], 2, [3], 1)])
+    assert seen == [(2, 1, 4), (2, 5, 4), (2, 1, 4)] and len(g.entries) == 2
+    assert g.report()["steps_by_bucket"] == {"2x4w1": 2, "2x4": 1} and g.report()["widths"] == [1, 5]
+    assert not g.fits([Row([1] * 6, 0, [0, 1], 1)])  # still no wider than W
+    wide = graphs(False)
+    assert wide.widths == (5,)
+    wide.run([Row([7], 4, [1, 2], 1)])
+    assert seen[-1] == (1, 5, 4) and list(wide.report()["steps_by_bucket"]) == ["1x4"]
+
+
 @pytest.mark.parametrize("int8", [True, False])
 def test_the_one_gather_read_equals_the_read_run_by_run(int8):
     """A GPU pool reads a sequence's K/V in one gather through its slot table (kv_pool.read_unscaled); it
