@@ -29,7 +29,8 @@ class Group(NamedTuple):
 # choices, then the engine on CUDA (plan, graphs, greedy speculation identical, masks on the device)
 FIRST = (
     Group("new_kernels", (("tests/kernels/test_triton_cuda.py", "-k", "q4_gemv or step_ops"),
-                          ("tests/runtime/test_cuda_plan.py",)), 45),
+                          ("tests/kernels/test_triton_step_ops.py",),  # (in every dtype, odd sizes)
+                          ("tests/runtime/test_cuda_plan.py",)), 50),
     Group("engine", (("tests/runtime/test_cuda.py",),), 60),
 )
 # last, with what time is left: the other kernels compiled, the graphs' bookkeeping

@@ -24,7 +24,8 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.runtime.jit import JITFunction  # noqa: E402
 
-LAUNCH_OPTIONS = ("num_warps", "num_stages")  # keywords of a launch that are options, not constexprs
+# keywords of a launch that are options, not constexprs
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion")
 TYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int8: "i8",
          torch.uint8: "u8", torch.int32: "i32", torch.int64: "i64"}
 

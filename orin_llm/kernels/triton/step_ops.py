@@ -127,12 +127,14 @@ def rope_write(qkv: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, si
     check_same_device(qkv=qkv, positions=positions, cos=cos, slots=slots, k_cache=k_cache, k_scale=k_scale)
     q = torch.empty(t, heads, d, dtype=qkv.dtype, device=qkv.device)
     if t:
+        # no FP fusion: the compiler would fuse x·cos into the sum (one bf16 FMA, one rounding where torch
+        # rounds twice), which on an H200 put 14 % of q a bf16 unit off the unfused step's
         ks = k_scale.reshape(-1).float().contiguous() if int8 else k_cache
         vs = v_scale.reshape(-1).float().contiguous() if int8 else v_cache
         _rope_write[(t, heads + kv_heads)](qkv, positions, cos, sin, slots, k_cache, v_cache, ks, vs, q,
                                            qkv.stride(0), cos.stride(0), k_cache.stride(0), q.stride(0),
                                            HEADS=heads, KV=kv_heads, D=d, INT8=int8,
-                                           num_warps=1 if d <= 128 else 2)
+                                           num_warps=1 if d <= 128 else 2, enable_fp_fusion=False)
     return q
 
 
