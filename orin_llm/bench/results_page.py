@@ -438,6 +438,26 @@ def gpu_rows(d: dict) -> list[Row]:
     return rows
 
 
+def gpu_partial_section(root: Path, full: Run, part: Run) -> list[str]:
+    """gpu_fused.json: a partial GPU run after a fix (the stages time allowed), its rows beside the full
+    run's; transformers' figure, when the partial run has none, from the full run: a ratio across runs."""
+    rows = [r for r in gpu_rows(part.data) if "stage missing" not in r.ours]
+    st, env = part.data.get("stages", {}), part.data.get("stages", {}).get("env", {})
+    ours = st.get("decode_int4", {}).get("batch_1", {}).get("tok_per_s_per_request")
+    hf = full.data.get("stages", {}).get("hf", {}).get("compiled_static_tok_per_s_batch_1")
+    extra = None
+    if ours and hf and "hf" not in st:
+        extra = prose(f"Transformers' compiled `generate` was not in this run. Against its {hf:.0f} tok/s in the full "
+                      f"run above (another {env.get('gpu', 'GPU')} of the same kind, minutes earlier): "
+                      f"{ours / hf:.2f}×, a ratio across two runs, not side by side; the issue's ≥ 2× is settled "
+                      "only by a full run.")
+    return section(root, "On a GPU: the fused step, tested (a partial run)",
+                   f"`bench/gpu_check.sh` with `--stages`, on {env.get('gpu', 'a GPU')}: the same engine and "
+                   "measurements as above, for the stages the device time left allowed. Here the fused step ops "
+                   "passed their CUDA tests and ran in the measurements.",
+                   part, "anchor", rows, extra)
+
+
 def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
     """The previous runtime's scenarios (one contiguous cache, float32 target): goals and figures then."""
     big = max(prefix["rows"], key=lambda r: r["prefix_tokens"])
@@ -715,6 +735,8 @@ def page(root: Path = ROOT) -> str:
             "over the device-to-device copy bandwidth the script measured. Not an Orin: the ratios carry over, the "
             "rates do not.",
             gpu, "anchor", gpu_rows(gpu.data))
+    if (root / BENCH / "gpu.json").is_file() and (root / BENCH / "gpu_fused.json").is_file():
+        lines += gpu_partial_section(root, run("gpu.json"), run("gpu_fused.json"))
     lines += ["", "## The previous runtime (stale)", "",
               *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
                      "`orin-llm bench --scenario prefix,kv,daemon`"), "",

@@ -171,7 +171,7 @@ def test_gpu_rows_read_a_grouped_run_and_the_side_by_side_decodes():
     st = d["stages"]
     b1 = st["decode_int4"]["batch_1"]
     roof = st["roofline"]["roofline_tok_per_s"]
-    st["decode_batches"] = {k: st["decode_int4"].pop(k) for k in ("batch_4", "batch_8")}
+    st.pop("decode_int4pack", None)
     st["decode_gemv"] = {"batch_1": {**b1, "tok_per_s_per_request": 2 * b1["tok_per_s_per_request"]}}
     st["roofline"]["decode_gemv_fraction"] = 2 * b1["tok_per_s_per_request"] / roof
     st["decode_unfused"] = {"ok": False, "error": "RuntimeError: a test's"}
@@ -185,3 +185,20 @@ def test_gpu_rows_read_a_grouped_run_and_the_side_by_side_decodes():
     batch_8 = st["decode_batches"]["batch_8"]["tok_per_s_total"]
     assert rows["decode, batch 8 (all requests)"].ours == f"{batch_8:.0f} tok/s"
     assert rows["CUDA tests (pytest)"].ours == "59 passed, 2 failed" and rows["CUDA tests (pytest)"].met is False
+    fused = st["decode_fused_untested"]["batch_1"]["tok_per_s_per_request"]  # (its test failed: speed only)
+    assert rows["decode, batch 1, the step's small ops fused, though their CUDA test failed (speed only)"].ours \
+        .startswith(f"{fused:.0f} tok/s")
+
+
+def test_a_partial_gpu_run_shows_what_it_ran_and_a_ratio_across_runs_as_such():
+    from orin_llm.bench.results_page import gpu_partial_section, load
+
+    runs = json.loads((ROOT / "docs" / "bench" / "runs.json").read_text())
+    full, part = load(ROOT, "gpu.json", runs), load(ROOT, "gpu_fused.json", runs)
+    text = "\n".join(gpu_partial_section(ROOT, full, part))
+    assert "stage missing" not in text and "transformers generate (static" not in text  # (hf did not run)
+    ours = part.data["stages"]["decode_int4"]["batch_1"]["tok_per_s_per_request"]
+    hf = full.data["stages"]["hf"]["compiled_static_tok_per_s_batch_1"]
+    assert f"{ours / hf:.2f}×, a ratio across two runs, not side by side" in " ".join(text.split())
+    part.data["stages"]["hf"] = {"compiled_static_tok_per_s_batch_1": hf}  # a partial run with its own figure
+    assert "across two runs" not in "\n".join(gpu_partial_section(ROOT, full, part))
