@@ -6,8 +6,8 @@ The prompt goes as the planner's token ids (`--remote-prompt ids`: nothing is re
 there) except where a router in between takes text only (`text`: the same ids decoded with the robot's
 own tokenizer, special tokens kept, so the chat template the planner applied is in it once and the
 server applies none: /v1/completions takes the prompt as given). SGLang's router is such a router:
-its CompletionRequest (sgl-project/sglang, sgl-model-gateway/src/protocols/completion.rs, the `smg`
-crate sglang-router 0.3.2's binary is built from) declares `prompt: StringOrArray`, a string or a list
+its CompletionRequest (sgl-project/sglang 1c69b16, sgl-model-gateway/src/protocols/completion.rs: the
+`smg` crate sglang-router 0.3.2's binary is built from) declares `prompt: StringOrArray`, a string or a list
 of strings (protocols/common.rs, `#[serde(untagged)] enum StringOrArray`), and answers token ids with a
 422; so `auto`, the default, sends text for `sglang` and ids for the others. The router forwards what
 it does not declare (`#[serde(flatten)] other`) to the worker, and routes cache-aware on the prompt's
@@ -19,7 +19,8 @@ grammar language:
   The older `guided_grammar` field is ignored with only a warning.
 - `sglang` (python/sglang/srt/entrypoints/openai/protocol.py, CompletionRequest): a top-level `ebnf`
   (or `regex`, `json_schema`), one constraint per request, in xgrammar's EBNF (GBNF: `root ::= ...`),
-  the default grammar backend; the cached-token count is sent only with `--enable-cache-report`.
+  the default grammar backend; the cached-token count is sent only with `--enable-cache-report`. Its
+  `prompt: Union[List[int], List[List[int]], str, List[str]]` takes the text as it takes the ids.
 - `trtllm` (trtllm-serve, tensorrt_llm/serve/openai_protocol.py, CompletionRequest): `response_format:
   {"type": "ebnf", "ebnf": <GBNF>}` (or `regex`, `json`, `json_schema`, `structural_tag`), honoured only
   when the server's YAML config sets `guided_decoding_backend: xgrammar`; the request model forbids
