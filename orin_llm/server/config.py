@@ -79,6 +79,9 @@ class DaemonConfig:
                                      "a row (up to 60 s).", minimum=0.01)
     remote_flavor: str = option("vllm", "The remote engine's request fields: vllm, sglang or trtllm (trtllm-serve).",
                                 choices=("vllm", "sglang", "trtllm"))
+    remote_prompt: str = option("auto", "The prompt sent to the remote: ids (the planner's token ids), text (the same "
+                                "prompt decoded: SGLang's router takes only text) or auto (text for sglang).",
+                                choices=("auto", "ids", "text"))
     remote_plans: str = option("stepwise", "A plan under the home's state on the remote: stepwise (a request per "
                                "step, the steps feasible now) or whole (the home's grammar, checked here).",
                                choices=("stepwise", "whole"))
@@ -117,7 +120,7 @@ class DaemonConfig:
                 raise OrinError(f"--remote-token-file {self.remote_token_file}: {e.strerror}") from None
         return RemoteSettings(self.remote, token or None, self.remote_model, self.remote_first_token_share,
                               self.remote_timeout_s, backoff_s=self.remote_backoff_s, plans=self.remote_plans,
-                              flavor=self.remote_flavor)
+                              flavor=self.remote_flavor, prompt=self.remote_prompt)
 
     def placement_and_threads(self) -> tuple[placement.Placement, Optional[int]]:
         """Where the daemon runs and the engine's thread count (None: torch's own choice): --threads,

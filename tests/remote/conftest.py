@@ -1,6 +1,8 @@
 """The server tests' real daemons (tests/server/conftest.py), for the remote tests that start one; a real
 HTTP peer (peer.py) and a planner on the tiny engine behind HedgedBackend, for the tests of the race."""
 
+from pathlib import Path
+
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
@@ -10,6 +12,7 @@ from orin_llm.runtime.remote.settings import RemoteSettings
 from tests.server.conftest import start_daemon  # noqa: F401  (a fixture, re-exported for this directory)
 
 from .peer import Peer
+from .vllm_replica import Replica, model_dir
 
 # The feasibility the remote tests plan under: `enforce`, the default. A remote plan under it is asked one
 # step per request with the steps the home's state allows (--remote-plans stepwise, runtime/remote/stepwise.py),
@@ -42,3 +45,23 @@ def planners(planner):
         backend.breaker, backend._model = Breaker(backend.settings), None
         return planner
     return use
+
+
+@pytest.fixture(scope="package")
+def two_replicas(engine_dir, tmp_path_factory):
+    """Two real vLLM CPU replicas of the embedded model (vllm_replica.py), shared by the routers' tests
+    (test_router.py: vLLM's router; test_sglang_router.py: SGLang's), started once: each takes its share
+    of two cores for half a minute, so a second pair would only lengthen the full tier."""
+    from tests.server.conftest import free_port
+
+    out = tmp_path_factory.mktemp("site")
+    model = model_dir(Path(engine_dir), out / "model")
+    replicas = []
+    try:
+        for i in range(2):  # one at a time: two loading at once on two cores only slows both
+            # --enable-scale-out: without it vLLM's router's token requests get 403 (GUIDE, "Site server")
+            replicas.append(Replica(model, free_port(), out / f"vllm{i}.log", "--enable-scale-out").wait_ready())
+        yield replicas
+    finally:
+        for r in replicas:
+            r.stop()

@@ -10,6 +10,14 @@ Fields as their sources declare them (the request models, /v1/completions):
   field is a 400), guided decoding on with `guided_decoding_backend: xgrammar` in the server's YAML
   (nvidia.github.io/TensorRT-LLM, "Guided Decoding").
 - vLLM 0.32 (the one these tests run for real): `structured_outputs: {"grammar": ...}`.
+- SGLang's router (sglang-router 0.3.2, the `smg` crate: sgl-project/sglang
+  sgl-model-gateway/src/protocols/completion.rs at 1c69b16, CompletionRequest): `model: String`
+  (required), `prompt: StringOrArray` (a string or a list of strings, protocols/common.rs: token ids are a
+  422), `max_tokens: Option<u32>`, `temperature`/`top_p: Option<f32>`, `stream: bool`,
+  `stream_options: Option<StreamOptions>` (`include_usage`), `stop: Option<StringOrArray>`,
+  `seed: Option<i64>`, `regex`/`ebnf`/`json_schema: Option<String>`, and the rest forwarded as it came
+  (`#[serde(flatten)] other`). SGLang itself (protocol.py above) takes the prompt as
+  `Union[List[int], List[List[int]], str, List[str]]`.
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ from orin_llm.errors import OrinError
 from orin_llm.home.grammar import plan_grammar
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.remote.flavors import completion_body, gbnf
+from orin_llm.runtime.remote.settings import RemoteSettings
 from orin_llm.server.config import DaemonConfig, add_arguments
 
+from .test_hedged import TASK, run
 from .vllm_replica import vllm_python
 
 LARK = plan_grammar(load_environment(EXAMPLE_HOME_PATH))
@@ -37,6 +47,33 @@ SGLANG_FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "strea
 TRTLLM_FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "stream", "stream_options", "seed", "stop",
                  "response_format"}
 TRTLLM_FORMAT = {"type", "schema", "json_schema", "regex", "ebnf", "format"}  # its ResponseFormat
+
+
+
+
+def _str_or_strs(v) -> bool:  # the router's StringOrArray
+    return isinstance(v, str) or (isinstance(v, list) and all(isinstance(x, str) for x in v))
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# SGLang's router's CompletionRequest (module doc): what each field a plan request uses must deserialize as
+SGLANG_ROUTER = {
+    "model": lambda v: isinstance(v, str), "prompt": _str_or_strs, "stop": _str_or_strs,
+    "max_tokens": lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32,
+    "temperature": _number, "top_p": _number, "stream": lambda v: isinstance(v, bool),
+    "stream_options": lambda v: isinstance(v, dict) and set(v) <= {"include_usage", "continuous_usage_stats"}
+    and all(isinstance(x, bool) for x in v.values()),
+    "seed": lambda v: isinstance(v, int) and not isinstance(v, bool) and -2**63 <= v < 2**63,
+    **{k: (lambda v: isinstance(v, str)) for k in ("ebnf", "regex", "json_schema")},
+}
+
+
+def router_refusals(b: dict) -> dict:
+    """The fields of `b` SGLang's router (or SGLang) would refuse: not declared, or not of the declared type."""
+    return {k: v for k, v in b.items() if k not in SGLANG_ROUTER or k not in SGLANG_FIELDS or not SGLANG_ROUTER[k](v)}
 
 
 def body(flavor: str, lark=LARK) -> dict:
@@ -52,6 +89,8 @@ def test_vllm_gets_the_lark_grammar_in_structured_outputs():
 def test_sglang_gets_gbnf_in_its_top_level_ebnf_field():
     b = body("sglang")
     assert set(b) <= SGLANG_FIELDS, set(b) - SGLANG_FIELDS
+    assert set(router_refusals(b)) == {"prompt"}  # token ids: the router's 422 (hedged.py sends text instead)
+    assert not router_refusals({**b, "prompt": "<|im_start|>user\nhi<|im_end|>\n"})
     assert b["ebnf"] == gbnf(LARK) and b["ebnf"].startswith("root ::= ")
 
 
@@ -114,3 +153,54 @@ def test_xgrammar_reads_the_gbnf_as_llguidance_reads_the_lark(tiny_engine):
     expected = [accepts(s) for s in cases]
     assert True in expected and False in expected
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected, cases
+
+
+def test_sglang_sends_the_prompt_as_its_text_with_the_template_once(peer, planners):
+    """`--remote-flavor sglang`: what reaches the wire (a real HTTP peer) is a body SGLang's router and
+    SGLang declare, the prompt the planner's ids decoded with the robot's tokenizer (special tokens kept),
+    and a stepwise plan's next request that text and the step written."""
+    peer.texts = ["go_to(fridge)\n", "open(fridge)"]
+    planner = planners(peer.url, flavor="sglang")
+    _, gen, _ = run(planner)
+    assert gen.report["served_by"] == "remote" and gen.report["remote"]["requests"] == 2
+    first, second = (r["body"] for r in peer.requests[-2:])
+    assert not router_refusals(first) and not router_refusals(second), (router_refusals(first), router_refusals(second))
+    text = planner.engine.tokenizer.decode(gen.prompt_ids, skip_special_tokens=False)
+    assert first["prompt"] == text and second["prompt"] == text + "go_to(fridge)\n"
+    assert first["ebnf"].startswith("root ::= ") and "structured_outputs" not in first
+    # the chat template once: the planner's messages and one generation prompt, nothing wrapped around them
+    messages = planner.messages(TASK)
+    assert text == planner.engine.chat_text(messages)
+    assert text.count("<|im_start|>") == len(messages) + 1 and text.endswith("<|im_start|>assistant\n")
+    # the text is lossless (the server's tokenizer, the robot's, reads back this very text); its ids may differ
+    # from the planner's where the planner joined parts it encoded apart (the state block's "\n\n" before the
+    # task: one token there, two when the whole text is encoded), which is why `ids` stays the default
+    again = planner.engine.encode(text)
+    assert planner.engine.tokenizer.decode(again, skip_special_tokens=False) == text
+    assert abs(len(again) - len(gen.prompt_ids)) <= 2 and again[:len(planner.prefix.ids)] == list(planner.prefix.ids)
+
+
+@pytest.mark.parametrize("flavor,prompt,as_text", [("vllm", "text", True), ("sglang", "ids", False),
+                                                   ("vllm", "auto", False), ("trtllm", "auto", False)])
+def test_the_prompt_form_is_chosen_apart_from_the_grammar_field(peer, planners, flavor, prompt, as_text):
+    """A vLLM behind SGLang's router: the text prompt with vLLM's grammar field (and the other way round)."""
+    planner = planners(peer.url, flavor=flavor, prompt=prompt, plans="whole")
+    _, gen, _ = run(planner)
+    sent = peer.requests[-1]["body"]
+    assert sent["prompt"] == (planner.engine.tokenizer.decode(gen.prompt_ids) if as_text else gen.prompt_ids)
+    assert ("structured_outputs" in sent) is (flavor == "vllm")
+
+
+def test_the_daemon_option_chooses_the_prompt_form():
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    given = ["--engine", "e", "--remote", "http://127.0.0.1:8000"]
+    assert DaemonConfig.from_options(vars(p.parse_args(given)), {}).remote_settings().text_prompt is False
+    s = DaemonConfig.from_options(vars(p.parse_args([*given, "--remote-flavor", "sglang"])), {}).remote_settings()
+    assert (s.prompt, s.text_prompt) == ("auto", True)
+    s = DaemonConfig.from_options(vars(p.parse_args([*given, "--remote-prompt", "text"])), {}).remote_settings()
+    assert (s.flavor, s.text_prompt) == ("vllm", True)
+    with pytest.raises(SystemExit):
+        p.parse_args([*given, "--remote-prompt", "tokens"])
+    with pytest.raises(OrinError, match="--remote-prompt"):
+        RemoteSettings("http://127.0.0.1:1", prompt="tokens")

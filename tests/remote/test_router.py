@@ -10,24 +10,31 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from tests.server.conftest import free_port
 
-from .vllm_replica import VENV, Replica, model_dir, vllm_python
+from .vllm_replica import VENV, vllm_python
 
 pytestmark = pytest.mark.full
 TASKS = ("Bring the milk from the fridge to the coffee table.", "Switch on the kettle.", "Put the book on the bed.")
 
 
 class Router:
-    def __init__(self, workers: list[str], port: int, log: Path, policy: str = "cache_aware"):
-        vllm_python()  # installs .venv-vllm (with the router) or fails saying why
+    """A router binary on loopback: vLLM's (vllm-router) by default; `command` names another one
+    (test_sglang_router.py: SGLang's), started with the same --host/--port/--worker-urls/--policy flags."""
+
+    def __init__(self, workers: list[str], port: int, log: Path, policy: str = "cache_aware",
+                 command: Optional[list[str]] = None):
+        if command is None:
+            vllm_python()  # installs .venv-vllm (with the router) or fails saying why
+            command = [str(VENV / "bin" / "vllm-router")]
         self.url = f"http://127.0.0.1:{port}"
         self.log_path, self._log = log, open(log, "wb")
-        self.proc = subprocess.Popen([str(VENV / "bin" / "vllm-router"), "--host", "127.0.0.1", "--port", str(port),
+        self.proc = subprocess.Popen([*command, "--host", "127.0.0.1", "--port", str(port),
                                       "--worker-urls", *workers, "--policy", policy],
                                      stdout=self._log, stderr=subprocess.STDOUT)
 
@@ -57,31 +64,27 @@ class Router:
 
 
 @pytest.fixture(scope="module")
-def site(engine_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    model = model_dir(Path(engine_dir), out / "model")
-    replicas = []
-    try:
-        for i in range(2):  # one at a time: two loading at once on two cores only slows both
-            replicas.append(Replica(model, free_port(), out / f"vllm{i}.log", "--enable-scale-out").wait_ready())
-        router = Router([r.url for r in replicas], free_port(), out / "router.log").wait_ready()
-        yield replicas, router
-        router.stop()
-    finally:
-        for r in replicas:
-            r.stop()
+def site(two_replicas, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-router") / "router.log"
+    router = Router([r.url for r in two_replicas], free_port(), log).wait_ready()
+    yield two_replicas, router
+    router.stop()
 
 
-@pytest.fixture(scope="module")
-def fleet_daemon(start_daemon, site):
-    _, router = site
-    d = start_daemon("--remote", router.url, "--remote-first-token-share", "0.3")
+def with_other_home(d):
+    """The daemon `d` with a second home ("other": the example and a teapot), so that two prefixes route."""
     other = load_environment(EXAMPLE_HOME_PATH).model_dump()
     other["rooms"][1]["objects"].append("teapot")
     other["name"] = "other_home"
     with d.client() as c:
         c._request("PUT", "/v1/environments/other", json=other)
     return d
+
+
+@pytest.fixture(scope="module")
+def fleet_daemon(start_daemon, site):
+    _, router = site
+    return with_other_home(start_daemon("--remote", router.url, "--remote-first-token-share", "0.3"))
 
 
 def plan(daemon, task: str, home, deadline_ms: int = 120_000) -> dict:
@@ -96,8 +99,14 @@ def requests_per_replica(replicas) -> list[float]:
 
 def test_each_home_stays_on_one_replica(fleet_daemon, site):
     replicas, _ = site
+    homes_stay_on_one_replica(fleet_daemon, replicas)
+
+
+def homes_stay_on_one_replica(daemon, replicas) -> None:
+    """Two homes seeded concurrently, then each home's plans: all served remotely, each home's requests on
+    one replica, its prefix cached there (test_sglang_router.py asks the same of SGLang's router)."""
     seeded: dict = {}
-    threads = [threading.Thread(target=lambda h=h: seeded.__setitem__(h, plan(fleet_daemon, TASKS[0], h)))
+    threads = [threading.Thread(target=lambda h=h: seeded.__setitem__(h, plan(daemon, TASKS[0], h)))
                for h in (None, "other")]
     for t in threads:
         t.start()
@@ -107,7 +116,7 @@ def test_each_home_stays_on_one_replica(fleet_daemon, site):
     where = {}
     for home in (None, "other"):
         before = requests_per_replica(replicas)
-        outs = [plan(fleet_daemon, task, home) for task in TASKS[1:]]
+        outs = [plan(daemon, task, home) for task in TASKS[1:]]
         delta = [b - a for a, b in zip(before, requests_per_replica(replicas), strict=True)]
         assert all(o["served_by"] == "remote" for o in outs), outs
         asked = sum(o["remote"]["requests"] for o in outs)  # a request per step (--remote-plans stepwise)

@@ -52,7 +52,7 @@ def test_both_front_ends_fill_the_same_config(monkeypatch):
 
 def test_every_field_is_an_option_with_help():
     names = {f.name for f in dataclasses.fields(DaemonConfig)} - {"env_threads", "env_remote_token"}
-    assert names == daemon_config.OPTION_NAMES and len(names) == 25
+    assert names == daemon_config.OPTION_NAMES and len(names) == 26
     assert all(f.metadata["help"] for f in daemon_config.options())
 
 

@@ -1,8 +1,9 @@
 """One streamed completion on an OpenAI-compatible engine, on a thread of its own.
 
-The request is /v1/completions with the prompt as token ids: the ids the planner made (the home's
-stable prefix first, the task last), so the engine's prefix cache and a prefix-aware router see the
-same long shared prefix for every plan in a home, and no text is re-tokenized differently there. The
+The request is /v1/completions with the prompt the planner made (the home's stable prefix first, the
+task last), so the engine's prefix cache and a prefix-aware router see the same long shared prefix for
+every plan in a home: as its token ids, so no text is re-tokenized differently there, or as their text
+where a router takes only text (flavors.py: SGLang's; hedged.py decodes it). The
 home's grammar goes in the engine's own field (flavors.py: vLLM's `structured_outputs.grammar`,
 SGLang's `ebnf`, trtllm-serve's `response_format`). Each request opens its own connection: cancelling
 it (the local engine answered first, the client left) closes that socket, so the engine stops too.
@@ -23,7 +24,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
 from ...errors import OrinError
@@ -84,12 +85,13 @@ class RemoteCall:
     """A streamed completion. The engine's thread reads its fields (each written once, or appended);
     `changed` is set whenever something arrived, so the engine's thread can wait on it."""
 
-    def __init__(self, settings: RemoteSettings, model: Callable[[], str], prompt_ids: list[int], max_tokens: int,
-                 temperature: float, top_p: float, seed: Optional[int], stop: list[str], lark: Optional[str],
-                 changed: threading.Event, timeout_s: float):
+    def __init__(self, settings: RemoteSettings, model: Callable[[], str], prompt: Union[list[int], str],
+                 max_tokens: int, temperature: float, top_p: float, seed: Optional[int], stop: list[str],
+                 lark: Optional[str], changed: threading.Event, timeout_s: float):
         self.settings, self.changed, self.timeout_s = settings, changed, timeout_s
         self.model = model  # asked on this call's thread: finding it may take the link's time
-        self.prompt_ids, self.max_tokens, self.lark = list(prompt_ids), max_tokens, lark
+        self.prompt = prompt if isinstance(prompt, str) else list(prompt)  # the ids, or their text (module doc)
+        self.max_tokens, self.lark = max_tokens, lark
         self.sampling: dict[str, Any] = {"temperature": temperature, "top_p": top_p, "seed": seed, "stop": stop}
         self.text_parts: list[str] = []
         self.finish_reason: Optional[str] = None
@@ -147,11 +149,11 @@ class RemoteCall:
             self.done = True
             self.changed.set()
 
-    def body(self, prompt_ids: list[int], max_tokens: int, lark: Optional[str]) -> dict[str, Any]:
-        return completion_body(self.settings.flavor, prompt_ids, max_tokens, lark=lark, **self.sampling)
+    def body(self, prompt: Union[list[int], str], max_tokens: int, lark: Optional[str]) -> dict[str, Any]:
+        return completion_body(self.settings.flavor, prompt, max_tokens, lark=lark, **self.sampling)
 
     def _call(self) -> None:
-        self._request(self.body(self.prompt_ids, self.max_tokens, self.lark))
+        self._request(self.body(self.prompt, self.max_tokens, self.lark))
 
     def _request(self, body: dict[str, Any]) -> None:
         """One streamed completion on a connection of its own; its text is appended, its usage added."""

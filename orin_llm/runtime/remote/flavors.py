@@ -1,15 +1,26 @@
 """The request body of each OpenAI-compatible engine (`--remote-flavor`), where their fields differ.
 
-All three take /v1/completions with the prompt as token ids, `stream` with `stream_options.include_usage`,
-and report prefix hits as `usage.prompt_tokens_details.cached_tokens`. They differ in where the grammar
-goes and in which grammar language:
+All three engines take /v1/completions with the prompt as token ids or as text, `stream` with
+`stream_options.include_usage`, and report prefix hits as `usage.prompt_tokens_details.cached_tokens`.
+The prompt goes as the planner's token ids (`--remote-prompt ids`: nothing is re-tokenized differently
+there) except where a router in between takes text only (`text`: the same ids decoded with the robot's
+own tokenizer, special tokens kept, so the chat template the planner applied is in it once and the
+server applies none: /v1/completions takes the prompt as given). SGLang's router is such a router:
+its CompletionRequest (sgl-project/sglang 1c69b16, sgl-model-gateway/src/protocols/completion.rs: the
+`smg` crate sglang-router 0.3.2's binary is built from) declares `prompt: StringOrArray`, a string or a list
+of strings (protocols/common.rs, `#[serde(untagged)] enum StringOrArray`), and answers token ids with a
+422; so `auto`, the default, sends text for `sglang` and ids for the others. The router forwards what
+it does not declare (`#[serde(flatten)] other`) to the worker, and routes cache-aware on the prompt's
+text (`extract_text_for_routing`). Where the engines differ is where the grammar goes and in which
+grammar language:
 
 - `vllm` (vllm/entrypoints/openai/protocol.py, 0.32): `structured_outputs: {"grammar": <text>}`, EBNF or
   Lark (Lark is converted for xgrammar, or read as is by the guidance backend); the home's Lark goes as is.
   The older `guided_grammar` field is ignored with only a warning.
 - `sglang` (python/sglang/srt/entrypoints/openai/protocol.py, CompletionRequest): a top-level `ebnf`
   (or `regex`, `json_schema`), one constraint per request, in xgrammar's EBNF (GBNF: `root ::= ...`),
-  the default grammar backend; the cached-token count is sent only with `--enable-cache-report`.
+  the default grammar backend; the cached-token count is sent only with `--enable-cache-report`. Its
+  `prompt: Union[List[int], List[List[int]], str, List[str]]` takes the text as it takes the ids.
 - `trtllm` (trtllm-serve, tensorrt_llm/serve/openai_protocol.py, CompletionRequest): `response_format:
   {"type": "ebnf", "ebnf": <GBNF>}` (or `regex`, `json`, `json_schema`, `structural_tag`), honoured only
   when the server's YAML config sets `guided_decoding_backend: xgrammar`; the request model forbids
@@ -24,17 +35,25 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ...errors import OrinError
 
 FLAVORS = ("vllm", "sglang", "trtllm")
+PROMPTS = ("auto", "ids", "text")  # --remote-prompt (module doc)
 
 
-def completion_body(flavor: str, prompt_ids: list[int], max_tokens: int, temperature: float, top_p: float,
+def sends_text(flavor: str, prompt: str) -> bool:
+    """Whether the prompt goes as text (module doc: `auto` is text for SGLang, whose router takes only text)."""
+    return prompt == "text" or (prompt == "auto" and flavor == "sglang")
+
+
+def completion_body(flavor: str, prompt: Union[list[int], str], max_tokens: int, temperature: float, top_p: float,
                     seed: Optional[int], stop: list[str], lark: Optional[str]) -> dict[str, Any]:
-    """The /v1/completions body (without `model`) for `flavor`, the grammar (Lark text) in its field."""
-    body: dict[str, Any] = {"prompt": list(prompt_ids), "max_tokens": max_tokens, "temperature": temperature,
+    """The /v1/completions body (without `model`) for `flavor`: the prompt as given (token ids or its
+    text), the grammar (Lark text) in the engine's field."""
+    body: dict[str, Any] = {"prompt": prompt if isinstance(prompt, str) else list(prompt),
+                            "max_tokens": max_tokens, "temperature": temperature,
                             "top_p": top_p, "stream": True, "stream_options": {"include_usage": True}}
     if seed is not None:
         body["seed"] = seed

@@ -354,7 +354,10 @@ class HedgedBackend:
         hedge_after, abandon_after = request.budget()
         p = request.params
         lark = request.constraint.lark if request.constraint else None
-        args = (self.settings, self._served_model, request.prompt_ids, p.max_tokens, p.temperature, p.top_p, p.seed,
+        prompt = request.prompt_ids
+        if self.settings.text_prompt:  # the same prompt as text (flavors.py): the chat template is in it already
+            prompt = self.local.tokenizer.decode(request.prompt_ids, skip_special_tokens=False)
+        args = (self.settings, self._served_model, prompt, p.max_tokens, p.temperature, p.top_p, p.seed,
                 p.stop, lark, self.changed)
         if self.settings.plans == "stepwise" and stepwise_ok(request.constraint):
             request.remote = StepwiseCall(*args, timeout_s=max(0.05, abandon_after), constraint=request.constraint,

@@ -13,7 +13,7 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 from ...errors import OrinError
-from .flavors import FLAVORS
+from .flavors import FLAVORS, PROMPTS, sends_text
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain")
 PLANS = ("stepwise", "whole")
@@ -44,6 +44,7 @@ class RemoteSettings:
     # (stepwise.py; the measurements behind the default: jetson/GUIDE.md, "Site server")
     plans: str = "stepwise"
     flavor: str = "vllm"  # the engine's request fields (flavors.py): vllm, sglang or trtllm
+    prompt: str = "auto"  # the prompt as token ids or as text (flavors.py): ids, text, or auto (text for sglang)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
@@ -61,10 +62,16 @@ class RemoteSettings:
                                 "--remote-token-file FILE (or $ORIN_LLM_REMOTE_TOKEN)")
         if self.flavor not in FLAVORS:
             raise OrinError(f"--remote-flavor {self.flavor!r}: one of {', '.join(FLAVORS)}")
+        if self.prompt not in PROMPTS:
+            raise OrinError(f"--remote-prompt {self.prompt!r}: one of {', '.join(PROMPTS)}")
         if self.plans not in PLANS:
             raise OrinError(f"--remote-plans {self.plans!r}: one of {', '.join(PLANS)}")
         if not 0 < self.first_token_share <= 1:
             raise OrinError(f"--remote-first-token-share must be in (0, 1], got {self.first_token_share:g}")
+
+    @property
+    def text_prompt(self) -> bool:
+        return sends_text(self.flavor, self.prompt)
 
     @property
     def host(self) -> str:

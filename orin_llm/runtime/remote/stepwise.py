@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ...environment import Environment
 from ...home.grammar import MAX_STEPS, MAX_TEXT
@@ -68,6 +68,12 @@ class StepwiseCall(RemoteCall):
         self.world = constraint.world
         self.encode = encode
 
+    def _extended(self, written: str) -> Union[list[int], str]:
+        """The plan's prompt and the steps written so far, in the prompt's own form (ids or text)."""
+        if isinstance(self.prompt, str):
+            return self.prompt + written
+        return self.prompt + (self.encode(written) if written else [])
+
     def _call(self) -> None:
         env, world, written, left = self.sets.env, self.world, "", self.max_tokens
         for k in range(MAX_STEPS):
@@ -80,7 +86,7 @@ class StepwiseCall(RemoteCall):
                 self.finish_reason = "stop"
                 return
             before = self.usage["completion_tokens"]
-            self._request(self.body(self.prompt_ids + (self.encode(written) if written else []), left, lark))
+            self._request(self.body(self._extended(written), left, lark))
             step, written = self.text[len(written):], self.text
             left -= max(1, self.usage["completion_tokens"] - before)
             line = step.rstrip("\n")
