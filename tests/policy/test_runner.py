@@ -23,10 +23,12 @@ def test_runner_process_ticks_until_sigterm_and_measures_itself(stand_in, tmp_pa
     with PolicyProcess(stand_in, 50.0, tmp_path, ("--cpus", "0")) as p:
         assert p.info["ready"] and p.info["backend"] == "onnxruntime" and p.info["stand_in"] is True
         assert p.info["placement"]["cpus"] == "0"
-        time.sleep(1.0)
+        time.sleep(1.5)
         result = p.stop()
     ticks = [Tick(*t) for t in result["ticks"]]
-    assert len(ticks) >= 10  # ~50 in a second; a shared CI machine may be slow, never silent
+    # ~75 on a quiet machine; pinned to one core of a 2-core machine at load 10 it made 4 a second: slow,
+    # never silent (the tick rate is the policy benchmark's to measure, not this test's)
+    assert len(ticks) >= 3
     assert all(t_before < t.release <= t.start < t.end < time.monotonic() for t in ticks)  # one clock for all
     again = summarize(ticks, 50.0)  # from the stored ticks (µs resolution) the same summary
     assert {k: again[k] for k in ("ticks", "missed_deadlines", "late_ticks", "skipped_releases")} == \
