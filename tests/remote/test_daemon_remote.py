@@ -61,4 +61,8 @@ def test_a_stalled_remote_gives_a_local_plan_within_the_deadline(daemon, peer):
             out = c.plan(TASK, max_tokens=8, deadline_ms=30_000)
     finally:
         peer.mode = "ok"
-    assert out["served_by"] == "local" and "no first token" in out["fallback"] and "3000 ms" in out["fallback"]
+    assert out["served_by"] == "local" and "no first token" in out["fallback"], out
+    # a tenth (--remote-first-token-share) of the 30 s deadline as left when the request reached the
+    # engine's thread (on a loaded machine a few ms after the deadline started: 2999 ms was seen)
+    waited = int(re.search(r"within (\d+) ms", out["fallback"]).group(1))
+    assert 2_900 <= waited <= 3_000, out["fallback"]
