@@ -19,7 +19,8 @@ from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.generate import Generation
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.trtllm.engine import TrtllmEngine
-from orin_llm.runtime.trtllm.generation import TrtllmGeneration, TrtllmPin
+from orin_llm.runtime.trtllm.generation import TrtllmGeneration
+from orin_llm.runtime.trtllm.prefix_reuse import TrtllmPin
 from tests.conftest import tiny_fixture
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)

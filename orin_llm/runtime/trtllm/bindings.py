@@ -1,6 +1,6 @@
 """The import boundary to TensorRT-LLM: the only module that imports `tensorrt_llm`.
 
-Everything the TensorRT-LLM runtime (runtime/trtllm/engine.py, runtime/trtllm/generation.py) uses
+Everything the TensorRT-LLM runtime (runtime/trtllm/: loading.py creates the executors) uses
 comes from the module this returns: `tensorrt_llm.bindings.executor` of TensorRT-LLM 0.12.0-jetson,
 whose classes and keyword names are listed, with citations, in docs/trtllm-0.12-jetson.md §4. The import is lazy, so the
 package (CLI, build, torch runtime) imports and runs on machines without TensorRT-LLM; only

@@ -17,40 +17,19 @@ of `tensorrt_llm.bindings.executor` at v0.12.0 (R) / v0.12.0-jetson (J), see
 docs/trtllm-0.12-jetson.md §4. Citations "R≡J path Lx" are lines of tag v0.12.0 (28fb9aac), the
 file being unchanged on the jetson branch; "J" is read at the jetson tip (20a7cec).
 
-Memory: one Executor per model, each with `KvCacheConfig(max_tokens=<memory plan>)`. Never
-`free_gpu_memory_fraction`: on the Orin's unified memory "free GPU memory" is free *system* memory,
-which counts what the policy model has not allocated yet, and the default (neither given) takes 90 %
-of it (R≡J cpp/include/tensorrt_llm/executor/executor.h L439-455).
-
-Prefix reuse: with the profile's `prefix_reuse`, both executors run with
-`KvCacheConfig(enable_block_reuse=True)` (and `ExecutorConfig(enable_chunked_context=True)` with its
-`chunked_context`); before creating them, `load` checks the engines against TensorRT-LLM 0.12's rules
-(orin_llm/runtime/trtllm/rules.py) and refuses a combination 0.12 would refuse, naming the rule. `pin(ids)`
-runs the prefix once (max_new_tokens=1) so its KV blocks are stored; a later prompt that starts with
-the same tokens reuses them, in whole blocks of `tokens_per_block` (the engine's `--tokens_per_block`,
-build/trtllm.py), never its last token. `cached_prefix()` is what the pinned prefix *can* serve.
-What a request was really served is measured: `cached_prompt_tokens` is the growth of the target
-executor's `KvCacheStats.reused_blocks` over the request × tokens_per_block (capped at the prompt
-length − 1), when no other target request was enqueued meanwhile (else what the pins can serve,
-generation.py `_measure_cached`). 0.12's counter is cumulative: the BlockManager's `mReusedBlocks` starts at 0 and only
-grows, once per block matched when a request is added (loadOrAllocateBlocks in the code index's copy
-of kvCacheManager.cpp of that series), and the iteration stats copy it as it is (first open
-trtGptModelInflightBatching.cpp, getCurrentIterationStats); get_latest_iteration_stats() returns the
-iterations since its last call (J executor.h); docs/trtllm-0.12-jetson.md §4, §7. Without reuse
-nothing is stored and every request prefills its whole prompt.
-
-KV figures (/health, /metrics: `kv_usage`): the target executor's own KvCacheStats as last read from
-its iteration stats (max/free/used blocks, reused_blocks), not the plan's budget; the engine's thread
-reads them (get_latest_iteration_stats drains them, so only this engine calls it) at most every
-`STATS_EVERY_S` while requests run, and a scrape reads the copy.
+Loading (the engines' config.json, the memory plan's KV tokens, 0.12's load-time rules, one Executor
+per model with its KvCacheConfig and ExecutorConfig): runtime/trtllm/loading.py. Prefix reuse (the pin
+request; what the pins can serve, `cached_prefix()` here, and what a request was really served, measured
+from the target's KvCacheStats): runtime/trtllm/prefix_reuse.py. The KV figures of /health and /metrics
+(`kv_usage`) and the reading of the target's iteration stats: runtime/trtllm/kv_stats.py. The executor's
+Request and SamplingConfig: runtime/trtllm/request.py.
 
 The requests of a planning call, plain or speculative, and their responses are
-runtime/trtllm/generation.py's.
+runtime/trtllm/generation.py's; what a request knows of the engine, runtime/trtllm/stepped.py's.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -58,112 +37,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ...errors import OrinError, PromptTooLong
-from ...manifest import Manifest, load_manifest, read_json_object
+from ...manifest import Manifest
 from ..backend import Capabilities, EngineStats, run_pin
 from ..constraint import Constraint, Vocabulary
 from ..drafters import AUTO_SPECULATION, DEFAULT_HISTORY
-from ..engine_files import EngineText, eos_ids, load_tokenizer, lookup_seed
+from ..engine_files import EngineText, eos_ids, lookup_seed
 from ..generate import Result
 from ..sampling import SamplingParams
 from ..speculative import LookupDrafter
-from .bindings import executor_module
-from .generation import Stepped, TrtllmGeneration, TrtllmPin
-from .grammar import PROCESSOR, GrammarProcessor, processor_map
-from .responses import STEP_WAIT, Mailbox, enqueue_request, first_line, follow
-from .rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
-
-log = logging.getLogger(__name__)
-
-DEFAULT_MAX_BATCH = 1  # an engine whose config.json and manifest name no max_batch_size
-STATS_EVERY_S = 0.5  # how often a busy engine refreshes its KV figures from the executor's stats
-
-# ---------------------------------------------------------------------------------- loading
-
-
-def _engine_config(path: Path, role: str) -> dict:
-    """The engine's own config.json, written by trtllm-build next to rank0.engine."""
-    cfg_path = path / "config.json"
-    if not cfg_path.is_file():
-        raise OrinError(f"{path}: no TensorRT-LLM {role} engine here (config.json missing); rebuild the "
-                        "engine with orin-llm build")
-    return read_json_object(cfg_path)
-
-
-def _build_value(cfg: dict, *keys: str) -> Any:
-    # The runtime reads config.json["build_config"]["plugin_config"] and ["build_config"]["max_draft_len"]
-    # (R cpp/tensorrt_llm/runtime/gptJsonConfig.cpp L289, L323, L405).
-    node: Any = cfg.get("build_config", {})
-    for key in keys:
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
-    return node
-
-
-def _tokens_per_block(cfg: dict) -> int:
-    value = _build_value(cfg, "plugin_config", "tokens_per_block")
-    if isinstance(value, int) and value > 0:
-        return value
-    return TOKENS_PER_BLOCK  # what our build passes (--tokens_per_block)
-
-
-def _max_batch(cfg: dict, manifest: Manifest) -> int:
-    """The requests the target engine runs at once: config.json's build_config.max_batch_size (what
-    trtllm-build was given, R≡J build.py L77-81), else the manifest's limits."""
-    value = _build_value(cfg, "max_batch_size")
-    if not isinstance(value, int) or value <= 0:
-        value = manifest.limits.get("max_batch_size", DEFAULT_MAX_BATCH)
-    return max(1, int(value))
-
-
-def _max_kv_tokens(manifest: Manifest, role: str, engine_dir: Path) -> int:
-    plan = manifest.memory_plan
-    if not plan:
-        raise OrinError(f"{engine_dir}: the manifest has no memory_plan, which sizes a trtllm engine's KV "
-                        "cache; rebuild the engine with orin-llm build")
-    per_model = plan.get(role) if isinstance(plan.get(role), dict) else {}
-    tokens = per_model.get("max_kv_tokens") or plan.get("max_kv_tokens")
-    if not isinstance(tokens, int) or tokens <= 0:
-        raise OrinError(f"{engine_dir}: memory_plan has no positive max_kv_tokens for the {role}; rebuild "
-                        "the engine with orin-llm build")
-    return tokens
-
-
-# config.json's build_config.speculative_decoding_mode is BuildConfig's IntFlag written as its int
-# (R≡J builder.py BuildConfig.to_dict); SpeculativeDecodingMode: NONE = auto() = 1,
-# DRAFT_TOKENS_EXTERNAL = auto() = 2 (R≡J tensorrt_llm/models/modeling_utils.py L65-86).
-DRAFT_TOKENS_EXTERNAL = 2
-
-
-def _engine_setup(role: str, kv_cache: str, cfg: dict, block_reuse: bool, chunked: bool) -> EngineSetup:
-    """What this engine was built with (its config.json) and is about to be loaded with: the facts
-    TensorRT-LLM 0.12's load-time rules are about."""
-    paged = _build_value(cfg, "plugin_config", "use_paged_context_fmha")
-    mode = _build_value(cfg, "speculative_decoding_mode")
-    max_draft = _build_value(cfg, "max_draft_len")
-    external = mode == DRAFT_TOKENS_EXTERNAL if isinstance(mode, int) else isinstance(max_draft, int) and max_draft > 0
-    return EngineSetup(role=role, kv_cache=kv_cache, paged_context_fmha=bool(paged), draft_tokens_external=external,
-                       block_reuse=block_reuse, chunked_context=chunked)
-
-
-def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int,
-                   grammar: Optional[GrammarProcessor] = None) -> Any:
-    # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
-    # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...,
-    # logits_post_processor_map=None, ...) (R≡J L518-547; J model_runner_cpp.py from_dir sets
-    # enable_chunked_context the same way). The grammar's post-processor: runtime/trtllm/grammar.py.
-    kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
-    extra = {"logits_post_processor_map": processor_map(grammar)} if grammar is not None else {}
-    config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context,
-                                   **extra)
-    try:
-        # Executor(model_path, model_type, executor_config) (R≡J: executor.cpp initBindings; the jetson
-        # overload with use_mmap is not used: mmap only helps static batching, README4Jetson §3).
-        return module.Executor(model_path=str(path), model_type=module.ModelType.DECODER_ONLY,
-                               executor_config=config)
-    except RuntimeError as e:  # TllmException: engine from another GPU / TensorRT version, out of memory
-        raise OrinError(f"{path}: TensorRT-LLM could not load the {role} engine: {first_line(str(e))}; "
-                        "rebuild it on this device (orin-llm build) or lower the memory plan") from None
+from .generation import TrtllmGeneration
+from .grammar import GrammarProcessor
+from .kv_stats import KvStats, kv_usage
+from .loading import DEFAULT_MAX_BATCH, load_engine_dir
+from .prefix_reuse import TrtllmPin
+from .request import greedy_config, make_request, sampled_config
+from .responses import STEP_WAIT, Mailbox, enqueue_request, follow
+from .stepped import Stepped
 
 
 class TrtllmEngine(EngineText):
@@ -178,11 +67,7 @@ class TrtllmEngine(EngineText):
         self.target_executor, self.draft_executor = target, draft
         self.block_reuse, self.tokens_per_block = block_reuse, tokens_per_block
         self.chunked_context = chunked_context
-        # The target's cumulative KvCacheStats.reused_blocks as last read (module doc), whether a target
-        # request ran since, and whether its iteration stats carry KV stats at all.
-        self._reused_blocks = 0
-        self._reuse_unread = False
-        self._kv_stats = True
+        self.kv_stats = KvStats(target)  # the target's KvCacheStats as last read (kv_stats.py)
         self.draft_len = draft_len  # 0: the target engine takes no external draft tokens
         self.max_input_len = manifest.limits["max_input_len"]
         self.max_seq_len = manifest.limits["max_seq_len"]
@@ -208,62 +93,13 @@ class TrtllmEngine(EngineText):
         self.running: list[Stepped] = []  # at most max_running
         self.max_running = max_running  # the target engine's max_batch_size (module doc)
         self._mailboxes: dict[int, Mailbox] = {}  # id(executor) -> its responses, sorted by request
-        self.target_enqueues = 0  # requests enqueued on the target since load (generation.py's measurement)
-        self._kv_latest: Optional[Any] = None  # the target's KvCacheStats as last read
-        self._stats_read = 0.0
+        self.target_enqueues = 0  # requests enqueued on the target since load (prefix_reuse.py's measurement)
 
     @classmethod
     def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None) -> TrtllmEngine:
         """draft=False leaves the draft engine unloaded (no draft_model/combined speculation). manifest: the
-        directory's manifest, read and verified already (runtime/loader.py); else read here."""
-        engine_dir = Path(engine_dir)
-        manifest = manifest if manifest is not None else load_manifest(engine_dir)
-        if manifest.backend != "trtllm":
-            raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; the TensorRT-LLM "
-                            "runtime loads trtllm engines only (runtime.loader.load_engine picks either)")
-        module = executor_module()
-        roles = {"target": manifest.target}
-        if draft and manifest.draft is not None:
-            roles["draft"] = manifest.draft
-        configs = {role: _engine_config(engine_dir / entry.dir, role) for role, entry in roles.items()}
-        kv_tokens = {role: _max_kv_tokens(manifest, role, engine_dir) for role in roles}
-        # The build turns prefix reuse and chunked context on with paged context FMHA
-        # (trtllm_rules.engine_setups); a profile without a key means the Profile default of the time it
-        # was built: prefix_reuse True, chunked_context False.
-        block_reuse = bool(manifest.profile.get("prefix_reuse", True))
-        chunked = bool(manifest.profile.get("chunked_context", False))
-        setups = {role: _engine_setup(role, entry.kv_cache.dtype, configs[role], block_reuse, chunked)
-                  for role, entry in roles.items()}
-        for role, setup in setups.items():  # what 0.12 would refuse at Executor(...), said before trying
-            for rule in broken_rules(setup):
-                raise OrinError(f"{engine_dir / roles[role].dir}: TensorRT-LLM 0.12 refuses to load this {role} "
-                                f"engine with this manifest's profile ({rule.cite()}); rebuild it with orin-llm "
-                                f"build from a profile that passes the build's checks: {rule.fix}")
-        # The target verifies at most --max_draft_len tokens per request; more is an error (R≡J
-        # cpp/include/tensorrt_llm/batch_manager/llmRequest.h L258-266), so k never exceeds it.
-        max_draft = _build_value(configs["target"], "max_draft_len")
-        max_draft = max_draft if isinstance(max_draft, int) and max_draft > 0 else 0
-        if not setups["target"].draft_tokens_external:
-            max_draft = 0
-        draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
-        tokenizer = load_tokenizer(engine_dir / "tokenizer")
-        executors: dict[str, Any] = {}
-        grammar = GrammarProcessor(end_id=0)  # the target's: constrained plans (runtime/trtllm/grammar.py)
-        try:
-            for role, entry in roles.items():
-                executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
-                                                 grammar if role == "target" else None)
-            engine = cls(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
-                         block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
-                         draft_len=draft_len, chunked_context=chunked,
-                         max_running=_max_batch(configs["target"], manifest))
-            grammar.end_id = engine.end_id
-            engine.grammar = grammar
-            return engine
-        except BaseException:
-            for ex in executors.values():
-                ex.shutdown()
-            raise
+        directory's manifest, read and verified already (runtime/loader.py); else read here. How: loading.py."""
+        return load_engine_dir(cls, engine_dir, draft, manifest)
 
     # ------------------------------------------------------------------ the Engine surface
 
@@ -303,7 +139,7 @@ class TrtllmEngine(EngineText):
                 ended = True
         if ran and not moved:
             self.mailbox(self.target_executor).pump(STEP_WAIT)
-        if ended or (ran and time.monotonic() - self._stats_read > STATS_EVERY_S):
+        if ended or (ran and self.kv_stats.due()):
             self.reused_blocks(read=True)  # the KV figures kv_usage reports
         return ran
 
@@ -339,8 +175,8 @@ class TrtllmEngine(EngineText):
     # ------------------------------------------------------------------ pins
 
     def pin_request(self, ids: list[int]) -> TrtllmPin:
-        """A request that runs `ids` once on each engine so their KV blocks are stored for reuse (see the
-        module doc: whole blocks only), stepped like any other; its `pin` is the handle `unpin` takes."""
+        """A request that runs `ids` once on each engine so their KV blocks are stored for reuse (see
+        prefix_reuse.py: whole blocks only), stepped like any other; its `pin` is the handle `unpin` takes."""
         self.check_prompt(len(ids))
         return TrtllmPin(self, list(ids))
 
@@ -386,7 +222,7 @@ class TrtllmEngine(EngineText):
                             f"(available: {', '.join(self.speculation_modes)})")
         if speculation == "auto":
             # Speculation pays only when re-sending the context each step is cheap, i.e. with block
-            # reuse (module doc). Sampled requests decode plainly: the speculative path is verified
+            # reuse (generation.py's module doc). Sampled requests decode plainly: the speculative path is verified
             # here for greedy decoding only (sampled lookup relies on the runtime's per-position
             # sampling, read in the sources but not yet run on the device).
             usable = self.block_reuse and params.greedy and AUTO_SPECULATION in self.speculation_modes
@@ -438,22 +274,8 @@ class TrtllmEngine(EngineText):
             yield tokens
 
     def kv_usage(self) -> dict:
-        """The target executor's KV pool as its KvCacheStats last said (module doc): tokens held by running
-        requests, the pool's capacity, block counts and the tokens served from stored blocks so far;
-        `bytes` is the plan's KV allocation (what KvCacheConfig(max_tokens) sized). Before any stats
-        were read, the plan's capacity and no blocks."""
-        plan = self.manifest.memory_plan or {}
-        target = plan.get("target") or {}
-        planned = int(target.get("max_kv_tokens") or plan.get("max_kv_tokens") or 0)
-        kv, tpb = self._kv_latest, self.tokens_per_block
-        pool = {"blocks": 0, "used": 0, "free": 0, "hit_tokens": 0, "pinned": 0, "cached": 0, "evictions": 0}
-        if kv is not None:
-            pool.update(blocks=int(kv.max_num_blocks), used=int(kv.used_num_blocks), free=int(kv.free_num_blocks),
-                        hit_tokens=int(kv.reused_blocks) * tpb)
-        return {"device": "cuda (TensorRT-LLM)", "source": "executor" if kv is not None else "plan",
-                "tokens": pool["used"] * tpb, "capacity_tokens": pool["blocks"] * tpb if kv is not None else planned,
-                "bytes": int(target.get("kv_bytes") or 0), "pinned_tokens": sum(len(p) for p in set(self.pins)),
-                "pool": pool, "batch": len(self.running)}
+        """The target executor's KV pool as its KvCacheStats last said (kv_stats.py's kv_usage)."""
+        return kv_usage(self.manifest, self.kv_stats.latest, self.tokens_per_block, self.pins, len(self.running))
 
     def close(self) -> None:
         """Shut the executors down (frees their engines and KV caches); the engine is unusable after."""
@@ -476,7 +298,7 @@ class TrtllmEngine(EngineText):
         request_id = enqueue_request(executor, request)
         self.mailbox(executor).open(request_id)
         if executor is self.target_executor:
-            self._reuse_unread = True
+            self.kv_stats.unread = True
             self.target_enqueues += 1
         return request_id
 
@@ -487,66 +309,20 @@ class TrtllmEngine(EngineText):
         return box
 
     def reused_blocks(self, read: bool = False) -> Optional[int]:
-        """The target executor's cumulative KvCacheStats.reused_blocks (module doc), read from its
+        """The target executor's cumulative KvCacheStats.reused_blocks (kv_stats.py), read from its
         iteration stats when a request ran since the last read (or `read`); None when its stats carry
         no KV stats. Reading drains the executor's stats: only this engine reads them."""
-        if read or self._reuse_unread:
-            self._reuse_unread = False
-            self._stats_read = time.monotonic()
-            # get_latest_iteration_stats() -> list[IterationStats], the iterations since the last call
-            # (J executor.h); IterationStats.kv_cache_stats is Optional[KvCacheStats] whose reused_blocks
-            # is an int (R≡J bindings.cpp L88-132; tensorrtllm_backend v0.12.0 model.py L893-901 reads them
-            # the same way).
-            for stats in reversed(list(self.target_executor.get_latest_iteration_stats())):
-                kv = stats.kv_cache_stats
-                if kv is None:
-                    if self._kv_stats:
-                        log.warning("TensorRT-LLM iteration stats carry no kv_cache_stats: cached prompt tokens "
-                                    "cannot be measured and are reported as 0")
-                    self._kv_stats = False
-                    break
-                self._reused_blocks = int(kv.reused_blocks)
-                self._kv_latest = kv
-                break
-        return self._reused_blocks if self._kv_stats else None
+        return self.kv_stats.reused(read)
 
     def greedy_config(self) -> Any:
-        # SamplingConfig(beam_width=1, top_k=None, top_p=None, ..., random_seed=None, temperature=None, ...)
-        # (R≡J bindings.cpp L161-196). top_k=1 is greedy (argmax); run.py's default too (R examples/utils.py
-        # L171). Unset top_k and top_p would also end up greedy (both default to 0, R
-        # cpp/include/tensorrt_llm/layers/defaultDecodingParams.h L63-71, and k=0, p=0 becomes k=1 in R
-        # cpp/tensorrt_llm/layers/topKSamplingLayer.cu L46-52), but we say it.
-        return self.module.SamplingConfig(beam_width=1, top_k=1)
+        return greedy_config(self.module)  # request.py: top_k=1
 
     def sampled_config(self, params: SamplingParams, seed: int) -> Any:
-        # top_p in (0, 1], temperature >= 0 (checked by the C++ SamplingConfig); `random_seed`, not `seed`.
-        return self.module.SamplingConfig(beam_width=1, top_p=params.top_p, temperature=params.temperature,
-                                          random_seed=seed)
+        return sampled_config(self.module, params, seed)
 
     def request(self, ids: list[int], max_new_tokens: int, streaming: bool, sampling: Any,
                 draft: Optional[list[int]] = None, stop_ids: Iterable[int] = (),
                 grammar_client: Optional[int] = None) -> Any:
-        """Request(input_token_ids, max_new_tokens, streaming=False, sampling_config, output_config, end_id,
-        pad_id, bad_words, stop_words, embedding_bias, external_draft_tokens_config, ...) (R≡J bindings.cpp
-        L226-264)."""
-        m = self.module
-        # stop_words is list[list[int]], one token sequence per stop word (R≡J bindings.cpp L226-264; J
-        # examples/run.py passes GLM-4's end ids as [[151329], [151336], [151338]]). Stop strings stay
-        # TextStream's (they need text, not ids); a hit cancels the request.
-        stops = [[t] for t in sorted(set(stop_ids) - {self.end_id})]
-        kwargs: dict[str, Any] = dict(
-            input_token_ids=list(ids), max_new_tokens=max_new_tokens, streaming=streaming,
-            sampling_config=sampling,
-            # Only the new tokens, streamed or not (OutputConfig, R≡J bindings.cpp L198-206).
-            output_config=m.OutputConfig(exclude_input_from_output=True),
-            end_id=self.end_id, pad_id=self.pad_id, stop_words=stops or None)
-        if draft:
-            # ExternalDraftTokensConfig(tokens, logits=None, acceptance_threshold=None) (R≡J L208-213):
-            # no logits, so the target accepts by token id.
-            kwargs["external_draft_tokens_config"] = m.ExternalDraftTokensConfig(tokens=list(draft))
-        if grammar_client is not None:
-            # logits_post_processor_name and client_id are Request keywords (R≡J bindings.cpp L226-264): the
-            # named post-processor masks every step; the client_id finds the request's grammar state.
-            kwargs["logits_post_processor_name"] = PROCESSOR
-            kwargs["client_id"] = grammar_client
-        return m.Request(**kwargs)
+        """An executor Request with this engine's end and pad ids (request.py)."""
+        return make_request(self.module, ids, max_new_tokens, streaming, sampling, end_id=self.end_id,
+                            pad_id=self.pad_id, draft=draft, stop_ids=stop_ids, grammar_client=grammar_client)

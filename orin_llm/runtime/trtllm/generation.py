@@ -1,14 +1,13 @@
 """A planning call on TensorRT-LLM 0.12.0-jetson executors: plain or speculative decoding, streamed.
 
-`TrtllmGeneration` is a request as runtime/backend.py's `Request` has it, like runtime/generate.py's
-`Generation`: the engine's `step` advances it to its next text delta (`advance`: one more response of
-the executor, or several while they decide no text), the caller reads `take()`, `done`, `error`,
-`result`; iterating it submits it and steps the engine, and closing the iterator (or `abort`) cancels
-the request in flight. Text comes out through the same TextStream (incremental detokenization, stop
-strings). `TrtllmPin` is a pin request, stepped the same way. The engine (runtime/trtllm/engine.py)
-imports this module, makes the requests (`request`) and holds the executors; this module sends them
-and follows their responses, and knows the engine only as the `EngineView` protocol below. Citations
-as there.
+`TrtllmGeneration` is a request the engine steps (runtime/trtllm/stepped.py's `Stepped`, a `Request` as
+runtime/backend.py has it, like runtime/generate.py's `Generation`): the engine's `step` advances it to
+its next text delta, and closing its iterator (or `abort`) cancels the request in flight. Text comes out
+through the same TextStream (incremental detokenization, stop strings). The engine
+(runtime/trtllm/engine.py) imports this module, makes the requests (`request`) and holds the executors;
+this module sends them and follows their responses, and knows the engine only as stepped.py's
+`EngineView` protocol. What the cache served the prompt is measured by runtime/trtllm/prefix_reuse.py's
+`CachedTokens`. Citations as in engine.py.
 
 Speculative decoding: 0.12-jetson has no draft/target driver in Python (doc §5), so the loop is
 ours, one request per step, as the reference Triton BLS orchestrator does it (tensorrtllm_backend
@@ -65,21 +64,20 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import Any, Literal, Optional, Protocol
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Literal, Optional
 
 from ...errors import OrinError
 from ..generate import Result, SpecStats, Timings
 from ..sampling import SamplingParams
 from ..speculative import AdaptiveK, CombinedDrafter, LookupDrafter
 from ..text import TextStream
-from .grammar import GrammarProcessor
-from .responses import Mailbox, cancel_request, follow
+from .drafter import EngineDrafter
+from .prefix_reuse import CachedTokens
+from .responses import cancel_request, follow
+from .stepped import WAIT, EngineView, Stepped
 
 log = logging.getLogger(__name__)
-
-WAIT = object()  # what a request's step yields when its response has not come: no progress
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -87,182 +85,6 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     while n < len(a) and n < len(b) and a[n] == b[n]:
         n += 1
     return n
-
-
-class EngineView(Protocol):
-    """What a generation uses of its engine (runtime/trtllm/engine.py's TrtllmEngine)."""
-
-    tokenizer: Any
-    eos_ids: set[int]
-    max_input_len: int
-    max_seq_len: int
-    draft_len: int
-    block_reuse: bool
-    tokens_per_block: int
-    target_executor: Any
-    draft_executor: Optional[Any]
-    lookup: LookupDrafter
-    grammar: Optional[GrammarProcessor]
-    pins: list[tuple[int, ...]]
-
-    @property
-    def executors(self) -> list[Any]: ...
-
-    def request(self, ids: list[int], max_new_tokens: int, streaming: bool, sampling: Any,
-                draft: Optional[list[int]] = None, stop_ids: Iterable[int] = (),
-                grammar_client: Optional[int] = None) -> Any: ...
-
-    def enqueue(self, executor: Any, request: Any) -> int: ...
-
-    def mailbox(self, executor: Any) -> Mailbox: ...
-
-    def cached_prefix(self, prompt_ids: list[int]) -> int: ...
-
-    def reused_blocks(self, read: bool = False) -> Optional[int]: ...
-
-    def greedy_config(self) -> Any: ...
-
-    def sampled_config(self, params: SamplingParams, seed: int) -> Any: ...
-
-    def submit(self, request: Any) -> None: ...
-
-    def step(self) -> list: ...
-
-    def abort(self, request: Any) -> None: ...
-
-
-# ---------------------------------------------------------------------------------- responses
-
-
-# ---------------------------------------------------------------------------------- drafters
-
-
-class EngineDrafter:
-    """The draft engine: greedy, non-streaming, max_new_tokens=k on the current context."""
-
-    name = "draft_model"
-
-    def __init__(self, engine: EngineView):
-        self.engine = engine
-
-    def begin(self, context: list[int]) -> None:
-        pass
-
-    def propose(self, context, k, params, gen):
-        executor = self.engine.draft_executor
-        request = self.engine.request(context, k, streaming=False, sampling=self.engine.greedy_config())
-        tokens: list[int] = []
-        for new, _final in follow(self.engine.mailbox(executor), self.engine.enqueue(executor, request)):
-            tokens += new
-        return tokens[:k], None
-
-    def rollback(self, valid: int) -> None:
-        pass
-
-    def finish(self, output: list[int]) -> None:
-        pass
-
-
-# ---------------------------------------------------------------------------------- generation
-
-
-class Stepped:
-    """A request the engine advances one step at a time: its `_steps()` generator, run to its next
-    yield per step (a text delta, or "" where a step decided none). What the engine's caller reads
-    between steps: `take()`, `done`, `error`, `result`, `timings`."""
-
-    def __init__(self, engine: EngineView, prompt_ids: list[int]):
-        self.engine, self.prompt_ids = engine, list(prompt_ids)
-        self.started: Optional[float] = None  # as Generation.started: when the request began (submit sets it)
-        self.error: Optional[BaseException] = None
-        self.result: Optional[Result] = None
-        self.pin: Optional[tuple[int, ...]] = None  # a pin request's handle, once done
-        self._over = False
-        self.pending: deque[str] = deque()
-        self._it: Optional[Iterator[str]] = None
-
-    def _steps(self) -> Iterator[Any]:
-        """Text deltas ("" where a step decided none), or WAIT while a response has not come."""
-        raise NotImplementedError
-
-    @property
-    def done(self) -> bool:
-        """Over: finished, failed or ended early."""
-        return self._over
-
-    def advance(self) -> bool:
-        """One step (engine.step calls it): the request's next text delta, its end, or its error;
-        False when it only waited for a response (WAIT)."""
-        if self._over:
-            return False
-        if self._it is None:
-            self._it = self._steps()
-        try:
-            delta = next(self._it)
-        except StopIteration:
-            self._over = True
-            return True
-        except Exception as e:  # the request failed (its generator cancelled what was in flight)
-            self.error, self._over = e, True
-            return True
-        if delta is WAIT:
-            return False
-        if delta:
-            self.pending.append(delta)
-        return True
-
-    def close(self) -> None:
-        """End it early (engine.abort calls it): the request in flight is cancelled."""
-        if self._it is not None:
-            self._it.close()
-        self._over = True
-
-    def take(self) -> list[str]:
-        """The text deltas decided since the last call."""
-        out = list(self.pending)
-        self.pending.clear()
-        return out
-
-    def __iter__(self) -> Iterator[str]:
-        """Text deltas as they are decided, stepping the engine (this request and any others it runs)."""
-        engine = self.engine
-        engine.submit(self)
-        try:
-            while True:
-                while self.pending:
-                    yield self.pending.popleft()
-                if self.done:
-                    break
-                engine.step()
-            if self.error is not None:
-                raise self.error
-        finally:
-            if not self.done:
-                engine.abort(self)  # closed early: cancel what is in flight
-
-
-class TrtllmPin(Stepped):
-    """A pin request: runs the prefix once on each engine (max_new_tokens=1, the draft re-reads the
-    context every step too) so that its KV blocks are stored for reuse (engine.py's module doc:
-    whole blocks only), then records it in the engine's `pins`; its `pin` is the handle `unpin` takes.
-    Without block reuse there is nothing to keep: the ids are only recorded."""
-
-    def __init__(self, engine: EngineView, ids: list[int]):
-        super().__init__(engine, ids)
-        self.timings = Timings(prompt_tokens=len(self.prompt_ids), computed_prompt_tokens=len(self.prompt_ids))
-
-    def _steps(self) -> Iterator[str]:
-        engine, ids = self.engine, self.prompt_ids
-        t0 = self.started if self.started is not None else time.perf_counter()
-        if ids and engine.block_reuse:
-            for executor in engine.executors:
-                request = engine.request(ids, 1, streaming=False, sampling=engine.greedy_config())
-                for _ in follow(engine.mailbox(executor), engine.enqueue(executor, request)):
-                    pass
-                yield ""
-        self.pin = tuple(ids)
-        engine.pins.append(self.pin)
-        self.timings.total_s = time.perf_counter() - t0
 
 
 class TrtllmGeneration(Stepped):
@@ -281,9 +103,7 @@ class TrtllmGeneration(Stepped):
                                computed_prompt_tokens=len(self.prompt_ids))
         self.conversation: Optional[Any] = None  # as Generation.conversation: the planner's turn it is
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
-        self._reused_before: Optional[int] = None  # the target's reused_blocks before this generation's first request
-        self._measured = False
-        self._enqueues_before = 0
+        self._cached = CachedTokens(engine, self.prompt_ids, self.timings)  # what the cache served the prompt
         self._unmasked = False  # the last verify returned a token the grammar forbids (dropped)
         self._seed_calls = 0
         self._rng: Optional[random.Random] = None
@@ -409,10 +229,9 @@ class TrtllmGeneration(Stepped):
         its blocks were matched, and what the cache served is measured. A grammar step the
         post-processor could not place (grammar.py) fails the request."""
         engine = self.engine
-        first = not self._measured and executor is engine.target_executor
-        if first and engine.block_reuse:
-            self._reused_before = engine.reused_blocks()
-            self._enqueues_before = engine.target_enqueues
+        first = not self._cached.measured and executor is engine.target_executor
+        if first:
+            self._cached.before()
         request_id = engine.enqueue(executor, request)
         self._active = (executor, request_id)
         if client is not None:
@@ -429,32 +248,8 @@ class TrtllmGeneration(Stepped):
                         raise OrinError(f"the grammar could not be applied to this request: {why}")
                 if first:
                     first = False
-                    self._measure_cached(request_id)
+                    self._cached.measure()
             yield item
-
-    def _measure_cached(self, request_id: int) -> None:
-        """timings.cached_prompt_tokens = the blocks the target reused for the first request, in tokens
-        (engine.py's module doc): the growth of the executor's cumulative counter, which belongs to this
-        request only when no other target request was enqueued meanwhile. When others were (requests
-        batched in flight), it is what the pinned prefixes can serve (engine.cached_prefix), the figure
-        a pinned home is planned for. A matched block counts whole even when it is a stored partial
-        block, so the figure is capped at the prompt length - 1: the last prompt token is never served
-        from the cache."""
-        self._measured = True
-        engine = self.engine
-        if not engine.block_reuse or self._reused_before is None:
-            return
-        after = engine.reused_blocks(read=True)
-        if after is None:
-            return
-        alone = engine.target_enqueues == self._enqueues_before + 1
-        if alone:
-            cached = max(0, after - self._reused_before) * engine.tokens_per_block
-        else:
-            cached = engine.cached_prefix(self.prompt_ids)
-        self.timings.cached_prompt_tokens = min(cached, len(self.prompt_ids) - 1)
-        # the executor computes the rest of the prompt (its own prefill; no per-chunk count at 0.12)
-        self.timings.computed_prompt_tokens = len(self.prompt_ids) - self.timings.cached_prompt_tokens
 
     def _cancel(self) -> None:
         if self._active is not None:

@@ -3,7 +3,7 @@
 The build checks a profile against them before anything runs (build/trtllm.py), the memory plan
 reports what a profile's engines get under them (build/memory.py, the "deployment"), and the
 runtime checks an engine directory against them before it creates an Executor
-(runtime/trtllm/engine.py). The test fake (tests/runtime/fake_trtllm.py, tests/build/fake_trtllm_tools.py)
+(runtime/trtllm/loading.py). The test fake (tests/runtime/fake_trtllm.py, tests/build/fake_trtllm_tools.py)
 does NOT import this module: it models 0.12 on its own, so a wrong rule here shows up as a disagreement.
 
 Each rule records the message 0.12 raises, where it comes from, and how sure we are that 0.12 has it:
