@@ -190,3 +190,20 @@ def test_the_checks_catch_a_circle_and_an_upward_import(tmp_path):
     assert upward(graph) == ["orin_llm.build.pipeline -> orin_llm.server.app",
                              "orin_llm.errors -> orin_llm.server.app",
                              "orin_llm.kernels.q8_dot -> orin_llm.runtime.engine"]
+
+
+def test_only_the_bindings_module_imports_tensorrt_llm():
+    """One import boundary (runtime/trtllm/bindings.py): TensorRT-LLM is imported there alone, so the
+    tests' fake replaces it in one place and a machine without it fails in one place, with its hint."""
+    importers = set()
+    for name, path in modules(ROOT, PACKAGE).items():
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "tensorrt_llm" or n.startswith("tensorrt_llm.") for n in names):
+                importers.add(name)
+    assert importers == {"orin_llm.runtime.trtllm.bindings"}
