@@ -14,9 +14,10 @@ import json
 
 import pytest
 
-from ..conftest import orin_llm, tiny_fixture
+from ..conftest import orin_llm
 
-tiny_engine_dir = tiny_fixture("engine_dir")
+# the fast test names conftest's tiny_engine_dir: a tiny_fixture("engine_dir") here would hand the full
+# test below the random-weight engine too (it did: a plan of noise is one request, and nothing failed)
 
 
 @pytest.mark.full
