@@ -307,7 +307,8 @@ def _plot(data: dict, path: Path) -> None:
     c.axhline(data["failure_deadline_ms"], color="gray", ls="--", lw=0.8, label="deadline")
     c.set_ylabel("one robot's answer time (ms)")
     c.legend(fontsize=7)
-    fig.suptitle(f"{data['robots']} robots, {len(data['homes'])} homes, 2 vLLM CPU replicas behind vllm-router "
-                 "(CPU stands in for a GPU server: compare rates, not absolute times)", fontsize=9)
+    fig.suptitle(f"{data['robots']} robots, {len(data['homes'])} homes ({data['feasibility']}, {data['remote_plans']} "
+                 "remote plans), 2 vLLM CPU replicas behind vllm-router (CPU stands in for a GPU server: compare "
+                 "rates, not absolute times)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=120)

@@ -729,7 +729,10 @@ def page(root: Path = ROOT) -> str:
                         "each prompt the engines found cached carry over to a real site server; the latencies do "
                         "not (two cores run both replicas, the router and four robots, so time to first token is "
                         "mostly waiting for a core). With two replicas whose caches hold every home, round-robin "
-                        "pays each home once per replica; prefix-aware routing pays it once. `kv_aware` ran on "
+                        "pays each home once per replica; prefix-aware routing pays it once"
+                        + ("; a plan's step requests extend one another's prompt, so prefix-aware routing keeps "
+                           "them on the replica that holds the steps before. " if "remote_plans" in fd else ". ")
+                        + "`kv_aware` ran on "
                         "the replicas' KV events, but vllm-router 0.1.17 makes no KV lookup for a request with a "
                         "grammar, as every plan has (jetson/GUIDE.md, \"Site server\"), so it placed these plans "
                         f"by load. The link failed behind `{fd.get('failure_router_policy', 'kv_aware')}`. "
