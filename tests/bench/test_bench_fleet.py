@@ -1,10 +1,12 @@
-"""The fleet scenario (issue #35) through the CLI: four real orin-llm daemons against two REAL vLLM CPU
-replicas behind the real vllm-router, per router policy, then the link failing. Timings are the
-benchmark's and not asserted; what the engines, the router and the daemons reported is: prefix-aware
+"""The fleet scenario (issue #35) through the CLI: four real orin-llm daemons (the defaults: feasibility
+enforce, remote plans stepwise) against two REAL vLLM CPU replicas behind the real vllm-router, per
+router policy, then the link failing. Timings are the benchmark's and not asserted; what the engines,
+the router and the daemons reported is: every routed plan is remote and feasible, made of at least a
+request per step, the engine requests the daemons counted are the ones the engines served, prefix-aware
 routing hits the engines' caches at least as often as round-robin on the same traffic, the daemons'
-cached tokens are the engines' own, every routed answer is remote, and a failed link ends in a local
-answer within the deadline. Without vLLM the remote tier installs it (tests/remote/vllm_replica.py) or
-fails saying why; the scenario alone skips with the reason (the fast test below)."""
+cached tokens are the engines' own, and a failed link ends in a local answer within the deadline.
+Without vLLM the remote tier installs it (tests/remote/vllm_replica.py) or fails saying why; the
+scenario alone skips with the reason (the fast test below)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import json
 
 import pytest
 
-from ..conftest import orin_llm, tiny_fixture
+from ..conftest import orin_llm
 
-tiny_engine_dir = tiny_fixture("engine_dir")
+# the fast test names conftest's tiny_engine_dir: a tiny_fixture("engine_dir") here would hand the full
+# test below the random-weight engine too (it did: a plan of noise is one request, and nothing failed)
 
 
 @pytest.mark.full
@@ -28,13 +31,21 @@ def test_fleet_routes_by_prefix_and_falls_back_locally(engine_dir, tmp_path, mon
                     timeout=1200)
     assert "fleet: skipped" not in proc.stderr
     d = json.loads((out / "fleet.json").read_text())
+    assert (d["feasibility"], d["remote_plans"]) == ("enforce", "stepwise")
     p = d["policies"]
     ran = [name for name, v in p.items() if "error" not in v]
     assert {"round_robin", "cache_aware"} <= set(ran), p.get("round_robin", {}).get("error")
     for name in ran:
         v = p[name]
-        assert v["requests"] == d["robots"] * d["plans_per_robot"] == sum(v["requests_per_replica"])
+        assert v["plans"] == d["robots"] * d["plans_per_robot"] == len(v["samples"])
         assert all(s["served_by"] == "remote" for s in v["samples"]), (name, v["samples"])
+        # stepwise: a request per step at least (one more where the plan ended on its own), no step that
+        # cannot run; the engines served exactly the requests the daemons say they sent
+        assert all(s["engine_requests"] >= max(1, s["steps"]) and s["violations"] == 0 for s in v["samples"]), \
+            v["samples"]
+        assert v["engine_requests"] == sum(s["engine_requests"] for s in v["samples"]) > v["plans"]
+        assert sum(v["requests_per_replica"]) == v["engine_requests"], (v["requests_per_replica"], v["engine_requests"])
+        assert all(s["ttft_ms"] <= s["client_ms"] for s in v["samples"])
         # the cached tokens each answer reported (the engine's usage) are what the engines counted
         assert v["usage_cached_tokens"] == v["engine_hit_tokens"] > 0
         assert v["usage_prompt_tokens"] == v["engine_query_tokens"]

@@ -104,6 +104,30 @@ def test_agents_rows_call_a_growing_loop_not_flat():
     assert resent.met is False and "history re-sent" in resent.what
 
 
+def test_fleet_rows_count_plans_and_their_engine_requests_apart():
+    def policy(rate, remote, requests, per_replica):
+        return {"engine_hit_rate": rate, "engine_hit_tokens": 100 * rate, "engine_query_tokens": 100.0,
+                "ttft_ms_p50": 900.0, "ttft_ms_p99": 2000.0, "client_ms_p50": 1000.0, "client_ms_p99": 2500.0,
+                "plans": 8, "served_remote": remote, "engine_requests": requests,
+                "requests_per_plan": requests / remote, "requests_per_replica": per_replica, "router_metrics": []}
+
+    local = {"client_ms": 500.0, "served_by": "local"}
+    d = {"policies": {"round_robin": policy(0.5, 8, 24, [12.0, 12.0]), "cache_aware": policy(0.75, 7, 28, [28.0, 0.0]),
+                      "kv_aware": {"error": "did not start"}},
+         "failures": {"local_alone_ms_median": 400.0, "replicas_stalled": [local], "replica_killed": [local],
+                      "router_stopped": [{"client_ms": 4500.0, "served_by": "local"}]},
+         "failure_deadline_ms": 4000}
+    rows = {r.what: r for r in rp.fleet_rows(d)}
+    hit = rows["`cache_aware`: engines' prefix-cache hit rate (cached / prompt tokens, both replicas)"]
+    assert (hit.ours, hit.anchor, hit.met) == ("75% (75 / 100)", "50%", True)
+    served = rows["`cache_aware`: plans served remotely, engine requests (per plan)"]
+    assert (served.ours, served.anchor, served.met) == ("7 / 8, 28 (4.0)", "8 / 8, 24 (3.0)", False)
+    assert rows["`cache_aware`: engine requests per replica (the engines' own count)"].ours == "28 / 0"
+    assert rows["`cache_aware`: the plan's latency at the robot's client, p50 / p99"].ours == "1,000 ms / 2,500 ms"
+    assert rows["`kv_aware`: engines' prefix-cache hit rate"].ours == "did not run"
+    assert rows["the router stopped: the robot's answer (served by local)"].met is False
+
+
 def test_throughput_rows_take_the_plans_of_the_default_daemon_against_no_batching():
     def level(clients, rps, p50):
         return {"clients": clients, "requests_per_s": rps, "latency_ms_p50": p50, "latency_ms_p99": 2 * p50}
