@@ -18,6 +18,7 @@ from orin_llm.home.goal_text import (
     kind_examples,
     mentioned,
 )
+from orin_llm.runtime import goal_infer
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
@@ -127,6 +128,24 @@ def test_infer_is_refused_where_it_cannot_run(planner, engine):
             text.plan("Open the fridge.", SamplingParams(max_tokens=8), goal="infer", constrained=False)
     finally:
         engine.unpin(text.pin)
+
+
+def test_a_fact_read_that_contradicts_an_earlier_one_is_left_out_and_the_answer_says_so(engine, monkeypatch):
+    """A goal read from the task never contradicts itself (a goal that can never be reached had the
+    search run to the deadline): the later fact goes, and the answer says which and why. The goal
+    grammar here allows only a contradictory goal, so the real engine must write one."""
+    monkeypatch.setattr(goal_infer, "goal_grammar", lambda env, only, max_facts: (
+        'start: "open(fridge)\\nclosed(fridge)\\nsaid\\n"\n'))
+    p = Planner(engine, load_environment(EXAMPLE_HOME_PATH))  # its own: the grammar is kept per home
+    try:
+        plan = p.plan("Open the fridge.", SamplingParams(max_tokens=32), speculation="none", goal="infer",
+                      deadline_s=60)
+    finally:
+        engine.unpin(p.pin)
+    assert plan.goal_inferred == ["open(fridge)", "said"]
+    assert plan.goal_dropped == ["closed(fridge): contradicts open(fridge) (fridge cannot be open and closed at "
+                                 "once), left out"]
+    assert plan.goal_reached is True and plan.search["source"] in ("model", "search")  # reachable once it went
 
 
 def test_a_sampled_candidate_aims_at_the_goal_read_once(planner, monkeypatch):
