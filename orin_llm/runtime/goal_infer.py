@@ -14,9 +14,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Optional
 
 from ..environment.goals import consistent
 from ..errors import OrinError
+from ..home import goal_text
 from ..home.goal_text import (
     GOAL_MAX_TOKENS,
     MAX_FACTS,
@@ -24,8 +26,8 @@ from ..home.goal_text import (
     goal_lines,
     goal_prefix_messages,
     goal_task_message,
-    mentioned,
 )
+from ..home.goal_words import Cues, cues, mentioned
 from .constraint import Grammar
 from .plans import Home
 from .sampling import SamplingParams
@@ -70,11 +72,11 @@ def goal_prompt(engine, home: Home) -> GoalPrompt:
     return prompt
 
 
-def _grammar(engine, prompt: GoalPrompt, env, only: frozenset[str], max_facts: int) -> Grammar:
-    key = (only, max_facts)
+def _grammar(engine, prompt: GoalPrompt, env, only: frozenset[str], max_facts: int, cue: Optional[Cues]) -> Grammar:
+    key = (only, max_facts, cue)
     g = prompt.grammars.get(key)
     if g is None:
-        g = Grammar.lark(engine.vocabulary(), goal_grammar(env, set(only), max_facts),
+        g = Grammar.lark(engine.vocabulary(), goal_grammar(env, set(only), max_facts, cue),
                          f"the goal grammar of {env.name!r}")
         prompt.grammars[key] = g
         while len(prompt.grammars) > GRAMMARS_KEPT:
@@ -96,7 +98,8 @@ def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: in
                         "give the goal's facts, e.g. [\"at(mug, sink)\"]")
     prompt = goal_prompt(engine, home)
     only = frozenset(mentioned(env, task)) if narrow else frozenset()
-    grammar = _grammar(engine, prompt, env, only, max_facts)
+    cue = cues(env, task, set(only)) if (only and goal_text.USE_CUES) else None
+    grammar = _grammar(engine, prompt, env, only, max_facts, cue)
     full = engine.chat_text([*map(dict, prompt.messages), goal_task_message(task)])
     ids = list(prompt.ids) + engine.encode(full[len(prompt.text):]) if full.startswith(prompt.text) \
         else engine.encode(full)
