@@ -158,7 +158,8 @@ class PlannerClient:
     def plan(self, task: str, observations: Optional[list[str]] = None, stream: bool = False,
              **opts: Any) -> dict:
         """The plan response: plan, steps, environment_version, timings, speculation, finish_reason,
-        feasibility, violations, final_state, goal_reached, goal_missing, search, goal_inferred. opts: max_tokens,
+        feasibility, violations, final_state, goal_reached, goal_missing, search, goal_inferred, goal_dropped.
+        opts: max_tokens,
         temperature, top_p, seed, deadline_ms, speculation, constrained, environment, conversation,
         goal (a list of facts like "at(mug, sink)", or "infer"), feasibility ("enforce", "report" or "off"), state
         (a change to the home's state for this request only)."""

@@ -9,8 +9,10 @@
     said            the robot said something
 
 A fact naming a thing the home does not have, or a thing of the wrong sort (at(sofa, kitchen): a
-sofa is not an object), is refused with what to fix. A fact about a thing no step can change (on of
-a thing that is not a device) parses: the search (search.py) names it as unreachable.
+sofa is not an object), is refused with what to fix, and so is a goal whose facts contradict each
+other (no world has both: `contradiction`), before anything searches for it. A fact about a thing no
+step can change (on of a thing that is not a device) parses: the search (search.py) names it as
+unreachable.
 """
 
 from __future__ import annotations
@@ -114,6 +116,62 @@ def _parse_fact(raw: str, env: Environment) -> Fact:
     return Fact(pred, tuple(args))
 
 
+def _where_clash(env: Environment, p: str, q: str) -> bool:
+    """Whether nothing can be at both `p` and `q` (rooms or places): they differ and neither is the
+    room the other lies in (at(mug, kitchen) and at(mug, sink) agree when the sink is in the kitchen)."""
+    if p == q:
+        return False
+    room_of = {n: r.name for r in env.rooms for n in [r.name, *r.places]}
+    return room_of.get(p) != q and room_of.get(q) != p
+
+
+def contradiction(a: Fact, b: Fact, env: Environment) -> Optional[str]:
+    """Why no world has both facts (one hand, one place for an object and for the robot, open or
+    closed, on or off), or None when some world may."""
+    pa, pb = a.predicate, b.predicate
+    if (pa, pb) == ("holding", "holding") and a.args != b.args:
+        return "the robot holds one object at a time"
+    if {pa, pb} == {"holding", "at"} and a.args[0] == b.args[0]:
+        return f"{a.args[0]} cannot be held and lie somewhere at once"
+    if pa == pb and pa in ("at", "robot_at") and a.args[:-1] == b.args[:-1] and _where_clash(env, a.args[-1],
+                                                                                              b.args[-1]):
+        who = "the robot" if pa == "robot_at" else a.args[0]
+        return f"{who} cannot be at {a.args[-1]} and at {b.args[-1]} at once"
+    for yes, no, what in (("open", "closed", "open and closed"), ("on", "off", "on and off")):
+        if {pa, pb} == {yes, no} and a.args == b.args:
+            return f"{a.args[0]} cannot be {what} at once"
+    return None
+
+
+def contradictions(facts: Sequence[Fact], env: Environment) -> list[tuple[Fact, Fact, str]]:
+    """(an earlier fact, a later one that contradicts it, why) for each later fact that contradicts a
+    fact before it (the first such), in goal order."""
+    out = []
+    for i, later in enumerate(facts):
+        for earlier in facts[:i]:
+            why = contradiction(earlier, later, env)
+            if why is not None:
+                out.append((earlier, later, why))
+                break
+    return out
+
+
+def consistent(facts: Sequence[str], env: Environment) -> tuple[list[str], list[str]]:
+    """`facts` (goal facts that parse) without each one that contradicts a fact kept before it: (the
+    facts kept, a line per fact left out saying which fact it contradicts). For a goal read from a
+    task, where the reading, not the user, wrote the contradiction."""
+    kept: list[Fact] = []
+    dropped: list[str] = []
+    for raw in facts:
+        fact = _parse_fact(raw, env)
+        clash = next(((k, why) for k in kept if (why := contradiction(k, fact, env)) is not None), None)
+        if clash is None:
+            kept.append(fact)
+        else:
+            dropped.append(f"{fact}: contradicts {clash[0]} ({clash[1]}), left out")
+    return [str(f) for f in kept], dropped
+
+
 def _listed(names: list[str]) -> str:
     return ", ".join(names[:8]) + (f", … ({len(names) - 8} more)" if len(names) > 8 else "")
 
@@ -127,6 +185,9 @@ def parse_goal(facts: Sequence[str], env: Environment) -> Goal:
     if not facts:
         raise OrinError("the goal is empty; give facts like at(mug, sink), or leave the goal out")
     parsed = tuple(dict.fromkeys(_parse_fact(f, env) for f in facts))
+    for earlier, later, why in contradictions(parsed, env)[:1]:
+        raise OrinError(f"goal facts {earlier} and {later} contradict each other ({why}), so no plan can reach "
+                        "the goal: keep one of them")
     return Goal(parsed)
 
 

@@ -4,11 +4,13 @@ labour: the model reads the words, the simulator and the search plan to the fact
 The facts are decoded under a grammar built from the home (`goal_grammar`): each fact is one of
 environment/goals.py's predicates over things of the right sort (at(object, place), on(device),
 open(openable place), done(other action, thing), ...), one per line. When the task names things of
-the home (`mentioned`: a name's words in the text, longest names first, so "desk lamp" is the lamp
-and not the desk), the grammar allows only those: a goal's things are the task's own in every
-calibration task; a thing named as a source ("from the bathroom", "out of the cupboard") is left
-out, for what the goal is about ends somewhere else; and the goal may not end before every other
-thing it mentions, rooms aside, is in some fact (_covering). The few-shot turns are one short example per
+the home (goal_words.py `mentioned`), the grammar allows only those: a goal's things are the task's
+own in every calibration task; a thing named as a source ("from the bathroom", "out of the
+cupboard") is left out, for what the goal is about ends somewhere else; and the goal may not end
+before every other thing it mentions, rooms aside, is in some fact (_covering). The task's verbs and
+prepositions narrow it further (goal_words.py `cues`): on/off and open/closed only as a verb says,
+said only (and then surely) when the task asks to be told, nothing left in hand when the task names
+where something goes, an object only at the place named after it. The few-shot turns are one short example per
 fact kind in the home's own names (kind_examples) and the home's own examples, each with the goal
 its plan makes true by simulation (goals.py goal_of_plan), rendered after a system message that
 holds the home, so the home and the examples stay one cached prefix and a request computes only
@@ -18,18 +20,19 @@ its task.
 from __future__ import annotations
 
 import json
-import re
 from typing import Optional
 
 from ..environment import Environment, format_call, parse_call
 from ..environment.goals import goal_of_plan
 from ..environment.render import system_message
 from ..errors import OrinError
+from .goal_words import CUES, Cues, allowed_by
 from .steps import check_steps
 
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
 GOAL_MAX_TOKENS = 64  # three facts of long names fit
 COVER = True  # a narrowed goal names every target the task mentions (_covering)
+USE_CUES = True  # narrow a goal by the task's verbs too (Cues), not only by the things it mentions
 KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
 
 GOAL_SYSTEM_PROMPT = (
@@ -42,42 +45,15 @@ GOAL_SYSTEM_PROMPT = (
 )
 
 
-# a thing the task names as where something comes from ("from the bathroom", "out of the cupboard"):
-# not what the goal is about (what is taken out of a cupboard ends somewhere else, the cupboard shut)
-SOURCE = re.compile(r" (?:from|out of)(?: the| my| your)? $")
-SOURCES_OUT = True
-
-
-def mentioned(env: Environment, text: str, sources_out: Optional[bool] = None) -> set[str]:
-    """The names of `env`'s things (rooms, places, objects, devices) that `text` mentions: a name's
-    words, in order, as whole words (a plural s allowed), longest names first; a span of the text
-    names one thing. `sources_out`: leave out a thing named as a source ("from the bathroom")."""
-    sources_out = SOURCES_OUT if sources_out is None else sources_out
-    low = " " + re.sub(r"[^a-z0-9]+", " ", text.lower()) + " "
-    names = set(env.names("place")) | set(env.names("object")) | set(env.names("device"))
-    found: set[str] = set()
-    for name in sorted(names, key=lambda n: (-len(n.split("_")), -len(n), n)):
-        words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-        if not words:
-            continue
-        pattern = re.compile(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)? ")
-        m = pattern.search(low)
-        if m is None:
-            continue
-        if not (sources_out and SOURCE.search(low[:m.start() + 1])):
-            found.add(name)
-        low = low[:m.start()] + " " + "#" * (m.end() - m.start() - 2) + " " + low[m.end():]
-    return found
-
-
 def _alt(names) -> str:
     return " | ".join(json.dumps(n) for n in sorted(set(names)))
 
 
-def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: int = MAX_FACTS) -> str:
+def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: int = MAX_FACTS,
+                 cue: Optional[Cues] = None) -> str:
     """Lark text for a goal of `env`: 1 to `max_facts` facts, one a line. `only`: the things a fact
     may name (mentioned(); a predicate whose sort has none of them is left out); None or empty:
-    every thing of the home."""
+    every thing of the home. `cue`: with `only`, the facts the task's words allow (cues())."""
     if env.is_text:
         raise OrinError(f"environment {env.name!r} is plain text: a goal needs rooms, objects and actions to name")
     if max_facts < 1:
@@ -108,14 +84,15 @@ def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: i
         elif sorts.get(a.args[0]):
             facts.append(f'"done({a.name}, " {a.args[0]} ")"')
     lines = [f"{sort}: {_alt(names)}" for sort, names in sorts.items() if names]
-    covering = _covering(env, sorts, only, max_facts) if (only and COVER) else None
+    covering = _covering(env, sorts, only, max_facts, cue) if (only and COVER) else None
     if covering:
         return "\n".join(covering) + "\n"
     lines = [f'start: fact ("\\n" fact){{0,{max_facts - 1}}} "\\n"?', "fact: " + " | ".join(facts)] + lines
     return "\n".join(lines) + "\n"
 
 
-def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int) -> Optional[list[str]]:
+def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int,
+              cue: Optional[Cues] = None) -> Optional[list[str]]:
     """Rules for goals that name every target the task mentions (an object, a device or a place that is
     no room; a room is where things happen, "in the kitchen", seldom a goal's thing), in facts of the
     kinds goal_grammar allows. The model still picks the kinds and the pairings; it only may not end
@@ -124,28 +101,43 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int) -> 
     be named in `max_facts` facts."""
     rooms = {r.name for r in env.rooms}
     targets = frozenset(n for n in only if n not in rooms)
+    said_target = cue is not None and cue.said and CUES["said"]
+    if said_target:
+        targets |= {"said"}  # the fact said is a target too: the task asked to be told
     if not targets:
         return None
+    allow = allowed_by(cue, env)
     # every fact, grouped by the targets it names, each one literal (a fact's text is no prefix of
     # another's); those that name none are `plain`
-    by_cover: dict[frozenset, list[str]] = {frozenset(): ["said"]}
+    by_cover: dict[frozenset, list[str]] = {frozenset(): []}
+
+    def add(pred: str, args: tuple, covered) -> None:
+        if allow(pred, args):
+            text = pred if pred == "said" else f"{pred}({', '.join(args)})"
+            by_cover.setdefault(frozenset(covered) & targets, []).append(text)
+    add("said", (), {"said"})
     pairs = [("holding", "object"), ("robot_at", "place"), ("open", "openable"), ("closed", "openable"),
              ("on", "device"), ("off", "device")]
     for pred, sort in pairs:
         for n in sorts[sort]:
-            by_cover.setdefault(frozenset([n]) & targets, []).append(f"{pred}({n})")
+            add(pred, (n,), {n})
     for o in sorts["object"]:
         for p in sorts["place"]:
-            by_cover.setdefault(frozenset({o, p}) & targets, []).append(f"at({o}, {p})")
+            add("at", (o, p), {o, p})
     for a in env.actions:
         if a.effective_kind != "other":
             continue
         if not a.args or a.args[0] == "text":
-            by_cover[frozenset()].append(f"done({a.name})")
+            add("done", (a.name,), ())
         for n in (sorts.get(a.args[0]) or []) if a.args else []:
-            by_cover.setdefault(frozenset([n]) & targets, []).append(f"done({a.name}, {n})")
+            add("done", (a.name, n), {n})
     plain = by_cover.pop(frozenset())
+    by_cover = {c: facts for c, facts in by_cover.items() if facts}
     covers = sorted(by_cover, key=lambda c: sorted(c))
+    # a target no allowed fact names (a device the task mentions without a switch verb) is not asked for
+    targets = targets & frozenset().union(*covers) if covers else frozenset()
+    if not targets:
+        return None
 
     def can(left: frozenset, k: int) -> bool:  # `left` can be named in k facts
         return not left or (k > 0 and any(c & left and can(left - c, k - 1) for c in covers))
@@ -160,7 +152,7 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int) -> 
         name = names[key] = f"g{len(names)}"
         alts = ['"\\n"?'] if not left else []
         if k > 0:
-            if not left or can(left, k - 1):
+            if plain and (not left or can(left, k - 1)):
                 alts.append(f'"\\n" plain {rule(left, k - 1)}')
             for i, c in enumerate(covers):
                 if can(left - c, k - 1):
@@ -168,11 +160,12 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int) -> 
         body.append(f"{name}: " + " | ".join(alts))
         return name
     body: list[str] = []
-    first = [f"plain {rule(targets, max_facts - 1)}"] if can(targets, max_facts - 1) else []
+    first = [f"plain {rule(targets, max_facts - 1)}"] if plain and can(targets, max_facts - 1) else []
     first += [f"cover{i} {rule(targets - c, max_facts - 1)}" for i, c in enumerate(covers)
               if can(targets - c, max_facts - 1)]
     return (["start: " + " | ".join(first)] + body
-            + [f"cover{i}: " + _alt(by_cover[c]) for i, c in enumerate(covers)] + ["plain: " + _alt(plain)])
+            + [f"cover{i}: " + _alt(by_cover[c]) for i, c in enumerate(covers)]
+            + (["plain: " + _alt(plain)] if plain else []))
 
 
 def goal_examples(env: Environment) -> list[tuple[str, list[str]]]:

@@ -5,6 +5,8 @@ The goal prompt (what a goal is, the home, the home's examples with their goals)
 per home version and kept on the Home; its blocks stay in the engine's prefix cache, so a request
 computes only its task's turn. The grammar is narrowed to the things the task mentions (when it
 mentions any) and compiled per set of things, at most GRAMMARS_KEPT kept per home version.
+A fact the model writes that contradicts an earlier one (environment/goals.py `consistent`) is left
+out, and the answer says so (`dropped`): a goal no world has would have the search run to the deadline.
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Optional
 
+from ..environment.goals import consistent
 from ..errors import OrinError
+from ..home import goal_text
 from ..home.goal_text import (
     GOAL_MAX_TOKENS,
     MAX_FACTS,
@@ -21,8 +26,8 @@ from ..home.goal_text import (
     goal_lines,
     goal_prefix_messages,
     goal_task_message,
-    mentioned,
 )
+from ..home.goal_words import Cues, cues, mentioned
 from .constraint import Grammar
 from .plans import Home
 from .sampling import SamplingParams
@@ -48,10 +53,11 @@ class InferredGoal:
     mentioned: list[str]  # the things the grammar was narrowed to (empty: the whole home)
     ms: float  # how long inferring took
     tokens: int  # tokens decoded
+    dropped: list[str] = field(default_factory=list)  # facts that contradicted an earlier one, left out, and why
 
     def as_dict(self) -> dict:
         return {"facts": list(self.facts), "mentioned": list(self.mentioned), "ms": round(self.ms, 1),
-                "tokens": self.tokens}
+                "tokens": self.tokens, "dropped": list(self.dropped)}
 
 
 def goal_prompt(engine, home: Home) -> GoalPrompt:
@@ -66,11 +72,11 @@ def goal_prompt(engine, home: Home) -> GoalPrompt:
     return prompt
 
 
-def _grammar(engine, prompt: GoalPrompt, env, only: frozenset[str], max_facts: int) -> Grammar:
-    key = (only, max_facts)
+def _grammar(engine, prompt: GoalPrompt, env, only: frozenset[str], max_facts: int, cue: Optional[Cues]) -> Grammar:
+    key = (only, max_facts, cue)
     g = prompt.grammars.get(key)
     if g is None:
-        g = Grammar.lark(engine.vocabulary(), goal_grammar(env, set(only), max_facts),
+        g = Grammar.lark(engine.vocabulary(), goal_grammar(env, set(only), max_facts, cue),
                          f"the goal grammar of {env.name!r}")
         prompt.grammars[key] = g
         while len(prompt.grammars) > GRAMMARS_KEPT:
@@ -92,7 +98,8 @@ def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: in
                         "give the goal's facts, e.g. [\"at(mug, sink)\"]")
     prompt = goal_prompt(engine, home)
     only = frozenset(mentioned(env, task)) if narrow else frozenset()
-    grammar = _grammar(engine, prompt, env, only, max_facts)
+    cue = cues(env, task, set(only)) if (only and goal_text.USE_CUES) else None
+    grammar = _grammar(engine, prompt, env, only, max_facts, cue)
     full = engine.chat_text([*map(dict, prompt.messages), goal_task_message(task)])
     ids = list(prompt.ids) + engine.encode(full[len(prompt.text):]) if full.startswith(prompt.text) \
         else engine.encode(full)
@@ -101,9 +108,11 @@ def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: in
     text = result.text
     if result.finish_reason == "length" and not text.endswith("\n"):
         text = text.rsplit("\n", 1)[0] if "\n" in text else ""  # a fact cut in half is no fact
-    facts = goal_lines(text)
+    # the grammar does not see that holding(mug) contradicts at(mug, sink): a goal that can never be
+    # reached would have the search run to the deadline, so a fact that contradicts an earlier one goes
+    facts, dropped = consistent(goal_lines(text), env)
     if not facts:  # the grammar needs one fact; a cut at max_tokens can leave none whole
         raise OrinError(f"no goal could be inferred from the task {task!r} (the model wrote {result.text!r}); "
                         "give the goal's facts")
     return InferredGoal(facts, result.text, sorted(only), (time.perf_counter() - t0) * 1e3,
-                        result.timings.completion_tokens)
+                        result.timings.completion_tokens, dropped)

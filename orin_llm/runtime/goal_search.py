@@ -75,6 +75,7 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
     plan.feasibility = run.feasibility if plan.constrained else "report"
     if run.inferred is not None:
         plan.goal_inferred = list(run.inferred.facts)
+        plan.goal_dropped = list(run.inferred.dropped)
     if run.goal is not None:
         plan.goal_reached = run.goal.reached(world)
         plan.goal_missing = list(run.goal.missing(world)) if not plan.goal_reached else []

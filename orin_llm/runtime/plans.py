@@ -37,6 +37,8 @@ class Plan:
     search: Optional[dict] = None  # with a goal: {"candidates", "source": model|search|none, "reason", ...}
     feasibility: str = "off"  # the mode the plan was checked in (an unconstrained plan: report at most)
     goal_inferred: Optional[list[str]] = None  # goal "infer": the facts the model read in the task
+    # goal "infer": facts the model wrote that contradicted an earlier one, left out, each with why
+    goal_dropped: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -69,12 +69,12 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
 def feasibility_fields(plan: Plan) -> dict:
     """What the simulation says of a plan: the mode, the violated steps, the predicted final state,
     and, with a goal, whether it is reached, what is missing and how the plan was found (goal "infer":
-    the facts the model read in the task)."""
+    the facts the model read in the task, and those it wrote that contradicted an earlier one, left out)."""
     final = plan.final_state
     return {"feasibility": plan.feasibility, "violations": [v.as_dict() for v in plan.violations],
             "final_state": final.model_dump(mode="json") if final is not None else None,
             "goal_reached": plan.goal_reached, "goal_missing": list(plan.goal_missing), "search": plan.search,
-            "goal_inferred": plan.goal_inferred}
+            "goal_inferred": plan.goal_inferred, "goal_dropped": list(plan.goal_dropped)}
 
 
 def state_job(update: dict, home: Optional[str]):

@@ -378,6 +378,9 @@ class PlanResponse(BaseModel):
     goal_missing: list[str] = Field(description="The goal facts the plan leaves false.")
     goal_inferred: Optional[list[str]] = Field(None, description="With goal \"infer\": the facts the model read in "
                                                                  "the task text, which the plan aims at.")
+    goal_dropped: list[str] = Field(default_factory=list, description="With goal \"infer\": facts the model wrote "
+                                    "that contradicted an earlier one (holding(mug) after at(mug, sink)), left out "
+                                    "of the goal, each with the fact it contradicts.")
     search: Optional[dict[str, Any]] = Field(description="With a goal: candidates (model plans tried), source "
                                                          "(model, search or none) and reason.")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orin_llm.environment import HomeState, World, environment_from_dict
-from orin_llm.environment.goals import Fact, goal_of_plan, parse_goal
+from orin_llm.environment.goals import Fact, consistent, goal_of_plan, parse_goal
 from orin_llm.errors import OrinError
 from orin_llm.home.steps import check_steps
 
@@ -94,3 +94,42 @@ def test_the_goal_of_a_plan_keeps_what_it_leaves_changed(flat) -> None:
     known = HomeState(open={"cupboard": True})
     assert _goal(flat, "walk_to(cupboard)\nshut(cupboard)", known) == ["closed(cupboard)"]
     assert _goal(flat, "walk_to(sink)\ngrab(mug)\nput(mug, kitchen)") == []  # back where it was
+
+
+@pytest.mark.parametrize("facts, words", [
+    (["holding(mug)", "at(mug, sink)"], r"holding\(mug\) and at\(mug, sink\) contradict each other \(mug cannot be "
+                                         r"held and lie somewhere at once\)"),
+    (["at(mug, sink)", "holding(mug)"], r"at\(mug, sink\) and holding\(mug\) contradict"),
+    (["holding(mug)", "holding(book)"], r"holding\(mug\) and holding\(book\) contradict each other \(the robot "
+                                         r"holds one object at a time\)"),
+    (["at(mug, sink)", "at(mug, counter)"], r"mug cannot be at sink and at counter at once"),
+    (["at(mug, kitchen)", "at(mug, sofa)"], r"mug cannot be at kitchen and at sofa at once"),  # sofa: the lounge
+    (["at(mug, kitchen)", "at(mug, lounge)"], r"mug cannot be at kitchen and at lounge"),
+    (["robot_at(sofa)", "robot_at(sink)"], r"the robot cannot be at sofa and at sink at once"),
+    (["robot_at(lounge)", "robot_at(counter)"], r"the robot cannot be at lounge and at counter"),
+    (["open(fridge)", "closed(fridge)"], r"fridge cannot be open and closed at once"),
+    (["on(tv_stand)", "said", "off(tv_stand)"], r"on\(tv_stand\) and off\(tv_stand\) contradict each other "
+                                                r"\(tv_stand cannot be on and off at once\)"),
+])
+def test_a_goal_whose_facts_contradict_is_refused_naming_both(flat, facts, words) -> None:
+    with pytest.raises(OrinError, match=words + r".*no plan can reach the goal: keep one of them"):
+        parse_goal(facts, flat)
+
+
+def test_facts_that_can_hold_together_are_no_contradiction(flat) -> None:
+    """Different things, or the same thing somewhere and in the room around it, fit together."""
+    fine = [["at(mug, kitchen)", "at(mug, sink)"], ["at(mug, sink)", "at(mug, kitchen)"],
+            ["robot_at(kitchen)", "robot_at(counter)"], ["holding(mug)", "at(milk, sink)"],
+            ["open(fridge)", "closed(cupboard)"], ["on(fridge)", "off(tv_stand)", "closed(fridge)"],
+            ["holding(mug)", "robot_at(sofa)", "done(give, mug)"]]
+    for facts in fine:
+        assert [str(f) for f in parse_goal(facts, flat).facts] == facts
+
+
+def test_consistent_keeps_the_first_of_two_facts_that_contradict(flat) -> None:
+    kept, dropped = consistent(["at(mug, sink)", "holding(mug)", "off(tv_stand)", "on(tv_stand)", "said"], flat)
+    assert kept == ["at(mug, sink)", "off(tv_stand)", "said"]
+    assert dropped == ["holding(mug): contradicts at(mug, sink) (mug cannot be held and lie somewhere at once), "
+                       "left out",
+                       "on(tv_stand): contradicts off(tv_stand) (tv_stand cannot be on and off at once), left out"]
+    assert consistent(["holding(mug)", "robot_at(sink)"], flat) == (["holding(mug)", "robot_at(sink)"], [])

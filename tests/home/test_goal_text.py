@@ -16,8 +16,9 @@ from orin_llm.home.goal_text import (
     goal_lines,
     goal_prefix_messages,
     kind_examples,
-    mentioned,
 )
+from orin_llm.home.goal_words import cues, mentioned
+from orin_llm.runtime import goal_infer
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
@@ -53,6 +54,68 @@ def test_every_reference_goal_is_in_the_grammar_narrowed_to_its_task(engine):
         for tok in ids:
             c.accept(tok)
         assert min(engine.eos_ids) in c.allowed().nonzero().flatten().tolist()  # the goal may end here
+
+
+def test_every_reference_goal_is_in_the_grammar_narrowed_by_its_tasks_words(engine):
+    """The cues (switch and open/close verbs, tell, where each object goes) never cut the goal the
+    task's reference plan makes true."""
+    vocab = engine.vocabulary()
+    homes: dict = {}
+    for it in load_split("calib")[1::6]:
+        env = homes.setdefault(it.home, load_home(it.home))
+        facts = reference_goal(env, it)
+        only = mentioned(env, it.task)
+        c = Grammar.lark(vocab, goal_grammar(env, only, cue=cues(env, it.task, only))).constraint()
+        ids = engine.encode("\n".join(facts))
+        assert c.valid_prefix(ids) == len(ids), (it.id, it.task, facts, cues(env, it.task, only))
+        for tok in ids:
+            c.accept(tok)
+        assert min(engine.eos_ids) in c.allowed().nonzero().flatten().tolist()
+
+
+def test_the_tasks_words_say_which_facts_a_goal_may_hold():
+    env = load_home("bungalow")
+    c = cues(env, "Turn off the toaster and the floor lamp, then put the plate on the counter.")
+    assert c.switch == {("toaster", "off"), ("floor_lamp", "off")} and c.destination and not c.said
+    assert c.at == {("plate", "counter")}
+    c = cues(env, "Put the plate in the microwave and turn on the microwave.")
+    assert c.switch == {("microwave", "on")} and c.destination  # "in the microwave": the plate ends there
+    assert cues(env, "Switch the desk lamp off.").switch == {("desk_lamp", "off")}
+    assert cues(env, "Please open the sideboard, and tell me when you are done.").opening == {("sideboard", "open")}
+    assert cues(env, "Close the shoe cabinet.").said is False
+    assert cues(env, "Close the shoe cabinet, and tell me when you are done.").said is True
+    c = cues(env, "I am in the office, please bring me the watch.")
+    assert not c.destination and not c.switch  # a room is no destination: the watch stays in hand
+    assert cues(env, "Clean the desk.").actions == {"wipe"} and cues(env, "Put the book on the desk.").actions == set()
+    c = cues(env, "Tidy up the office: put the book on the desk and the watch on the nightstand.")
+    assert c.at == {("book", "desk"), ("watch", "nightstand")}
+
+
+def test_the_words_narrow_the_goal_grammar(engine):
+    env = load_home("bungalow")
+
+    def allows(task, goal):
+        only = mentioned(env, task)
+        g = Grammar.lark(engine.vocabulary(), goal_grammar(env, only, cue=cues(env, task, only))).constraint()
+        ids = engine.encode(goal)
+        if g.valid_prefix(ids) < len(ids):
+            return False
+        for tok in ids:
+            g.accept(tok)
+        return min(engine.eos_ids) in g.allowed().nonzero().flatten().tolist()
+    assert allows("Turn off the desk lamp.", "off(desk_lamp)")
+    assert not allows("Turn off the desk lamp.", "on(desk_lamp)")
+    assert allows("Please open the sideboard.", "open(sideboard)")
+    assert not allows("Please open the sideboard.", "closed(sideboard)")
+    task = "Put the book on the desk, and tell me when you are done."
+    assert allows(task, "at(book, desk)\nsaid") and not allows(task, "at(book, desk)")  # said is asked for
+    assert not allows(task, "holding(book)\nat(book, desk)\nsaid")  # the book ends on the desk, not in hand
+    assert not allows("Put the book on the desk.", "at(book, desk)\nsaid")  # nobody asked to be told
+    task = "Tidy up the office: put the book on the desk and the watch on the nightstand."
+    assert allows(task, "at(book, desk)\nat(watch, nightstand)")
+    assert not allows(task, "at(book, nightstand)\nat(watch, desk)")
+    assert not allows("Carry the book over to the desk.", "done(wipe, desk)\nat(book, desk)")
+    assert allows("I am in the office, please bring me the watch.", "holding(watch)\ndone(give, watch)")
 
 
 def test_the_narrowed_grammar_cuts_things_the_task_does_not_name(engine):
@@ -127,6 +190,24 @@ def test_infer_is_refused_where_it_cannot_run(planner, engine):
             text.plan("Open the fridge.", SamplingParams(max_tokens=8), goal="infer", constrained=False)
     finally:
         engine.unpin(text.pin)
+
+
+def test_a_fact_read_that_contradicts_an_earlier_one_is_left_out_and_the_answer_says_so(engine, monkeypatch):
+    """A goal read from the task never contradicts itself (a goal that can never be reached had the
+    search run to the deadline): the later fact goes, and the answer says which and why. The goal
+    grammar here allows only a contradictory goal, so the real engine must write one."""
+    monkeypatch.setattr(goal_infer, "goal_grammar", lambda env, only, max_facts, cue=None: (
+        'start: "open(fridge)\\nclosed(fridge)\\nsaid\\n"\n'))
+    p = Planner(engine, load_environment(EXAMPLE_HOME_PATH))  # its own: the grammar is kept per home
+    try:
+        plan = p.plan("Open the fridge.", SamplingParams(max_tokens=32), speculation="none", goal="infer",
+                      deadline_s=60)
+    finally:
+        engine.unpin(p.pin)
+    assert plan.goal_inferred == ["open(fridge)", "said"]
+    assert plan.goal_dropped == ["closed(fridge): contradicts open(fridge) (fridge cannot be open and closed at "
+                                 "once), left out"]
+    assert plan.goal_reached is True and plan.search["source"] in ("model", "search")  # reachable once it went
 
 
 def test_a_sampled_candidate_aims_at_the_goal_read_once(planner, monkeypatch):

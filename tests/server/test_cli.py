@@ -116,6 +116,8 @@ def test_plan_with_a_goal_says_whether_it_is_reached_and_what_is_missing(capped_
     assert bad.returncode == 2 and "--feasibility 'strict': choose enforce, report or off" in bad.stderr
     bad = run_cli("plan", "--socket", sock, "--goal", "at(mug, garage)", TASK, check=False)
     assert bad.returncode == 2 and "'garage' is not a room or place of this home" in bad.stderr
+    bad = run_cli("plan", "--socket", sock, "--goal", "holding(mug)", "--goal", "at(mug, sink)", TASK, check=False)
+    assert bad.returncode == 2 and "holding(mug) and at(mug, sink) contradict each other" in bad.stderr
 
 
 def test_state_show_and_update(capped_daemon):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 
 import pytest
 
@@ -99,11 +100,22 @@ def test_a_one_off_state_is_this_plans_only(planner):
     ({"goal": ["said"], "feasibility": "off"}, 'feasibility "off" simulates nothing'),
     ({"state": {"holding": "unicorn"}}, "holding: 'unicorn' is not an object of this home"),
     ({"state": {"holding": ["mug", "milk"]}}, "one object at a time"),
+    # goals that can never be reached: refused before any search (which would run to the deadline)
+    ({"goal": ["holding(milk)", "at(milk, coffee_table)"]},
+     r"holding\(milk\) and at\(milk, coffee_table\) contradict each other \(milk cannot be held"),
+    ({"goal": ["on(tv)", "off(tv)"]}, r"on\(tv\) and off\(tv\) contradict each other \(tv cannot be on and off"),
+    ({"goal": ["open(fridge)", "closed(fridge)"]}, r"open\(fridge\) and closed\(fridge\) contradict"),
+    ({"goal": ["robot_at(sofa)", "robot_at(kitchen)"]}, "the robot cannot be at sofa and at kitchen at once"),
+    ({"goal": ["holding(milk)", "holding(mug)"]}, r"holds one object at a time\), so no plan can reach the goal: "
+                                                 "keep one of them"),
+    ({"goal": ["at(mug, sink)", "at(mug, sofa)"]}, "mug cannot be at sink and at sofa at once"),
 ])
 def test_bad_goals_and_states_get_422_saying_what_to_fix_and_the_daemon_goes_on(planner, body, words):
+    began = time.monotonic()
     with pytest.raises(PlannerError, match=words) as e:
-        planner.plan(TASK, max_tokens=4, **body)
+        planner.plan(TASK, max_tokens=4, deadline_ms=120_000, **body)
     assert e.value.status == 422
+    assert time.monotonic() - began < 30  # checked on arrival, not after a search to the deadline
     assert planner.health()["ready"] and planner.plan(TASK, max_tokens=2)["plan"] is not None
 
 
