@@ -144,10 +144,16 @@ def run(engine, out: Path, quick: bool = False, items: Optional[list] = None,
                 took = time.perf_counter() - t0
                 scored = score(env, plan.text, facts, len(it.reference_plan),
                                truncated=plan.result.finish_reason == "length")
+                t = plan.result.timings
                 row[mode] = {**scored, "plan": plan.text, "plan_s": took,
                              "finish_reason": plan.result.finish_reason,
-                             "completion_tokens": plan.result.timings.completion_tokens,
-                             "search": getattr(plan, "search", None)}
+                             "completion_tokens": t.completion_tokens,
+                             "search": getattr(plan, "search", None),
+                             # the answer's own generation: its masks, the state's share of them, and its
+                             # decode steps (the model's: forced tokens take none), for the mask's cost
+                             "mask_ms": t.mask_s * 1e3, "feasibility_ms": t.feasibility_s * 1e3, "masks": t.masks,
+                             "decode_ms": max(0.0, t.total_s - t.ttft_s - t.mask_s) * 1e3,
+                             "decode_steps": max(0, t.completion_tokens - t.forced_tokens - 1)}
                 if mode == "enforce+inferred":
                     row[mode]["goal_inferred"] = plan.goal_inferred
             rows.append(row)
@@ -190,6 +196,12 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                 "plan_s_max": max(g["plan_s"] for g in got),
                 "cut_by_max_tokens": sum(g["finish_reason"] == "length" for g in got),
                 "violation_kinds": dict(kinds), "search_sources": dict(sources)}
+            masks, steps = sum(g.get("masks", 0) for g in got), sum(g.get("decode_steps", 0) for g in got)
+            if masks and steps:  # the state's narrowing per mask against a decode step's model time
+                narrow = sum(g["feasibility_ms"] for g in got) / masks
+                step = sum(g["decode_ms"] for g in got) / steps
+                out[split][mode].update(narrowing_ms_per_mask=narrow, decode_step_ms=step,
+                                        narrowing_share_of_step=narrow / step if step else None)
             if mode == "enforce+inferred":  # how often the model read the reference's goal itself
                 exact = [set(r[mode].get("goal_inferred") or []) == set(r["goal"]) for r in mine if mode in r]
                 out[split][mode]["inferred_goal_exact"] = sum(exact) / len(exact)

@@ -25,7 +25,6 @@ BENCH = "docs/bench"
 NOTES = "docs/notes/benchmarks-lab-notes.md"
 
 
-
 @dataclass
 class Row:
     """One line of a goal table: `ours` and `anchor` are formatted; `met` None = the row has no goal."""
@@ -36,10 +35,8 @@ class Row:
     met: Optional[bool] = None
 
 
-
 def verdict(met: Optional[bool]) -> str:
     return "—" if met is None else "yes" if met else "**no**"
-
 
 
 def table(anchor: str, rows: list[Row]) -> list[str]:
@@ -47,10 +44,8 @@ def table(anchor: str, rows: list[Row]) -> list[str]:
     return lines + [f"| {r.what} | {r.goal} | {r.ours} | {r.anchor} | {verdict(r.met)} |" for r in rows]
 
 
-
 def ms(x: float) -> str:
     return f"{x:,.0f} ms" if x >= 100 else f"{x:.1f} ms"
-
 
 
 def duration(seconds: float) -> str:
@@ -66,7 +61,6 @@ def duration(seconds: float) -> str:
 KEEP = "\x00"  # a space inside `code`, which a line break must not split (tests/test_docs.py reads code per line)
 
 
-
 def prose(text: str) -> list[str]:
     """Text wrapped like the rest of the page, ending with a full stop (or a colon), never broken inside `code`."""
     text = " ".join(text.split())
@@ -76,15 +70,12 @@ def prose(text: str) -> list[str]:
     return [line.replace(KEEP, " ") for line in lines]
 
 
-
 def ratio(x: float) -> str:
     return f"{x:.0f}×" if x >= 10 else f"{x:.1f}×"
 
 
-
 def _pct(x: Optional[float]) -> str:
     return "—" if x is None else f"{x:.0%}"
-
 
 
 @dataclass
@@ -116,10 +107,8 @@ class Run:
                                 f"torch {m.get('torch', '?')}): `{BENCH}/{self.rel}`"))
 
 
-
 def load(root: Path, rel: str, runs: dict) -> Run:
     return Run(rel, json.loads((root / BENCH / rel).read_text()), runs["runs"].get(rel, {}), runs["machines"])
-
 
 
 def command_lines(run: Run) -> list[str]:
@@ -132,20 +121,16 @@ def command_lines(run: Run) -> list[str]:
     return out + [f"Command: `{cmd}`"]
 
 
-
 def plot(root: Path, rel: str, alt: str) -> list[str]:
     return ["", f"![{alt.replace('`', '')}](bench/{rel})"] if (root / BENCH / rel).is_file() else []
-
 
 
 def stale(run: Run) -> list[str]:
     return [*prose(f"**Older run:** {run.meta['stale']}"), ""] if run.meta.get("stale") else []
 
 
-
 def conditions(run: Run) -> list[str]:
     return [*prose(f"Conditions: {run.meta['conditions']}"), ""] if run.meta.get("conditions") else []
-
 
 
 def section(root: Path, title: str, what: str, run: Run, anchor: str, rows: list[Row],
@@ -154,7 +139,6 @@ def section(root: Path, title: str, what: str, run: Run, anchor: str, rows: list
     lines += (extra + [""]) if extra else []
     lines += [*conditions(run), run.line(), *command_lines(run)]
     return lines + (plot(root, png, title) if png and not run.meta.get("stale") else [])
-
 
 
 def part(root: Path, title: str, what: str, anchor: str, rows: list[Row], png: Optional[str] = None) -> list[str]:

@@ -85,7 +85,6 @@ def gpu_rows(d: dict) -> list[Row]:
     return rows
 
 
-
 def gpu_partial_section(root: Path, full: Run, part: Run) -> list[str]:
     """gpu_fused.json: a partial GPU run after a fix (the stages time allowed), its rows beside the full
     run's; transformers' figure, when the partial run has none, from the full run: a ratio across runs."""

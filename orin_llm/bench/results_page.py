@@ -243,7 +243,6 @@ def page(root: Path = ROOT) -> str:
     return "\n".join(lines) + "\n"
 
 
-
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m orin_llm.bench.results_page", description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=ROOT, help="the repository checkout (default: this one)")
@@ -258,7 +257,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     path.write_text(text)
     print(path)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -35,14 +35,12 @@ def peer_rows(d: dict) -> list[Row]:
     ]
 
 
-
 def peer_configs(d: dict) -> list[str]:
     """Every server and drafter of the run: decode rate, TTFT, a 64-token plan's time."""
     lines = ["| server, weights, drafter | decode tokens/s | TTFT | 64-token plan | tokens (median) |",
              "|---|---|---|---|---|"]
     return lines + [f"| {k} | {r['decode_tok_s']:.1f} | {ms(r['ttft_ms'])} | {r['plan_at_max_tokens_s']:.2f} s | "
                     f"{r['completion_tokens']:.0f} |" for k, r in d["rows"].items()]
-
 
 
 def traffic_rows(d: dict, anchor: dict) -> list[Row]:
@@ -64,7 +62,6 @@ def traffic_rows(d: dict, anchor: dict) -> list[Row]:
     ]
 
 
-
 def agents_rows(d: dict) -> list[Row]:
     """The agent loop: prompt tokens computed per turn, with the daemon keeping the turns and with the
     client re-sending them, against a runtime that caches only the pinned home."""
@@ -78,7 +75,6 @@ def agents_rows(d: dict) -> list[Row]:
                        ", ".join(f"{t:.0f}" for t in turns) + f" ({s['computed_total']} in all)",
                        f"{s['after_home_total']} in all", flat))
     return out
-
 
 
 def throughput_rows(d: dict) -> list[Row]:
@@ -106,7 +102,6 @@ def throughput_rows(d: dict) -> list[Row]:
     return rows
 
 
-
 def restart_rows(d: dict) -> list[Row]:
     """Lookup after a restart on the saved history, against a fresh daemon with the build's seed only."""
     s = d["summary"]
@@ -119,7 +114,6 @@ def restart_rows(d: dict) -> list[Row]:
         Row("greedy plans identical to the fresh daemon's", "yes", "yes" if d["identical_plans"] else "no", "—",
             bool(d["identical_plans"])),
     ]
-
 
 
 def policy_rows(d: dict) -> list[Row]:
@@ -143,7 +137,6 @@ def policy_rows(d: dict) -> list[Row]:
     return rows
 
 
-
 def speculative_rows(d: dict) -> list[Row]:
     """Lossless speculation (exact mode) against plain decoding of the same engine."""
     res = d["results"]
@@ -159,7 +152,6 @@ def speculative_rows(d: dict) -> list[Row]:
     rows.append(Row("greedy output identical to plain (exact mode)", "every task", ", ".join(dict.fromkeys(same)),
                     "—", all(a == b for a, b in (s.split("/") for s in same))))
     return rows
-
 
 
 def constrained_rows(d: dict) -> list[Row]:
@@ -180,7 +172,6 @@ def constrained_rows(d: dict) -> list[Row]:
     ]
 
 
-
 def ros_rows(d: dict) -> list[Row]:
     """The ROS 2 node against calling the daemon's socket directly, the same goals both ways."""
     node, direct, extra = d["node"], d["direct"], d["overhead_ms"]
@@ -192,7 +183,6 @@ def ros_rows(d: dict) -> list[Row]:
              for key, what in (("first_step", "first step"), ("result", "result"))]
     return rows + [Row("the same plans both ways", "yes", "yes" if d["same_plans"] else "no", "—",
                        bool(d["same_plans"]))]
-
 
 
 def plan_quality_rows(d: dict) -> list[Row]:
@@ -220,8 +210,12 @@ def plan_quality_rows(d: dict) -> list[Row]:
         if "inferred_goal_exact" in t:
             rows.append(Row(f"{label}: goal read from the task text = the reference's, `{text_mode}`", "—",
                             _pct(t["inferred_goal_exact"]), "—"))
+        if e.get("narrowing_share_of_step") is not None:
+            share = e["narrowing_share_of_step"]
+            rows.append(Row(f"{label}: the state's narrowing, per mask / a decode step's model time, `enforce`",
+                            "≤ 5 %", f"{share:.1%} ({e['narrowing_ms_per_mask']:.2f} ms / "
+                            f"{e['decode_step_ms']:.1f} ms)", "a decode step", share <= 0.05))
     return rows
-
 
 
 def plan_quality_modes(d: dict) -> list[str]:
@@ -247,7 +241,6 @@ def plan_quality_modes(d: dict) -> list[str]:
     return lines[:-1]
 
 
-
 def _decisions(policy_run: dict) -> str:
     """The router's prefix decisions and KV lookups, by outcome, from its Prometheus samples."""
     counts: dict[str, float] = {}
@@ -260,7 +253,6 @@ def _decisions(policy_run: dict) -> str:
     if not any(k.startswith("KV lookup") for k in counts) and any(k == "prefix_cost" for k in counts):
         counts["KV lookups"] = 0
     return ", ".join(f"{k} {v:.0f}" for k, v in counts.items()) or "—"
-
 
 
 def fleet_rows(d: dict) -> list[Row]:
@@ -307,7 +299,6 @@ def fleet_rows(d: dict) -> list[Row]:
     return rows
 
 
-
 def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
     """The previous runtime's scenarios (one contiguous cache, float32 target): goals and figures then."""
     big = max(prefix["rows"], key=lambda r: r["prefix_tokens"])
@@ -326,7 +317,6 @@ def earlier_rows(prefix: dict, kv: dict, daemon: dict) -> list[Row]:
         Row("daemon: resident memory growth over the soak, after warm-up", "flat (< 1 MiB)",
             f"{daemon['rss_growth_kib']:+,} KiB", "daemon.json", daemon["rss_growth_kib"] < 1024),
     ]
-
 
 
 def first_run_rows(d: dict) -> list[Row]:

@@ -83,6 +83,9 @@ def test_a_quick_run_on_the_tiny_engine_writes_json_and_a_plot(tiny_engine, tmp_
     assert 0 <= grammar["executability"] <= 1 and grammar["plan_s_median"] > 0
     for row in data["rows"]:  # the grammar writes only steps of the home, or cuts one at max_tokens
         assert row["grammar"]["rejected"] <= (row["grammar"]["finish_reason"] == "length")
+        # its generation's masks (one per sampled token) and model steps, for the mask's cost
+        g = row["grammar"]
+        assert g["masks"] >= g["decode_steps"] > 0 and g["decode_ms"] > 0 and g["mask_ms"] >= g["feasibility_ms"]
 
 
 @pytest.mark.full
@@ -99,6 +102,8 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
         assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
         inferred = data["summary"][split]["enforce+inferred"]
         assert inferred["executability"] == 1 and 0 <= inferred["inferred_goal_exact"] <= 1, inferred
+        enforce = data["summary"][split]["enforce"]  # the state's narrowing was timed, against decode steps
+        assert enforce["narrowing_ms_per_mask"] > 0 and enforce["decode_step_ms"] > 0, enforce
     for row in data["rows"]:  # the goal each plan aimed at is in the row, facts of the home
         assert row["enforce+inferred"]["goal_inferred"], row["enforce+inferred"]
 
@@ -136,5 +141,11 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
     assert "enforce+inferred" in rows[1].what and rows[1].ours == "55%" and rows[1].met is False
     assert rows[4].ours == "50%" and "reference" in rows[4].what and rows[6].met is None
     assert plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.6))[1].met is True
+    timed = _made_up_summary(1.0, 0.4, 1.0, inferred=0.6)
+    timed["summary"]["heldout"] = dict(timed["summary"]["heldout"])
+    timed["summary"]["heldout"]["enforce"] = {**timed["summary"]["heldout"]["enforce"], "narrowing_ms_per_mask": 0.4,
+                                              "decode_step_ms": 20.0, "narrowing_share_of_step": 0.02}
+    [mask] = [r for r in plan_quality_rows(timed) if "narrowing" in r.what]
+    assert (mask.ours, mask.met) == ("2.0% (0.40 ms / 20.0 ms)", True) and "held-out" in mask.what
     table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
     assert "| `enforce+inferred` | 100% | 55% | 0.50 | 1.25× | 5,000 ms | 1 / 0 / 3 |" in table
