@@ -143,17 +143,9 @@ def contradiction(a: Fact, b: Fact, env: Environment) -> Optional[str]:
     return None
 
 
-def contradictions(facts: Sequence[Fact], env: Environment) -> list[tuple[Fact, Fact, str]]:
-    """(an earlier fact, a later one that contradicts it, why) for each later fact that contradicts a
-    fact before it (the first such), in goal order."""
-    out = []
-    for i, later in enumerate(facts):
-        for earlier in facts[:i]:
-            why = contradiction(earlier, later, env)
-            if why is not None:
-                out.append((earlier, later, why))
-                break
-    return out
+def _clash(fact: Fact, before: Sequence[Fact], env: Environment) -> Optional[tuple[Fact, str]]:
+    """The first fact of `before` that `fact` contradicts, and why (None: none)."""
+    return next(((b, why) for b in before if (why := contradiction(b, fact, env)) is not None), None)
 
 
 def consistent(facts: Sequence[str], env: Environment) -> tuple[list[str], list[str]]:
@@ -164,7 +156,7 @@ def consistent(facts: Sequence[str], env: Environment) -> tuple[list[str], list[
     dropped: list[str] = []
     for raw in facts:
         fact = _parse_fact(raw, env)
-        clash = next(((k, why) for k in kept if (why := contradiction(k, fact, env)) is not None), None)
+        clash = _clash(fact, kept, env)
         if clash is None:
             kept.append(fact)
         else:
@@ -185,9 +177,11 @@ def parse_goal(facts: Sequence[str], env: Environment) -> Goal:
     if not facts:
         raise OrinError("the goal is empty; give facts like at(mug, sink), or leave the goal out")
     parsed = tuple(dict.fromkeys(_parse_fact(f, env) for f in facts))
-    for earlier, later, why in contradictions(parsed, env)[:1]:
-        raise OrinError(f"goal facts {earlier} and {later} contradict each other ({why}), so no plan can reach "
-                        "the goal: keep one of them")
+    for i, later in enumerate(parsed):
+        clash = _clash(later, parsed[:i], env)
+        if clash is not None:
+            raise OrinError(f"goal facts {clash[0]} and {later} contradict each other ({clash[1]}), so no plan can "
+                            "reach the goal: keep one of them")
     return Goal(parsed)
 
 

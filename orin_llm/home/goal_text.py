@@ -26,13 +26,12 @@ from ..environment import Environment, format_call, parse_call
 from ..environment.goals import goal_of_plan
 from ..environment.render import system_message
 from ..errors import OrinError
-from .goal_words import CUES, Cues, allowed_by
+from .goal_words import Cues, allowed_by
 from .steps import check_steps
 
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
 GOAL_MAX_TOKENS = 64  # three facts of long names fit
 COVER = True  # a narrowed goal names every target the task mentions (_covering)
-USE_CUES = True  # narrow a goal by the task's verbs too (Cues), not only by the things it mentions
 KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
 
 GOAL_SYSTEM_PROMPT = (
@@ -101,7 +100,7 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int,
     be named in `max_facts` facts."""
     rooms = {r.name for r in env.rooms}
     targets = frozenset(n for n in only if n not in rooms)
-    said_target = cue is not None and cue.said and CUES["said"]
+    said_target = cue is not None and cue.said
     if said_target:
         targets |= {"said"}  # the fact said is a target too: the task asked to be told
     if not targets:

@@ -71,8 +71,6 @@ class Cues:
     at: frozenset = frozenset()  # (object, place)
 
 
-CUES = {"switch": True, "opening": True, "said": True, "hand": True, "actions": True, "at": True,
-        "into": True}  # which cues narrow
 _INTO = re.compile(r"(?<!turn)(?<!switch)(?<!power) (?:to|in|into|on|onto)(?: the| my| your)? $")
 _SWITCH = re.compile(r" (turn|switch|power|start|stop)(?:s|ed|ing)? ")
 _OPENING = re.compile(r" (open|close|shut)(?:s|ed|ing)? ")
@@ -90,7 +88,8 @@ def _name_at(name: str, clause: str) -> int:
 
 def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
     """The Cues of `text` in `env`; `only`: the things it mentions (mentioned())."""
-    only = mentioned(env, text) if only is None else only
+    where = mention_positions(env, text)
+    only = set(where) if only is None else only
     low = " " + re.sub(r"[^a-z0-9.,;:!?]+", " ", text.lower()) + " "
     clauses = [" " + " ".join(c.split()) + " " for c in re.split(r"[.,;:!?]| then ", low)]
     devices, openable = set(env.names("device")), env.openable_places()
@@ -109,15 +108,11 @@ def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
             way = "open" if m.group(1) == "open" else "closed"
             opening |= {(p, way) for p in openable & only if _name_at(p, c[m.start():]) >= 0}
     rooms = {r.name for r in env.rooms}
-    governed = {t for t, _ in switch | opening}
     places = set(env.names("place"))
-    where = mention_positions(env, text)
     flat = _low(text)
-    if CUES["into"]:  # a place named after "to", "in", "on" (not "turn on"): something ends there
-        destination = any(t in places and t not in rooms and t in where and _INTO.search(flat[:where[t] + 1])
-                          for t in only)
-    else:
-        destination = any(t in places and t not in rooms and t not in governed for t in only)
+    # a place named after "to", "in", "on" (not "turn on"): something ends there
+    destination = any(t in places and t not in rooms and t in where and _INTO.search(flat[:where[t] + 1])
+                      for t in only)
     at = set()
     for o in set(env.names("object")) & set(where):
         after = sorted((where[p], p) for p in places & set(where) if where[p] > where[o])
@@ -141,20 +136,20 @@ def allowed_by(c: Optional[Cues], env: Environment):
     kinds = {a.name: a for a in env.actions}
 
     def allow(pred: str, args: tuple) -> bool:
-        if pred in ("on", "off") and CUES["switch"]:
+        if pred in ("on", "off"):
             return (args[0], pred) in c.switch
-        if pred in ("open", "closed") and CUES["opening"]:
+        if pred in ("open", "closed"):
             return (args[0], pred) in c.opening
-        if pred == "said" and CUES["said"]:
+        if pred == "said":
             return c.said
-        if pred == "at" and CUES["at"] and any(o == args[0] for o, _ in c.at):
+        if pred == "at" and any(o == args[0] for o, _ in c.at):
             return (args[0], args[1]) in c.at
-        if pred == "holding" and CUES["hand"]:
+        if pred == "holding":
             return not c.destination
         if pred == "done" and len(args) == 2:
             a = kinds[args[0]]
             if a.args[0] == "object":
-                return not (CUES["hand"] and c.destination)
-            return not CUES["actions"] or args[0] in c.actions
+                return not c.destination
+            return args[0] in c.actions
         return True
     return allow

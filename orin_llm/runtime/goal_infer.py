@@ -18,7 +18,6 @@ from typing import Optional
 
 from ..environment.goals import consistent
 from ..errors import OrinError
-from ..home import goal_text
 from ..home.goal_text import (
     GOAL_MAX_TOKENS,
     MAX_FACTS,
@@ -98,7 +97,7 @@ def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: in
                         "give the goal's facts, e.g. [\"at(mug, sink)\"]")
     prompt = goal_prompt(engine, home)
     only = frozenset(mentioned(env, task)) if narrow else frozenset()
-    cue = cues(env, task, set(only)) if (only and goal_text.USE_CUES) else None
+    cue = cues(env, task, set(only)) if only else None
     grammar = _grammar(engine, prompt, env, only, max_facts, cue)
     full = engine.chat_text([*map(dict, prompt.messages), goal_task_message(task)])
     ids = list(prompt.ids) + engine.encode(full[len(prompt.text):]) if full.startswith(prompt.text) \
