@@ -18,6 +18,7 @@ target steps a plan takes.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import tempfile
 from collections.abc import Iterator
@@ -103,6 +104,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
              f"{r['mean_accepted_length_median']:.2f} vs {f['mean_accepted_length_median']:.2f}")
     write_json(out, "restart", data)
     _plot(data, out / "restart.png")
+    shutil.rmtree(work, ignore_errors=True)  # the saved states; a run that failed leaves them to look at
     return data
 
 

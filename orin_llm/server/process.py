@@ -4,6 +4,7 @@ and the daemon benchmark use (the tests have their own, with more knobs)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,7 +43,7 @@ class DaemonProcess:
                 raise OrinError(f"the daemon exited ({self.proc.returncode}); see {self.dir / 'daemon.log'}") from None
             raise OrinError(f"the daemon did not become ready within {self.ready_s:g} s: {e}") from None
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type=None, *exc) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -50,5 +51,7 @@ class DaemonProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
         self.log.close()
+        if exc_type is None:  # its log and state go with it; after a failure they stay for the error to name
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -7,6 +7,7 @@ prefill take a few seconds each).
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -26,9 +27,18 @@ from orin_llm.client import PlannerClient, PlannerError
 ROOT = Path(__file__).resolve().parents[2]
 
 
+_SHORT_DIRS: list[Path] = []
+
+
 def short_dir() -> Path:
-    """A socket path must fit in 108 bytes: pytest's tmp_path can be longer."""
-    return Path(tempfile.mkdtemp(prefix="orin-", dir="/tmp"))
+    """A socket path must fit in 108 bytes: pytest's tmp_path can be longer. Removed when the test
+    process ends (pytest's own tmp_path is pruned by pytest; these are not, and a docs block can
+    leave an 800 MB policy export in one)."""
+    where = Path(tempfile.mkdtemp(prefix="orin-", dir="/tmp"))
+    if not _SHORT_DIRS:
+        atexit.register(lambda: [shutil.rmtree(d, ignore_errors=True) for d in _SHORT_DIRS])
+    _SHORT_DIRS.append(where)
+    return where
 
 
 class Daemon:
