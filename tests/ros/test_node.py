@@ -192,7 +192,10 @@ def test_parameters_are_checked_when_set(rc):
     ({"task": TASK, "deadline_s": -1.0}, "deadline_ms"),
     ({"task": TASK, "environment": "no_such_home"}, "no_such_home"),
     ({"task": TASK, "conversation": "bad id!"}, "conversation"),
-], ids=["empty-task", "temperature", "max-tokens", "seed", "deadline", "unknown-home", "conversation-id"])
+    ({"task": TASK, "goal": ["holding(mug)", "at(mug, sofa)"]},
+     "goal facts holding(mug) and at(mug, sofa) contradict each other"),
+], ids=["empty-task", "temperature", "max-tokens", "seed", "deadline", "unknown-home", "conversation-id",
+        "contradictory-goal"])
 def test_bad_goals_are_aborted_with_the_daemons_reason(rc, goal, says):
     assert rc.ask("send", id="bad", goal=goal)["accepted"]
     end = rc.ask("wait", id="bad")
