@@ -21,8 +21,9 @@ _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # (a bounded quoted string). The plan grammar (home/grammar.py) has one rule per type.
 ARG_TYPES = ("place", "object", "device", "text")
 # What an action does, for the simulator (world.py): each kind has its rule, and `other` only needs
-# the robot at its first argument when that is a place. Without a `kind`, the built-in names give
-# theirs and any other name is `other`, so a home with its own action names says `kind:`.
+# the robot at its first argument when that is a place, or holding it when that is an object. Without
+# a `kind`, the built-in names give theirs and any other name is `other`, so a home with its own
+# action names says `kind:`.
 KINDS = ("navigate", "pick", "place", "open", "close", "switch_on", "switch_off", "say", "other")
 BUILTIN_KINDS = {"go_to": "navigate", "pick": "pick", "place": "place", "open": "open", "close": "close",
                  "switch_on": "switch_on", "switch_off": "switch_off", "say": "say"}

@@ -8,7 +8,8 @@ Each action has a kind (model.KINDS) and each kind a rule (docs/HOMES.md):
 - place(o, p): it holds o and is at p (a closed p: opened first); o then lies at p, the hand is empty;
 - open, close, switch_on, switch_off (p): the robot is at p, p opens and closes (or is a device), and
   p is closed, open, off, on, when that is known;
-- other(p, ...): the robot is at its first argument when that is a room or a place;
+- other(x, ...): the robot is at its first argument when that is a room or a place, and holds it
+  when that is an object (give: "hand the held object");
 - say(text): always.
 
 "At p": at the place p; at a room: anywhere in it; at a device of its own (not a place): in its
@@ -208,6 +209,10 @@ class World:
         if kind in ("switch_on", "switch_off"):
             return self._why_switch(kind, args[0])
         first = args[0] if args and types[0] != "text" else None
+        if first is not None and types[0] == "object" and self.holding != first:
+            # an action on an object acts on it in hand (give: "hand the held object")
+            held = f"it holds {self.holding}" if self.holding else "the hand is empty"
+            return "precondition", f"the robot does not hold {first} ({held}): pick it up first"
         return self._not_at(first) if first is not None and first in ix.places else None
 
     def _not_at(self, thing: str) -> Optional[tuple[str, str]]:

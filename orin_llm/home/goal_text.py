@@ -10,7 +10,9 @@ cupboard") is left out, for what the goal is about ends somewhere else; and the 
 before every other thing it mentions, rooms aside, is in some fact (_covering). The task's verbs and
 prepositions narrow it further (goal_words.py `cues`): on/off and open/closed only as a verb says,
 said only (and then surely) when the task asks to be told, nothing left in hand when the task names
-where something goes, an object only at the place named after it. The few-shot turns are one short example per
+where something goes, an object only at the place named after it, and an object to be brought to
+the speaker held and handed over (holding and done of a give action, both) where the speaker says
+they are (robot_at). The few-shot turns are one short example per
 fact kind in the home's own names (kind_examples) and the home's own examples, each with the goal
 its plan makes true by simulation (goals.py goal_of_plan), rendered after a system message that
 holds the home, so the home and the examples stay one cached prefix and a request computes only
@@ -26,7 +28,7 @@ from ..environment import Environment, format_call, parse_call
 from ..environment.goals import goal_of_plan
 from ..environment.render import system_message
 from ..errors import OrinError
-from .goal_words import Cues, allowed_by
+from .goal_words import Cues, allowed_by, give_actions
 from .steps import check_steps
 
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
@@ -103,6 +105,13 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int,
     said_target = cue is not None and cue.said
     if said_target:
         targets |= {"said"}  # the fact said is a target too: the task asked to be told
+    handed = set(cue.handover) & targets if cue is not None else set()
+    gives = set(give_actions(env)) if handed else set()
+    # an object to bring to the speaker is held and handed over, where the speaker is when the task
+    # says so (a room too, then): a target each, a fact each
+    targets |= {f"hold:{o}" for o in handed} | {f"give:{o}" for o in handed}
+    if handed and cue.speaker in only:
+        targets |= {cue.speaker}
     if not targets:
         return None
     allow = allowed_by(cue, env)
@@ -119,7 +128,7 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int,
              ("on", "device"), ("off", "device")]
     for pred, sort in pairs:
         for n in sorts[sort]:
-            add(pred, (n,), {n})
+            add(pred, (n,), {n, f"hold:{n}"} if pred == "holding" else {n})
     for o in sorts["object"]:
         for p in sorts["place"]:
             add("at", (o, p), {o, p})
@@ -129,7 +138,7 @@ def _covering(env: Environment, sorts: dict, only: set[str], max_facts: int,
         if not a.args or a.args[0] == "text":
             add("done", (a.name,), ())
         for n in (sorts.get(a.args[0]) or []) if a.args else []:
-            add("done", (a.name, n), {n})
+            add("done", (a.name, n), {n, f"give:{n}"} if a.name in gives else {n})
     plain = by_cover.pop(frozenset())
     by_cover = {c: facts for c, facts in by_cover.items() if facts}
     covers = sorted(by_cover, key=lambda c: sorted(c))

@@ -61,7 +61,11 @@ class Cues:
     to stay in the hand (holding, or an `other` action on an object: give). `actions`: the `other`
     actions on places whose name or description has a word of the task (wipe: "clean"). `at`: for an
     object the task names before some place, the one place it may lie at: the first one named after
-    it ("the wallet on the key hook and the backpack on the coat rack")."""
+    it ("the wallet on the key hook and the backpack on the coat rack"). `handover`: the objects the
+    task asks to be brought to the speaker ("bring me the scarf", "bring the scarf to me", "hand me
+    the umbrella"): held and handed over (holding and done of a give action), never left at a place,
+    not even the room the speaker says they are in. `speaker`: the room or place the task says the
+    speaker is in or at ("I'm in the bathroom"), where a handed-over object is taken to."""
 
     switch: frozenset = frozenset()  # (device, "on" | "off")
     opening: frozenset = frozenset()  # (place, "open" | "closed")
@@ -69,12 +73,19 @@ class Cues:
     destination: bool = False
     actions: frozenset = frozenset()
     at: frozenset = frozenset()  # (object, place)
+    handover: frozenset = frozenset()  # objects
+    speaker: Optional[str] = None
 
 
 _INTO = re.compile(r"(?<!turn)(?<!switch)(?<!power) (?:to|in|into|on|onto)(?: the| my| your)? $")
 _SWITCH = re.compile(r" (turn|switch|power|start|stop)(?:s|ed|ing)? ")
 _OPENING = re.compile(r" (open|close|shut)(?:s|ed|ing)? ")
 _SAY = re.compile(r" (?:tell|say|announce|inform|let (?:me|us|them|everyone) know)")
+_HAND_ME = re.compile(r" (?:bring|hand|give|fetch|get|pass)(?:s)? (?:me|us) ")  # the object follows
+_BRING = re.compile(r" (?:bring|hand|give|fetch|pass|take|carry)(?:s)? ")
+_TO_ME = re.compile(r" (?:over |back )?to (?:me|us) ")  # right after the object: "bring the scarf to me"
+_SPEAKER = re.compile(r" (?:i am|i m|we are|we re) (?:in|at)(?: the| my| our)? $")
+_GIVE_WORDS = {"give", "hand", "handover", "pass", "deliver"}
 _STOP = {"the", "and", "for", "from", "with", "that", "this", "into", "onto", "next", "held", "object", "robot",
          "person", "people", "place", "something", "someone", "out", "a", "an", "to", "of", "on", "in", "at"}
 
@@ -93,7 +104,7 @@ def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
     low = " " + re.sub(r"[^a-z0-9.,;:!?]+", " ", text.lower()) + " "
     clauses = [" " + " ".join(c.split()) + " " for c in re.split(r"[.,;:!?]| then ", low)]
     devices, openable = set(env.names("device")), env.openable_places()
-    switch, opening = set(), set()
+    switch, opening, handover = set(), set(), set()
     for c in clauses:
         for m in _SWITCH.finditer(c):
             verb = m.group(1)
@@ -107,6 +118,7 @@ def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
         for m in _OPENING.finditer(c):
             way = "open" if m.group(1) == "open" else "closed"
             opening |= {(p, way) for p in openable & only if _name_at(p, c[m.start():]) >= 0}
+        handover |= _handed(env, c, only)
     rooms = {r.name for r in env.rooms}
     places = set(env.names("place"))
     flat = _low(text)
@@ -126,7 +138,33 @@ def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
             if said_words & words:
                 actions.add(a.name)
     said = bool(_SAY.search(low)) and any(a.effective_kind == "say" for a in env.actions)
-    return Cues(frozenset(switch), frozenset(opening), said, destination, frozenset(actions), frozenset(at))
+    at = {(o, p) for o, p in at if o not in handover}
+    speaker = next((p for p in sorted(places & set(where), key=where.get) if _SPEAKER.search(flat[:where[p] + 1])),
+                   None)
+    return Cues(frozenset(switch), frozenset(opening), said, destination, frozenset(actions), frozenset(at),
+                frozenset(handover), speaker)
+
+
+def _handed(env: Environment, clause: str, only: set[str]) -> set[str]:
+    """The objects of `only` that `clause` asks to be brought to the speaker: named after "bring me",
+    "hand me" (...), or right before "to me" after "bring", "take" (...)."""
+    found = set()
+    for o in set(env.names("object")) & only:
+        words = [w for w in re.split(r"[^a-z0-9]+", o.lower()) if w]
+        for m in re.finditer(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)?(?= )", clause):
+            before, after = clause[:m.start() + 1], clause[m.end():]
+            if _HAND_ME.search(before) or (_BRING.search(before) and _TO_ME.match(after)):
+                found.add(o)
+    return found
+
+
+def give_actions(env: Environment) -> list[str]:
+    """The `other` actions on an object that hand it over: those whose name or description says
+    give, hand or pass; without such words, every `other` action on an object."""
+    on_objects = [a for a in env.actions if a.effective_kind == "other" and a.args and a.args[0] == "object"]
+    named = [a.name for a in on_objects
+             if _GIVE_WORDS & set(re.split(r"[^a-z]+", f"{a.name} {a.description or ''}".lower()))]
+    return named or [a.name for a in on_objects]
 
 
 def allowed_by(c: Optional[Cues], env: Environment):
@@ -142,14 +180,16 @@ def allowed_by(c: Optional[Cues], env: Environment):
             return (args[0], pred) in c.opening
         if pred == "said":
             return c.said
+        if pred == "at" and args[0] in c.handover:
+            return False
         if pred == "at" and any(o == args[0] for o, _ in c.at):
             return (args[0], args[1]) in c.at
         if pred == "holding":
-            return not c.destination
+            return args[0] in c.handover or not c.destination
         if pred == "done" and len(args) == 2:
             a = kinds[args[0]]
             if a.args[0] == "object":
-                return not c.destination
+                return args[1] in c.handover or not c.destination
             return args[0] in c.actions
         return True
     return allow

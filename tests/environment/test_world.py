@@ -137,7 +137,18 @@ def test_other_needs_the_robot_at_its_first_argument_when_that_is_a_place(flat) 
         "precondition", "the robot is at sink, not at sofa: go there first")
     w = at(flat, robot_at="sofa").apply("wipe", ["sofa"])
     assert w.done == (("wipe", "sofa"),)
-    assert why(at(flat, robot_at="sink"), "give", "book") is None  # an object: no place to be at
+
+
+
+def test_other_on_an_object_needs_it_in_hand(flat) -> None:
+    assert why(at(flat, robot_at="sink"), "give", "book") == (
+        "precondition", "the robot does not hold book (the hand is empty): pick it up first")
+    assert why(at(flat, robot_at="sink", holding="mug"), "give", "book") == (
+        "precondition", "the robot does not hold book (it holds mug): pick it up first")
+    w = at(flat, robot_at="sink", holding="book")
+    assert why(w, "give", "book") is None  # anywhere: an object is no place to be at
+    assert w.apply("give", ["book"]).done == (("give", "book"),)
+    assert w.feasible("give") == [("book",)] and at(flat, robot_at="sink").feasible("give") == []
 
 
 def test_say_always_runs(flat) -> None:

@@ -7,7 +7,7 @@ import pytest
 
 from orin_llm.bench.plan_quality import reference_goal
 from orin_llm.calibration_data import load_home, load_split
-from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_environment
+from orin_llm.environment import EXAMPLE_HOME_PATH, environment_from_dict, load_environment, simulate
 from orin_llm.environment.goals import parse_goal
 from orin_llm.errors import OrinError
 from orin_llm.home.goal_text import (
@@ -18,6 +18,7 @@ from orin_llm.home.goal_text import (
     kind_examples,
 )
 from orin_llm.home.goal_words import cues, mentioned
+from orin_llm.home.steps import check_steps
 from orin_llm.runtime import goal_infer
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.planner import Planner
@@ -65,9 +66,14 @@ def test_every_reference_goal_is_in_the_grammar_narrowed_by_its_tasks_words(engi
         env = homes.setdefault(it.home, load_home(it.home))
         facts = reference_goal(env, it)
         only = mentioned(env, it.task)
-        c = Grammar.lark(vocab, goal_grammar(env, only, cue=cues(env, it.task, only))).constraint()
+        cue = cues(env, it.task, only)
+        if cue.handover and cue.speaker:  # brought to the speaker: where they said they are, as the plan ends
+            facts = facts + [f"robot_at({cue.speaker})"]
+            world, _ = simulate(env, check_steps("\n".join(it.reference_plan), env)[0])
+            assert not parse_goal(facts, env).missing(world), (it.id, it.reference_plan)
+        c = Grammar.lark(vocab, goal_grammar(env, only, cue=cue)).constraint()
         ids = engine.encode("\n".join(facts))
-        assert c.valid_prefix(ids) == len(ids), (it.id, it.task, facts, cues(env, it.task, only))
+        assert c.valid_prefix(ids) == len(ids), (it.id, it.task, facts, cue)
         for tok in ids:
             c.accept(tok)
         assert min(engine.eos_ids) in c.allowed().nonzero().flatten().tolist()
@@ -86,6 +92,14 @@ def test_the_tasks_words_say_which_facts_a_goal_may_hold():
     assert cues(env, "Close the shoe cabinet, and tell me when you are done.").said is True
     c = cues(env, "I am in the office, please bring me the watch.")
     assert not c.destination and not c.switch  # a room is no destination: the watch stays in hand
+    assert c.handover == {"watch"} and c.speaker == "office" and c.at == set()
+    for task in ("Can you bring the watch to me? I'm in the office.", "Hand me the watch, I am at the desk.",
+                 "Bring me the watch."):
+        assert cues(env, task).handover == {"watch"}, task
+    assert cues(env, "Hand me the watch, I am at the desk.").speaker == "desk"
+    for task in ("Bring the watch to the desk, and tell me when you are done.", "Take the watch to the office.",
+                 "Put the watch on the desk and let me know."):
+        assert cues(env, task).handover == set(), task
     assert cues(env, "Clean the desk.").actions == {"wipe"} and cues(env, "Put the book on the desk.").actions == set()
     c = cues(env, "Tidy up the office: put the book on the desk and the watch on the nightstand.")
     assert c.at == {("book", "desk"), ("watch", "nightstand")}
@@ -115,7 +129,12 @@ def test_the_words_narrow_the_goal_grammar(engine):
     assert allows(task, "at(book, desk)\nat(watch, nightstand)")
     assert not allows(task, "at(book, nightstand)\nat(watch, desk)")
     assert not allows("Carry the book over to the desk.", "done(wipe, desk)\nat(book, desk)")
-    assert allows("I am in the office, please bring me the watch.", "holding(watch)\ndone(give, watch)")
+    task = "I am in the office, please bring me the watch."  # held, handed over, where the speaker is
+    assert allows(task, "holding(watch)\ndone(give, watch)\nrobot_at(office)")
+    assert allows(task, "robot_at(office)\ndone(give, watch)\nholding(watch)")
+    assert not allows(task, "holding(watch)\ndone(give, watch)")  # not taken to the speaker
+    assert not allows(task, "at(watch, office)")  # left in the room, not handed over
+    assert allows("Bring me the watch.", "holding(watch)\ndone(give, watch)")  # nowhere said: anywhere
 
 
 def test_the_narrowed_grammar_cuts_things_the_task_does_not_name(engine):
