@@ -207,7 +207,11 @@ def plan_quality_rows(d: dict) -> list[Row]:
             Row(f"{label}: time to plan, median, `enforce` (with the goal)", "—",
                 f"{ms(e['plan_s_median'] * 1e3)} ({ms(goal['plan_s_median'] * 1e3)})", ms(g["plan_s_median"] * 1e3)),
         ]
-        if "inferred_goal_exact" in t:
+        if "inferred_goal_covers" in t:
+            rows.append(Row(f"{label}: goal read from the task text holds the reference's facts (exactly them), "
+                            f"`{text_mode}`", "—",
+                            f"{_pct(t['inferred_goal_covers'])} ({_pct(t['inferred_goal_exact'])})", "—"))
+        elif "inferred_goal_exact" in t:
             rows.append(Row(f"{label}: goal read from the task text = the reference's, `{text_mode}`", "—",
                             _pct(t["inferred_goal_exact"]), "—"))
         if e.get("narrowing_share_of_step") is not None:

@@ -102,6 +102,7 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
         assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
         inferred = data["summary"][split]["enforce+inferred"]
         assert inferred["executability"] == 1 and 0 <= inferred["inferred_goal_exact"] <= 1, inferred
+        assert inferred["inferred_goal_exact"] <= inferred["inferred_goal_covers"] <= 1, inferred
         enforce = data["summary"][split]["enforce"]  # the state's narrowing was timed, against decode steps
         assert enforce["narrowing_ms_per_mask"] > 0 and enforce["decode_step_ms"] > 0, enforce
     for row in data["rows"]:  # the goal each plan aimed at is in the row, facts of the home
@@ -118,7 +119,7 @@ def _made_up_summary(enforce_exec: float, grammar_exec: float, goal_given: float
              "enforce": mode(enforce_exec, 0.75, 3.0), "enforce+goal": mode(1.0, goal_given, 4.0)}
     if inferred is None:  # a run from before the inferred mode
         return {"modes": list(MODES[:4]), "summary": {"heldout": split, "hard": split}}
-    split["enforce+inferred"] = {**mode(1.0, inferred, 5.0), "inferred_goal_exact": 0.5}
+    split["enforce+inferred"] = {**mode(1.0, inferred, 5.0), "inferred_goal_exact": 0.5, "inferred_goal_covers": 0.75}
     return {"modes": list(MODES), "summary": {"heldout": split, "hard": split}}
 
 
@@ -139,7 +140,7 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
     # with the inferred mode, "from the task text" is its figure, and how often its goal was the reference's
     rows = plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
     assert "enforce+inferred" in rows[1].what and rows[1].ours == "55%" and rows[1].met is False
-    assert rows[4].ours == "50%" and "reference" in rows[4].what and rows[6].met is None
+    assert rows[4].ours == "75% (50%)" and "reference" in rows[4].what and rows[6].met is None
     assert plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.6))[1].met is True
     timed = _made_up_summary(1.0, 0.4, 1.0, inferred=0.6)
     timed["summary"]["heldout"] = dict(timed["summary"]["heldout"])
