@@ -82,6 +82,7 @@ _SWITCH = re.compile(r" (turn|switch|power|start|stop)(?:s|ed|ing)? ")
 _OPENING = re.compile(r" (open|close|shut)(?:s|ed|ing)? ")
 _SAY = re.compile(r" (?:tell|say|announce|inform|let (?:me|us|them|everyone) know)")
 _HAND_ME = re.compile(r" (?:bring|hand|give|fetch|get|pass)(?:s)? (?:me|us) ")  # the object follows
+_NEAR = re.compile(r"(?:[a-z0-9]+ ){0,2}")  # between "bring me" and its object: "the", "the red"
 _BRING = re.compile(r" (?:bring|hand|give|fetch|pass|take|carry)(?:s)? ")
 _TO_ME = re.compile(r" (?:over |back )?to (?:me|us) ")  # right after the object: "bring the scarf to me"
 _SPEAKER = re.compile(r" (?:i am|i m|we are|we re) (?:in|at)(?: the| my| our)? $")
@@ -146,14 +147,16 @@ def cues(env: Environment, text: str, only: Optional[set[str]] = None) -> Cues:
 
 
 def _handed(env: Environment, clause: str, only: set[str]) -> set[str]:
-    """The objects of `only` that `clause` asks to be brought to the speaker: named after "bring me",
-    "hand me" (...), or right before "to me" after "bring", "take" (...)."""
+    """The objects of `only` that `clause` asks to be brought to the speaker: named at most two words
+    after "bring me", "hand me" (...: "bring me the red mug", not the book of "... and put the book
+    away"), or right before "to me" after "bring", "take" (...)."""
     found = set()
     for o in set(env.names("object")) & only:
         words = [w for w in re.split(r"[^a-z0-9]+", o.lower()) if w]
         for m in re.finditer(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)?(?= )", clause):
             before, after = clause[:m.start() + 1], clause[m.end():]
-            if _HAND_ME.search(before) or (_BRING.search(before) and _TO_ME.match(after)):
+            asked = [h for h in _HAND_ME.finditer(before) if _NEAR.fullmatch(before[h.end():])]
+            if asked or (_BRING.search(before) and _TO_ME.match(after)):
                 found.add(o)
     return found
 

@@ -97,6 +97,7 @@ def test_the_tasks_words_say_which_facts_a_goal_may_hold():
                  "Bring me the watch."):
         assert cues(env, task).handover == {"watch"}, task
     assert cues(env, "Hand me the watch, I am at the desk.").speaker == "desk"
+    assert cues(env, "Bring me the watch and put the book on the desk.").handover == {"watch"}
     for task in ("Bring the watch to the desk, and tell me when you are done.", "Take the watch to the office.",
                  "Put the watch on the desk and let me know."):
         assert cues(env, task).handover == set(), task
