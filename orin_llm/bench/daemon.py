@@ -8,6 +8,7 @@ is also timed for the same requests as a cross-check.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import tempfile
 import threading
@@ -72,6 +73,7 @@ def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
                 plan()  # the chats took the cache: the daemon pins the environment again
                 warm.append(_latency_ms(plan))
             cached = plan()["timings"]["cached_prompt_tokens"]
+        shutil.rmtree(path.parent, ignore_errors=True)
         row = {"prefix_tokens": cached, "ttft_cold_ms": statistics.median(cold),
                "ttft_warm_ms": statistics.median(warm), "ttft_task_alone_ms": statistics.median(alone)}
         row["cold_over_warm"] = row["ttft_cold_ms"] / row["ttft_warm_ms"]

@@ -21,6 +21,7 @@ its own name (prefix.py). Each kind of request reports the prompt tokens it took
 from __future__ import annotations
 
 import itertools
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -99,6 +100,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                      f"{samples['warm_plan'][-1]['client_ms']:.0f} ms, cold {samples['cold'][-1]['client_ms']:.0f} ms")
         metrics = _scrape(c.metrics(), ("orin_llm_kv_pool_evictions", "orin_llm_prefix_hit_tokens",
                                         "orin_llm_kv_pool_blocks_pinned", "orin_llm_preemptions"))
+    shutil.rmtree(home.parent, ignore_errors=True)
     kinds = {k: _summary(v) for k, v in samples.items()}
     med = {k: v["client_ms_median"] for k, v in kinds.items()}
     engine_med = {k: v["ttft_ms_median"] for k, v in kinds.items()}
