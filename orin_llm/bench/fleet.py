@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..calibration_data import load_home, load_split
-from ..client import PlannerClient
+from ..client import PlannerClient, PlannerError
 from ..errors import OrinError
 from ..server.process import DaemonProcess
 from . import site
@@ -148,11 +148,17 @@ def _plan(daemon: DaemonProcess, task: str, deadline_ms: int) -> dict:
     answer: dict = {}
     with PlannerClient(daemon.socket, timeout_s=600) as c:
         t0 = time.perf_counter()
-        for event in c.plan_stream(task, max_tokens=MAX_TOKENS, temperature=0.0, deadline_ms=deadline_ms,
-                                   feasibility=FEASIBILITY):
-            if first is None and event.get("delta"):
-                first = time.perf_counter()
-            answer = event
+        try:
+            for event in c.plan_stream(task, max_tokens=MAX_TOKENS, temperature=0.0, deadline_ms=deadline_ms,
+                                       feasibility=FEASIBILITY):
+                if first is None and event.get("delta"):
+                    first = time.perf_counter()
+                answer = event
+        except PlannerError as e:  # a missed deadline is a measurement: the row says so, the run goes on
+            end = time.perf_counter()
+            return {"client_ms": (end - t0) * 1e3, "ttft_ms": ((first or end) - t0) * 1e3, "served_by": "none",
+                    "error": str(e), "fallback": None, "fallback_reason": None, "finish_reason": None,
+                    "engine_requests": 0, "steps": 0, "violations": 0}
         end = time.perf_counter()
     remote = answer.get("remote") or {}
     return {"client_ms": (end - t0) * 1e3, "ttft_ms": ((first or end) - t0) * 1e3,
@@ -300,10 +306,14 @@ def _plot(data: dict, path: Path) -> None:
                                            if k in f]]
     for i, k in enumerate(cases):
         for s in f[k]:
+            if s["served_by"] == "none":  # no answer: the plan failed (its row's error says why)
+                c.plot([i], [s["client_ms"]], "x", color="C3")
+                continue
             c.plot([i], [s["client_ms"]], "o", color="C2" if s["served_by"] == "local" else "C1")
     c.set_xticks(range(len(cases)), [k.replace("_", "\n") for k in cases], fontsize=7)
     c.plot([], [], "o", color="C1", label="served remotely")
     c.plot([], [], "o", color="C2", label="served locally")
+    c.plot([], [], "x", color="C3", label="no answer (error)")
     c.axhline(data["failure_deadline_ms"], color="gray", ls="--", lw=0.8, label="deadline")
     c.set_ylabel("one robot's answer time (ms)")
     c.legend(fontsize=7)

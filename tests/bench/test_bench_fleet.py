@@ -70,3 +70,17 @@ def test_fleet_skips_with_the_reason_without_vllm(tiny_engine_dir, tmp_path, mon
     proc = orin_llm("bench", "--engine", str(tiny_engine_dir), "--scenario", "fleet", "--out", str(out))
     assert f"fleet: skipped: no {tmp_path / 'no-venv' / 'bin' / 'python'}" in proc.stderr
     assert "make vllm" in proc.stderr and not (out / "fleet.json").exists()
+
+
+def test_a_plan_with_no_answer_is_a_row_that_says_why():
+    """A missed deadline or a daemon gone is a measurement of the run, not the end of it: the row keeps
+    the time it took and the client's error (here the real client against a socket nobody serves)."""
+    from types import SimpleNamespace
+
+    from orin_llm.bench.fleet import _plan
+
+    from ..server.conftest import short_dir
+
+    row = _plan(SimpleNamespace(socket=short_dir() / "nobody.sock"), "Put the mug on the table.", 4000)
+    assert row["served_by"] == "none" and "no planner daemon at" in row["error"], row
+    assert row["client_ms"] >= 0 and row["steps"] == 0 and row["fallback"] is None
