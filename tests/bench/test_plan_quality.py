@@ -105,6 +105,7 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
         assert inferred["inferred_goal_exact"] <= inferred["inferred_goal_covers"] <= 1, inferred
         enforce = data["summary"][split]["enforce"]  # the state's narrowing was timed, against decode steps
         assert enforce["narrowing_ms_per_mask"] > 0 and enforce["decode_step_ms"] > 0, enforce
+        assert 0 < enforce["narrowing_share_of_decode"] < 1, enforce
     for row in data["rows"]:  # the goal each plan aimed at is in the row, facts of the home
         assert row["enforce+inferred"]["goal_inferred"], row["enforce+inferred"]
 
@@ -148,5 +149,8 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
                                               "decode_step_ms": 20.0, "narrowing_share_of_step": 0.02}
     [mask] = [r for r in plan_quality_rows(timed) if "narrowing" in r.what]
     assert (mask.ours, mask.met) == ("2.0% (0.40 ms / 20.0 ms)", True) and "held-out" in mask.what
+    timed["summary"]["heldout"]["enforce"]["narrowing_share_of_decode"] = 0.06
+    mask, whole = [r for r in plan_quality_rows(timed) if "narrowing" in r.what]
+    assert (whole.ours, whole.met) == ("6.0%", False) and "all the decode time" in whole.what
     table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
     assert "| `enforce+inferred` | 100% | 55% | 0.50 | 1.25× | 5,000 ms | 1 / 0 / 3 |" in table
