@@ -198,14 +198,14 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                 "violation_kinds": dict(kinds), "search_sources": dict(sources)}
             masks, steps = sum(g.get("masks", 0) for g in got), sum(g.get("decode_steps", 0) for g in got)
             if masks and steps:  # the state's narrowing per mask against a decode step's model time
-                narrow = sum(g["feasibility_ms"] for g in got) / masks
-                step = sum(g["decode_ms"] for g in got) / steps
+                narrowed = sum(g["feasibility_ms"] for g in got)
+                narrow, step = narrowed / masks, sum(g["decode_ms"] for g in got) / steps
                 # and all of it against all the decode time (masks included): a model step runs after
                 # several masks where the grammar forces tokens, so this share is the larger one
                 spent = sum(g["decode_ms"] + g["mask_ms"] for g in got)
                 out[split][mode].update(narrowing_ms_per_mask=narrow, decode_step_ms=step,
                                         narrowing_share_of_step=narrow / step if step else None,
-                                        narrowing_share_of_decode=sum(g["feasibility_ms"] for g in got) / spent)
+                                        narrowing_share_of_decode=narrowed / spent)
             if mode == "enforce+inferred":  # how often the model read the reference's goal itself
                 read = [(set(r[mode].get("goal_inferred") or []), set(r["goal"])) for r in mine if mode in r]
                 out[split][mode]["inferred_goal_exact"] = sum(g == ref for g, ref in read) / len(read)

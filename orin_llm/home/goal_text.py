@@ -33,8 +33,6 @@ from .steps import check_steps
 
 MAX_FACTS = 3  # the most facts a goal is decoded with (calibration's goals have one to three)
 GOAL_MAX_TOKENS = 64  # three facts of long names fit
-COVER = True  # a narrowed goal names every target the task mentions (_covering)
-KIND_EXAMPLES = True  # one example per fact kind before the home's own (kind_examples)
 
 GOAL_SYSTEM_PROMPT = (
     "You translate a home robot's task into its goal: the facts that are true once the task is done.\n"
@@ -85,7 +83,7 @@ def goal_grammar(env: Environment, only: Optional[set[str]] = None, max_facts: i
         elif sorts.get(a.args[0]):
             facts.append(f'"done({a.name}, " {a.args[0]} ")"')
     lines = [f"{sort}: {_alt(names)}" for sort, names in sorts.items() if names]
-    covering = _covering(env, sorts, only, max_facts, cue) if (only and COVER) else None
+    covering = _covering(env, sorts, only, max_facts, cue) if only else None
     if covering:
         return "\n".join(covering) + "\n"
     lines = [f'start: fact ("\\n" fact){{0,{max_facts - 1}}} "\\n"?', "fact: " + " | ".join(facts)] + lines
@@ -237,7 +235,7 @@ def goal_prefix_messages(env: Environment) -> list[dict[str, str]]:
     examples, as task/goal turns."""
     home = system_message(env)["content"].split("\n\n", 1)[1]  # the plan prompt's rendering of the home
     messages = [{"role": "system", "content": f"{GOAL_SYSTEM_PROMPT}\n\n{home}"}]
-    for task, facts in (kind_examples(env) if KIND_EXAMPLES else []) + goal_examples(env):
+    for task, facts in kind_examples(env) + goal_examples(env):
         messages.append(goal_task_message(task))
         messages.append({"role": "assistant", "content": "\n".join(facts)})
     return messages

@@ -16,10 +16,9 @@ from ..environment import Environment
 # a thing the task names as where something comes from ("from the bathroom", "out of the cupboard"):
 # not what the goal is about (what is taken out of a cupboard ends somewhere else, the cupboard shut)
 SOURCE = re.compile(r" (?:from|out of)(?: the| my| your)? $")
-SOURCES_OUT = True
 
 
-def mentioned(env: Environment, text: str, sources_out: Optional[bool] = None) -> set[str]:
+def mentioned(env: Environment, text: str, sources_out: bool = True) -> set[str]:
     """The names of `env`'s things (rooms, places, objects, devices) that `text` mentions: a name's
     words, in order, as whole words (a plural s allowed), longest names first; a span of the text
     names one thing. `sources_out`: leave out a thing named as a source ("from the bathroom")."""
@@ -30,18 +29,21 @@ def _low(text: str) -> str:
     return " " + re.sub(r"[^a-z0-9]+", " ", text.lower()) + " "
 
 
-def mention_positions(env: Environment, text: str, sources_out: Optional[bool] = None) -> dict[str, int]:
+def _name_pattern(name: str) -> Optional[re.Pattern]:
+    """`name`'s words, in order, as whole words of lower-case text between spaces (a plural s
+    allowed), the space after them included; None for a name with no words."""
+    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
+    return re.compile(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)? ") if words else None
+
+
+def mention_positions(env: Environment, text: str, sources_out: bool = True) -> dict[str, int]:
     """mentioned()'s things, each with where it is first named in `_low(text)`."""
-    sources_out = SOURCES_OUT if sources_out is None else sources_out
     low = _low(text)
     names = set(env.names("place")) | set(env.names("object")) | set(env.names("device"))
     found: dict[str, int] = {}
     for name in sorted(names, key=lambda n: (-len(n.split("_")), -len(n), n)):
-        words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-        if not words:
-            continue
-        pattern = re.compile(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)? ")
-        m = pattern.search(low)
+        pattern = _name_pattern(name)
+        m = pattern.search(low) if pattern else None
         if m is None:
             continue
         if not (sources_out and SOURCE.search(low[:m.start() + 1])):
@@ -93,8 +95,8 @@ _STOP = {"the", "and", "for", "from", "with", "that", "this", "into", "onto", "n
 
 def _name_at(name: str, clause: str) -> int:
     """Where `name`'s words start in `clause` (lower-case words between spaces), or -1."""
-    words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w]
-    m = re.search(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)? ", clause) if words else None
+    pattern = _name_pattern(name)
+    m = pattern.search(clause) if pattern else None
     return m.start() if m else -1
 
 
@@ -152,9 +154,9 @@ def _handed(env: Environment, clause: str, only: set[str]) -> set[str]:
     away"), or right before "to me" after "bring", "take" (...)."""
     found = set()
     for o in set(env.names("object")) & only:
-        words = [w for w in re.split(r"[^a-z0-9]+", o.lower()) if w]
-        for m in re.finditer(r" " + r" ".join(map(re.escape, words)) + r"(?:s|es)?(?= )", clause):
-            before, after = clause[:m.start() + 1], clause[m.end():]
+        pattern = _name_pattern(o)
+        for m in pattern.finditer(clause) if pattern else ():
+            before, after = clause[:m.start() + 1], clause[m.end() - 1:]
             asked = [h for h in _HAND_ME.finditer(before) if _NEAR.fullmatch(before[h.end():])]
             if asked or (_BRING.search(before) and _TO_ME.match(after)):
                 found.add(o)
