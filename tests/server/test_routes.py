@@ -12,6 +12,7 @@ from typing import Optional
 
 import httpx
 import pytest
+import yaml
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.environment.state import HomeState
@@ -20,6 +21,7 @@ from orin_llm.runtime.backend import Capabilities, EngineStats
 from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
 from orin_llm.server.errors import RequestError
 from orin_llm.server.worker import Worker
+from tests.environment.homes import home_dict
 
 LIMITS = {"max_input_len": 512, "max_seq_len": 640, "max_batch_size": 2}  # max_tokens: 640 - 512 = 128
 
@@ -194,6 +196,23 @@ def test_environment_routes_check_names_etags_and_known_homes():
     assert r.status_code == 200 and r.headers["etag"] == '"4"' and worker.jobs.pop().exclusive
     r = call(app, "DELETE", "/v1/environments/attic")
     assert r.status_code == 200 and worker.jobs[0].exclusive
+
+
+def test_a_home_whose_examples_cannot_run_in_it_is_refused_naming_the_line():
+    """Few-shot examples teach the model: one naming a thing the home lacks (`pick(cat)`) is a 422 that
+    names the example's line, in JSON or YAML, for the default home and a named one; no job runs."""
+    worker = StubWorker()
+    app, _ = make_app(worker)
+    home = home_dict()
+    home["examples"][1]["plan"][1] = "pick(cat)"
+    for path in ("/v1/environment", "/v1/environments/flat-2"):
+        for kw in ({"json": home}, {"content": yaml.safe_dump(home), "headers": {"content-type": "application/yaml"}}):
+            r = call(app, "PUT", path, **kw)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["message"] == ("environment: examples.1.plan.1: 'pick(cat)': 'cat' is not an "
+                                                    "object of this home; an example names only the home's things, "
+                                                    "doing what they can do")
+    assert worker.jobs == []
 
 
 def test_state_routes_read_the_planners_state_and_send_changes_to_the_worker_in_order():
