@@ -218,7 +218,7 @@ def plan(
     from .runtime.engine import Engine
     from .runtime.planner import Planner
     from .server.cli import summary
-    from .server.jobs import feasibility_fields
+    from .server.jobs import feasibility_fields, ms
 
     env = load_environment(environment or EXAMPLE_HOME_PATH)
     planner = Planner(Engine.load(engine, threads=env_threads()), env)
@@ -233,7 +233,8 @@ def plan(
     res = planner.finish(gen, prefix)
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
-           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict(),
+           "timings": {**res.result.timings.as_dict(), "goal_reading_ms": ms(gen.planning.goal_s)},
+           "speculation": res.result.speculation.as_dict(),
            **feasibility_fields(res)}
     if as_json:
         typer.echo(json.dumps(out))

@@ -83,12 +83,15 @@ def plan_command(task: str, socket: Optional[Path], observations: Optional[list[
 
 def summary(result: dict) -> str:
     """Two lines for a person: the steps, then tokens and timings. With a daemon the queue wait comes
-    first, then the engine's figures, then what the client waited (queue + engine)."""
+    first, then the goal's reading (goal "infer"), then the engine's figures, then what the client
+    waited (all of them)."""
     steps = "; ".join(f"{s['action']}({', '.join(s['args'])})" for s in result.get("steps", []))
     t = result.get("timings", {})
     cached = f"{t.get('cached_prompt_tokens')} cached"
     engine = (f"TTFT {t.get('ttft_ms', 0):.0f} ms, decode {t.get('decode_tokens_per_s', 0):.1f} tok/s, "
               f"total {t.get('total_ms', 0):.0f} ms")
+    if t.get("goal_reading_ms"):  # goal "infer": the goal read in the task text, before the plan
+        engine = f"goal read in {t['goal_reading_ms']:.0f} ms, then {engine}"
     if "queue_ms" in t:  # from the daemon
         engine = (f"queued {t['queue_ms']:.0f} ms, then {engine} (since arrival: TTFT "
                   f"{t['ttft_since_arrival_ms']:.0f} ms, total {t['total_since_arrival_ms']:.0f} ms)")
