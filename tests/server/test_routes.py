@@ -215,6 +215,29 @@ def test_a_home_whose_examples_cannot_run_in_it_is_refused_naming_the_line():
     assert worker.jobs == []
 
 
+def test_a_home_name_the_route_cannot_carry_gets_a_422_that_says_which_names_are_allowed():
+    """A name with a '/' (as is or %2F, which arrives decoded) is two path segments: no route took it and
+    the answer was a bare 404. Every named route checks its name; other paths keep their 404 and 405."""
+    worker = StubWorker()
+    app, _ = make_app(worker)
+    allowed = "use 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+    for method, path, name in (("GET", "/v1/environments/a%2Fb", "a/b"), ("PUT", "/v1/environments/a/b", "a/b"),
+                               ("DELETE", "/v1/environments/a%2Fb", "a/b"),
+                               ("GET", "/v1/environments/a%2Fb/state", "a/b"),
+                               ("PATCH", "/v1/environments/a/b/state", "a/b"),
+                               ("GET", "/v1/environments/bad%20name", "bad name"),
+                               ("PATCH", "/v1/environments/..%2Fattic/state", "../attic"),
+                               ("GET", "/v1/environments/.hidden/state", ".hidden")):
+        r = call(app, method, path, json={"name": "h", "text": "a flat"} if method == "PUT" else None)
+        assert r.status_code == 422, (method, path, r.text)
+        assert r.json()["error"]["message"] == f"environment name {name!r}: {allowed}", (method, path)
+    assert worker.jobs == []
+    assert call(app, "GET", "/v1/environments/attic").status_code == 404  # a good name, not pinned
+    assert call(app, "PUT", "/v1/environments/attic/state").status_code == 405
+    r = call(app, "GET", "/v1/nothing/a/b")
+    assert r.status_code == 404 and r.json()["error"]["message"] == "Not Found"
+
+
 def test_state_routes_read_the_planners_state_and_send_changes_to_the_worker_in_order():
     change = {"state": {"robot_at": "kitchen"}, "environment_version": 3, "computed_tokens": 21}
     worker = StubWorker(lambda job: ("done", change))
