@@ -1,5 +1,6 @@
 """The CLI's `serve`, `plan` and `environment` commands as plain functions (the typer layer in
-orin_llm/cli.py only declares the options). Problems a user can fix raise OrinError: one line, exit 2."""
+orin_llm/cli.py only declares the options), and the engine loading of the in-process ones. Problems a
+user can fix raise OrinError: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -10,6 +11,28 @@ from typing import Optional
 
 from ..errors import OrinError
 from .config import DaemonConfig
+
+
+def load_engine(engine: Path, **options):
+    """The engine for an in-process command (`generate`, `plan --engine`): it loads for seconds, so
+    stderr says so and how long it took (stdout may be parsed: --json)."""
+    from ..progress import announced
+    from ..runtime.engine import Engine
+    from .config import env_threads
+
+    with announced(f"loading {engine}"):
+        return Engine.load(engine, threads=env_threads(), **options)
+
+
+def load_planner(engine: Path, env):
+    """`plan --engine`'s planner: the engine loaded, then the home's prefix computed and pinned (seconds
+    more on a CPU), each said on stderr as load_engine says."""
+    from ..progress import announced
+    from ..runtime.planner import Planner
+
+    eng = load_engine(engine)
+    with announced(f"pinning the home {env.name!r}"):
+        return Planner(eng, env)
 
 
 def serve_command(config: DaemonConfig) -> None:
