@@ -16,7 +16,7 @@ from typing import Optional
 import typer
 
 from .errors import OrinError
-from .server.config import DEFAULT_ENGINE, env_threads, typer_command
+from .server.config import DEFAULT_ENGINE, typer_command
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Build, serve and call a planning LLM on Jetson AGX Orin (and anywhere else).")
@@ -139,9 +139,9 @@ def generate(
     device: str = typer.Option("auto", help="cpu, cuda, or auto."),
 ) -> None:
     """Generate text from an engine, streaming tokens as they come."""
-    from .runtime.engine import Engine
+    from .server.cli import load_engine
 
-    eng = Engine.load(engine, device=device, threads=env_threads())
+    eng = load_engine(engine, device=device)
     ids = eng.encode(prompt) if raw else eng.chat_ids([{"role": "user", "content": prompt}])
     gen = eng.generate(ids, _params(max_tokens, temperature, top_p, seed, stop), speculation)
     if as_json:
@@ -215,13 +215,11 @@ def plan(
                      speculation, {**plan_opts, "deadline_ms": deadline_ms})
         return
     from .environment import EXAMPLE_HOME_PATH, load_environment
-    from .runtime.engine import Engine
-    from .runtime.planner import Planner
-    from .server.cli import summary
-    from .server.jobs import feasibility_fields
+    from .server.cli import load_planner, summary
+    from .server.jobs import feasibility_fields, ms
 
-    env = load_environment(environment or EXAMPLE_HOME_PATH)
-    planner = Planner(Engine.load(engine, threads=env_threads()), env)
+    env = load_environment(environment or EXAMPLE_HOME_PATH)  # a bad home fails before the engine loads
+    planner = load_planner(engine, env)
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
     deadline_s = deadline_ms / 1e3 if deadline_ms is not None else None
@@ -233,7 +231,8 @@ def plan(
     res = planner.finish(gen, prefix)
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
-           "timings": res.result.timings.as_dict(), "speculation": res.result.speculation.as_dict(),
+           "timings": {**res.result.timings.as_dict(), "goal_reading_ms": ms(gen.planning.goal_s)},
+           "speculation": res.result.speculation.as_dict(),
            **feasibility_fields(res)}
     if as_json:
         typer.echo(json.dumps(out))

@@ -8,6 +8,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+@contextmanager
+def announced(what: str, quiet: bool = False) -> Iterator[None]:
+    """`what ...` before long work that says nothing itself (loading an engine: seconds), and
+    `what: done in 7.9s` once it is done; nothing more when it fails (its error says why)."""
+    t0 = time.perf_counter()
+    if not quiet:
+        print(f"{what} ...", file=sys.stderr, flush=True)
+    yield
+    if not quiet:
+        print(f"{what}: done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
+
+
 class Steps:
     def __init__(self, total: int, quiet: bool = False):
         self.total, self.n, self.quiet = total, 0, quiet
@@ -15,13 +27,8 @@ class Steps:
     @contextmanager
     def step(self, what: str) -> Iterator[None]:
         self.n += 1
-        t0 = time.perf_counter()
-        if not self.quiet:
-            print(f"[{self.n}/{self.total}] {what} ...", file=sys.stderr, flush=True)
-        yield
-        if not self.quiet:
-            print(f"[{self.n}/{self.total}] {what}: done in {time.perf_counter() - t0:.1f}s",
-                  file=sys.stderr, flush=True)
+        with announced(f"[{self.n}/{self.total}] {what}", self.quiet):
+            yield
 
 
 class Counter:

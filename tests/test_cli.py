@@ -1,6 +1,7 @@
 """The console commands, run as a user would (subprocesses, real engine)."""
 
 import json
+import re
 
 import pytest
 
@@ -10,14 +11,23 @@ from .conftest import orin_llm
 @pytest.mark.full
 def test_generate_prints_text_then_timings(engine_dir):
     proc = orin_llm("generate", "--engine", str(engine_dir), "--max-tokens", "12", "Name a fruit.")
-    assert proc.stdout.strip()
+    assert proc.stdout.strip() and "loading" not in proc.stdout
     assert "completion tokens" in proc.stderr and "TTFT" in proc.stderr
+    assert proc.stderr.startswith(f"loading {engine_dir} ...\n") and said(proc.stderr, f"loading {engine_dir}")
+
+
+def said(stderr: str, what: str) -> bool:
+    """The in-process commands load for seconds: stderr says `what ...`, then how long it took."""
+    lines = stderr.splitlines()
+    return any(first == f"{what} ..." and re.fullmatch(rf"{re.escape(what)}: done in \d+\.\ds", then) is not None
+               for first, then in zip(lines, lines[1:], strict=False))
 
 
 @pytest.mark.full
 def test_generate_json(engine_dir):
     proc = orin_llm("generate", "--engine", str(engine_dir), "--json", "--max-tokens", "9", "Hello!")
-    out = json.loads(proc.stdout)
+    out = json.loads(proc.stdout)  # stdout is the JSON alone: the loading lines are on stderr
+    assert said(proc.stderr, f"loading {engine_dir}")
     assert out["engine"] == "smollm2-135m-demo" and out["text"]
     assert out["timings"]["completion_tokens"] <= 9 and out["timings"]["prompt_tokens"] > 5
 
@@ -27,7 +37,8 @@ def test_plan_json_on_the_example_home(engine_dir):
     task = "Bring the mug from the kitchen to the sofa."
     proc = orin_llm("plan", "--engine", str(engine_dir), "--json", task)
     out = json.loads(proc.stdout)
-    assert out["environment"] == "example_home" and out["plan"]
+    assert out["environment"] == "example_home" and out["plan"] and out["timings"]["goal_reading_ms"] == 0
+    assert said(proc.stderr, f"loading {engine_dir}") and said(proc.stderr, "pinning the home 'example_home'")
     # the few-shot prefix makes even the 135M model answer in action calls
     assert out["steps"] and {s["action"] for s in out["steps"]} <= {
         "go_to", "pick", "place", "open", "close", "switch_on", "switch_off", "say"}
@@ -69,6 +80,7 @@ def test_build_refuses_to_overwrite(engine_dir):
 def test_missing_engine_says_how_to_build(tmp_path):
     proc = orin_llm("generate", "--engine", str(tmp_path / "none"), "hi", check=False)
     assert proc.returncode == 2 and "orin-llm build --embedded" in proc.stderr
+    assert proc.stderr.startswith(f"loading {tmp_path / 'none'} ...\n") and "done in" not in proc.stderr
 
 
 def all_commands():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from orin_llm import progress
-from orin_llm.progress import Counter
+from orin_llm.progress import Counter, Steps, announced
 
 
 class Clock:
@@ -37,3 +39,23 @@ def test_quiet_prints_nothing(capsys):
     c = Counter("x", 2, quiet=True)
     c.advance(2)
     assert capsys.readouterr().err == ""
+
+
+def test_long_silent_work_is_announced_on_stderr_with_its_time(monkeypatch, capsys):
+    """Loading an engine says nothing for seconds: a line before, one with its time after, on stderr
+    (stdout may be parsed); a failure prints no "done" line, its error says why."""
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "perf_counter", clock)
+    with announced("loading engines/demo"):
+        clock.now += 7.94
+    with pytest.raises(RuntimeError), announced("loading engines/none"):
+        raise RuntimeError("no manifest.json")
+    with announced("loading quietly", quiet=True):
+        pass
+    steps = Steps(2)
+    with steps.step("exporting"):  # a build's steps: numbered, the same two lines
+        clock.now += 1.0
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.splitlines() == ["loading engines/demo ...", "loading engines/demo: done in 7.9s",
+                                "loading engines/none ...", "[1/2] exporting ...", "[1/2] exporting: done in 1.0s"]

@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..environment import Environment, environment_from_dict
+from ..environment import Environment, Step, environment_from_dict
 from ..errors import OrinError
+from ..home.steps import check_steps
 
 
 def machine() -> dict[str, Any]:
@@ -137,6 +138,23 @@ def pyplot():
     return plt
 
 
+def floor_examples(home: Environment, prefix: str, rooms: list[dict]) -> list[dict]:
+    """`home`'s examples with its things renamed as scaled_environment renames them (`prefix` + name),
+    those whose things are all in `rooms` already: a home's examples name only its own things."""
+    names = {n for r in rooms for n in [r["name"], *r["places"], *r["objects"], *r["devices"]]}
+    out = []
+    for ex in home.examples:
+        plan = []
+        for step in check_steps("\n".join(ex.plan), home)[0]:
+            args = [a if t == "text" else prefix + a for a, t in zip(step.args, step.types, strict=True)]
+            if any(a not in names for a, t in zip(args, step.types, strict=True) if t != "text"):
+                break
+            plan.append(str(Step(step.action, args, step.types)))
+        else:
+            out.append({"task": ex.task, "plan": plan})
+    return out
+
+
 def scaled_environment(base_homes: list[Environment], encode: Callable[[str], list[int]],
                        render: Callable[[Environment], str], target_tokens: int) -> Environment:
     """A home whose rendered prefix has about `target_tokens` tokens: rooms of several homes,
@@ -155,7 +173,7 @@ def scaled_environment(base_homes: list[Environment], encode: Callable[[str], li
                 candidate = environment_from_dict({
                     "name": f"scaled_{target_tokens}", "description": first.description,
                     "rooms": rooms, "actions": [a.model_dump() for a in first.actions],
-                    "examples": [e.model_dump() for e in first.examples]})
+                    "examples": floor_examples(first, "f1_", rooms)})
                 if len(encode(render(candidate))) > target_tokens:
                     return env or candidate
                 env = candidate

@@ -1,7 +1,7 @@
 """The home the planner is given, as data: rooms with places, objects and devices, the actions the
 robot can run, a few worked examples; or a plain-text description (``text``). Validated strictly on
-construction, so a home that reaches the planner names each thing once and its examples call
-declared actions. Loading a file: parse.py; the chat messages it becomes: render.py.
+construction, so a home that reaches the planner names each thing once and its examples run in it
+as plans (world.py). Loading a file: parse.py; the chat messages it becomes: render.py.
 """
 
 from __future__ import annotations
@@ -267,7 +267,30 @@ class Environment(_Model):
             problem = state_problem(self.state, self)
             if problem:
                 raise ValueError(f"state: {problem}")
+        self._examples_run()
         return self
+
+    def _examples_run(self) -> None:
+        """Each example is checked as a plan is: its steps name the home's things and run one after the
+        other from the home's state (world.py), since the model copies what the examples show; else
+        ValueError naming the example's line and why."""
+        from .world import World  # world.py builds on this module
+
+        for i, ex in enumerate(self.examples):
+            world = World.start(self)
+            for j, raw in enumerate(ex.plan):
+                name, args = parse_call(raw)  # type: ignore[misc]  # a call: checked above
+                violation = world.check(name, args, index=j)
+                if violation is None:
+                    world = world.apply(name, args)
+                    continue
+                where = f"examples.{i}.plan.{j}: {raw!r}"
+                if violation.kind != "precondition":  # unknown, affordance: in no state
+                    raise ValueError(f"{where}: {violation.reason}; an example names only the home's things, "
+                                     "doing what they can do")
+                after = " after the example's steps before it" if j else ""
+                raise ValueError(f"{where} cannot run in the home's state{after}: {violation.reason}; fix the "
+                                 "example (or the home's state:): the model plans as its examples do")
 
     @property
     def is_text(self) -> bool:

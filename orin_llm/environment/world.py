@@ -193,7 +193,7 @@ class World:
             return "unknown", f"{action} takes {len(types)} argument(s), not {len(args)}"
         for arg, t in zip(args, types, strict=True):
             if t != "text" and arg not in ix.names[t]:
-                return "unknown", f"{arg!r} is not a {t} of this home"
+                return "unknown", f"{arg!r} is not {'an' if t == 'object' else 'a'} {t} of this home"
         if kind == "say":
             return None
         if self._last == (action, tuple(args)):  # navigate, other: only a change of state could make it do more

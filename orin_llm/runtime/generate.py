@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 class Timings:
     """The engine's own figures: ttft and total count from when the engine took the request (its
     admission into the running batch). `queue_s` is the wait before that, from when the request
-    began (`Generation.started`: the planner sets it before it renders and tokenizes the prompt; else
-    when it was submitted). The daemon adds its own queue in front of that."""
+    began (`Generation.started`: the planner sets it before it renders and tokenizes the prompt, less
+    the time a goal "infer" took to read; else when it was submitted). The daemon adds its own queue in
+    front of that."""
 
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0  # prompt tokens whose K/V came from the cache: not computed here

@@ -60,6 +60,11 @@ class PlanRun:
     started: float = 0.0  # perf_counter() when the request began
     inferred: Optional[Any] = None  # goal_infer.InferredGoal when the goal was read from the task text
 
+    @property
+    def goal_s(self) -> float:
+        """How long reading the goal in the task text took, before the plan's request began (0: none read)."""
+        return self.inferred.ms / 1e3 if self.inferred is not None else 0.0
+
 
 def parse_goal(facts: list[str], env):
     """The goal's facts against the home (OrinError naming a fact the home cannot have)."""

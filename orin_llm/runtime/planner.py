@@ -330,7 +330,8 @@ class Planner:
                                 f"{e.limit - n} for the task and observations; shorten those") from None
         if conversation is not None:  # recorded only once the turn is accepted
             conversation.messages, conversation.ids, conversation.text = messages, ids, text
-        gen.started = started
+        # queue_s is the wait for the engine: the goal's reading is work for this request (PlanRun.goal_s)
+        gen.started = started + (inferred.ms / 1e3 if inferred is not None else 0.0)
         gen.conversation = conversation
         gen.world = world
         budget = GOAL_BUDGET_S if deadline_s is None else deadline_s

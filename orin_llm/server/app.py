@@ -71,6 +71,12 @@ def create_app(state: AppState) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
         count(request.url.path, "invalid" if exc.status_code < 500 else "error")
+        if exc.status_code == 404 and request.url.path.startswith("/v1/environments/"):
+            from .routes.environment import unroutable_name  # an engine route's: open_app imported it
+
+            named = unroutable_name(request.url.path)  # a home name with a '/': 422, what names may be
+            if named is not None:
+                return named.response()
         message = str(exc.detail)
         if exc.__cause__ is not None:  # FastAPI's "error parsing the body": say which error
             message += f" ({type(exc.__cause__).__name__}: {exc.__cause__})"

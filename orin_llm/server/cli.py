@@ -1,5 +1,6 @@
 """The CLI's `serve`, `plan` and `environment` commands as plain functions (the typer layer in
-orin_llm/cli.py only declares the options). Problems a user can fix raise OrinError: one line, exit 2."""
+orin_llm/cli.py only declares the options), and the engine loading of the in-process ones. Problems a
+user can fix raise OrinError: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -10,6 +11,28 @@ from typing import Optional
 
 from ..errors import OrinError
 from .config import DaemonConfig
+
+
+def load_engine(engine: Path, **options):
+    """The engine for an in-process command (`generate`, `plan --engine`): it loads for seconds, so
+    stderr says so and how long it took (stdout may be parsed: --json)."""
+    from ..progress import announced
+    from ..runtime.engine import Engine
+    from .config import env_threads
+
+    with announced(f"loading {engine}"):
+        return Engine.load(engine, threads=env_threads(), **options)
+
+
+def load_planner(engine: Path, env):
+    """`plan --engine`'s planner: the engine loaded, then the home's prefix computed and pinned (seconds
+    more on a CPU), each said on stderr as load_engine says."""
+    from ..progress import announced
+    from ..runtime.planner import Planner
+
+    eng = load_engine(engine)
+    with announced(f"pinning the home {env.name!r}"):
+        return Planner(eng, env)
 
 
 def serve_command(config: DaemonConfig) -> None:
@@ -83,12 +106,15 @@ def plan_command(task: str, socket: Optional[Path], observations: Optional[list[
 
 def summary(result: dict) -> str:
     """Two lines for a person: the steps, then tokens and timings. With a daemon the queue wait comes
-    first, then the engine's figures, then what the client waited (queue + engine)."""
+    first, then the goal's reading (goal "infer"), then the engine's figures, then what the client
+    waited (all of them)."""
     steps = "; ".join(f"{s['action']}({', '.join(s['args'])})" for s in result.get("steps", []))
     t = result.get("timings", {})
     cached = f"{t.get('cached_prompt_tokens')} cached"
     engine = (f"TTFT {t.get('ttft_ms', 0):.0f} ms, decode {t.get('decode_tokens_per_s', 0):.1f} tok/s, "
               f"total {t.get('total_ms', 0):.0f} ms")
+    if t.get("goal_reading_ms"):  # goal "infer": the goal read in the task text, before the plan
+        engine = f"goal read in {t['goal_reading_ms']:.0f} ms, then {engine}"
     if "queue_ms" in t:  # from the daemon
         engine = (f"queued {t['queue_ms']:.0f} ms, then {engine} (since arrival: TTFT "
                   f"{t['ttft_since_arrival_ms']:.0f} ms, total {t['total_since_arrival_ms']:.0f} ms)")

@@ -6,8 +6,9 @@ request, and a `finish(queue_s)` that builds the response once the request is do
 
 Timings say where they start. The engine's own figures (`ttft_ms`, `total_ms`, decode speed) count
 from when the engine began the request; `queue_ms` is the wait before that, from the request's
-arrival (its headers read); `ttft_since_arrival_ms` and `total_since_arrival_ms` are what the client
-waited: queue + engine.
+arrival (its headers read); a plan's `goal_reading_ms` is the goal read in the task text (goal "infer")
+after it; `ttft_since_arrival_ms` and `total_since_arrival_ms` are what the client waited: queue (+ goal
+reading) + engine.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
-                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s),
+                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s, gen.planning.goal_s),
                    **feasibility_fields(plan)}
             if req.environment:
                 out["environment"] = req.environment
@@ -166,10 +167,12 @@ def remove_environment_job(home: str):
     return begin
 
 
-def stats(result: Result, queue_s: float) -> dict:
+def stats(result: Result, queue_s: float, goal_s: Optional[float] = None) -> dict:
+    """The answer's timings; `goal_s` (plans): the goal's reading, between the queue and the engine."""
     t = result.timings
-    timings = {**t.as_dict(), "queue_ms": ms(queue_s), "ttft_since_arrival_ms": ms(queue_s + t.ttft_s),
-               "total_since_arrival_ms": ms(queue_s + t.total_s)}
+    before = queue_s + (goal_s or 0.0)
+    timings = {**t.as_dict(), "queue_ms": ms(queue_s), **({} if goal_s is None else {"goal_reading_ms": ms(goal_s)}),
+               "ttft_since_arrival_ms": ms(before + t.ttft_s), "total_since_arrival_ms": ms(before + t.total_s)}
     return {"timings": timings, "speculation": result.speculation.as_dict()}
 
 

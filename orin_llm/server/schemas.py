@@ -360,7 +360,9 @@ class PlanResponse(BaseModel):
         "prompt_tokens, cached_prompt_tokens (served from the KV cache, not computed), computed_prompt_tokens, "
         "completion_tokens, forced_tokens (emitted by the grammar without a model step), mask_ms (the "
         "constraint's masks), feasibility_ms (of which narrowing by the simulated state), masks; queue_ms (the wait "
-        "from arrival), ttft_since_arrival_ms and total_since_arrival_ms (what the client waited)."))
+        "from arrival for the worker and the engine), goal_reading_ms (goal \"infer\": the model reading the goal "
+        "in the task text, after the queue and before the plan; 0 otherwise), ttft_since_arrival_ms and "
+        "total_since_arrival_ms (what the client waited: queue, goal reading and engine)."))
     speculation: dict[str, Any] = Field(description="drafter, drafted, accepted, acceptance_rate, "
                                                     "mean_accepted_length")
     environment: Optional[str] = Field(None, description="The named home the plan was made in (absent: the "

@@ -67,6 +67,36 @@ def test_example_step_not_a_call() -> None:
         environment_from_dict(d)
 
 
+def test_examples_run_in_the_home_as_plans_do() -> None:
+    """An example is checked as a plan is: the things it names exist, they can do what it does, and each
+    step can run in the home's state after the steps before it; else the error names the line and why."""
+    d = home_dict()
+    d["examples"][1]["plan"][1] = "pick(cat)"
+    with pytest.raises(OrinError, match=r"examples\.1\.plan\.1: 'pick\(cat\)': 'cat' is not an object of this "
+                                        r"home; an example names only the home's things"):
+        environment_from_dict(d)
+    d = home_dict()
+    d["examples"][2]["plan"].insert(1, "open(tv)")
+    with pytest.raises(OrinError, match=r"examples\.2\.plan\.1: 'open\(tv\)': tv does not open and close"):
+        environment_from_dict(d)
+    d = home_dict()
+    d["examples"][1]["plan"].remove("pick(socks)")
+    with pytest.raises(OrinError, match=r"examples\.1\.plan\.2: 'place\(socks, laundry_basket\)' cannot run in "
+                                        r"the home's state after the example's steps before it: the robot does not "
+                                        r"hold socks \(the hand is empty\)"):
+        environment_from_dict(d)
+    # the home's state: the milk is in the closed fridge, so an example that does not open it first fails ...
+    d = home_dict()
+    d["examples"][0]["plan"].remove("open(fridge)")
+    assert d["state"]["open"] == {"fridge": False} and d["state"]["object_at"]["milk"] == "fridge"
+    with pytest.raises(OrinError, match=r"examples\.0\.plan\.1: 'pick\(milk\)' cannot run .*milk is inside "
+                                        r"fridge, which is closed: open it first"):
+        environment_from_dict(d)
+    # ... and passes in a home that does not say so (a fact not known never blocks a step)
+    del d["state"]
+    assert environment_from_dict(d).examples[0].plan[1] == "pick(milk)"
+
+
 def test_identifiers_and_uniqueness_are_checked() -> None:
     d = home_dict()
     d["rooms"][2]["name"] = "living room"

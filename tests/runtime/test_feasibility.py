@@ -5,6 +5,7 @@ constraint; max_tokens ends a plan at a step boundary; a goal is reached by the 
 or the search, and a fact no step can make true is named."""
 
 import random
+import time
 
 import pytest
 
@@ -14,8 +15,10 @@ from orin_llm.environment.state import HomeState
 from orin_llm.environment.world import World, simulate
 from orin_llm.errors import OrinError
 from orin_llm.home.grammar import plan_grammar
+from orin_llm.runtime import planner as planner_module
 from orin_llm.runtime.constraint import Grammar
 from orin_llm.runtime.feasibility import StepSets, narrowed
+from orin_llm.runtime.goal_infer import InferredGoal
 from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from tests.conftest import tiny_fixture
@@ -31,6 +34,8 @@ GREEDY = SamplingParams(max_tokens=32)
 def home(**changes):
     d = load_environment(EXAMPLE_HOME_PATH).model_dump(mode="json", exclude_none=True)
     d["state"] = STATE
+    # examples run in the home's state: the one that switches off the tv cannot here, where it is off
+    d["examples"] = [ex for ex in d["examples"] if "switch_off(tv)" not in ex["plan"]]
     d.update(changes)
     return environment_from_dict(d)
 
@@ -161,6 +166,23 @@ def test_a_goal_is_reached_and_an_unreachable_fact_is_named(planner, engine):
         planner.plan(TASKS[0], GREEDY, goal=["at(mug, sink)"], feasibility="off")
     with pytest.raises(OrinError, match="feasibility"):
         planner.plan(TASKS[0], GREEDY, feasibility="strict")
+
+
+def test_reading_the_goal_is_not_counted_as_waiting_for_the_engine(planner, monkeypatch):
+    """goal "infer" has the model read the goal first, a request of its own (faked here, slow as the real
+    engine's can be: an idle daemon said `queued 3409 ms`): the plan's queue_s stays the wait for the
+    engine, and PlanRun.goal_s (the daemon's goal_reading_ms) is how long the reading took."""
+    def slow_reading(engine, home, task):
+        t0 = time.perf_counter()
+        time.sleep(1.0)
+        return InferredGoal(["on(tv)"], "on(tv)\n", ["tv"], (time.perf_counter() - t0) * 1e3, 3)
+
+    monkeypatch.setattr(planner_module, "infer_goal", slow_reading)
+    gen = planner.start(TASKS[1], GREEDY, speculation="none", goal="infer", deadline_s=60)
+    plan = planner.finish(gen, planner.prefix)
+    assert plan.goal_inferred == ["on(tv)"] and plan.goal_reached is True
+    assert gen.planning.goal_s >= 1.0
+    assert 0 <= gen.timings.queue_s < 0.5  # an idle engine: rendering and tokenizing the prompt only
 
 
 def test_a_state_change_computes_only_the_state_part(planner, engine):

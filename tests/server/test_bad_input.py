@@ -87,6 +87,8 @@ CASES = [  # (id, method, path, body: dict (JSON) or bytes (raw), status, words 
     ("state-unknown-key", "PATCH", STATE, {"colour": "red"}, 422, "unknown key 'colour'"),
     ("state-not-an-object", "PATCH", STATE, b"[1]", 422, "Input should be a valid dictionary"),
     ("state-unknown-home", "GET", "/v1/environments/attic/state", None, 404, "no environment named 'attic'"),
+    ("home-name-with-a-slash", "PUT", "/v1/environments/flat%2F2", {"name": "h", "text": "a flat"}, 422,
+     "environment name 'flat/2': use 1 to 128 letters"),
     ("unknown-path", "GET", "/v1/nothing", None, 404, "Not Found"),
     ("wrong-method", "GET", PLAN, None, 405, "Method Not Allowed"),
 ]

@@ -133,6 +133,9 @@ def test_state_show_and_update(capped_daemon):
     assert "nothing was changed" in bad.stderr
     bad = run_cli("state", "show", "--socket", sock, "--environment", "attic", check=False)
     assert bad.returncode == 2 and "no environment named 'attic'" in bad.stderr
+    for command in (("state", "show"), ("state", "update", '{"robot_at": "sofa"}')):  # a name no route carries
+        bad = run_cli(*command, "--socket", sock, "--environment", "flat/2", check=False)
+        assert bad.returncode == 2 and "environment name 'flat/2': use 1 to 128 letters" in bad.stderr, bad.stderr
     restore = {k: before[k] for k in ("robot_at", "holding", "object_at", "open", "on", "said", "done")}
     restore["object_at"] = {**{o: None for o in after["object_at"]}, **before["object_at"]}
     run_cli("state", "update", "--socket", sock, json.dumps(restore))

@@ -12,6 +12,7 @@ from typing import Optional
 
 import httpx
 import pytest
+import yaml
 
 from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.environment.state import HomeState
@@ -20,6 +21,7 @@ from orin_llm.runtime.backend import Capabilities, EngineStats
 from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
 from orin_llm.server.errors import RequestError
 from orin_llm.server.worker import Worker
+from tests.environment.homes import home_dict
 
 LIMITS = {"max_input_len": 512, "max_seq_len": 640, "max_batch_size": 2}  # max_tokens: 640 - 512 = 128
 
@@ -194,6 +196,46 @@ def test_environment_routes_check_names_etags_and_known_homes():
     assert r.status_code == 200 and r.headers["etag"] == '"4"' and worker.jobs.pop().exclusive
     r = call(app, "DELETE", "/v1/environments/attic")
     assert r.status_code == 200 and worker.jobs[0].exclusive
+
+
+def test_a_home_whose_examples_cannot_run_in_it_is_refused_naming_the_line():
+    """Few-shot examples teach the model: one naming a thing the home lacks (`pick(cat)`) is a 422 that
+    names the example's line, in JSON or YAML, for the default home and a named one; no job runs."""
+    worker = StubWorker()
+    app, _ = make_app(worker)
+    home = home_dict()
+    home["examples"][1]["plan"][1] = "pick(cat)"
+    for path in ("/v1/environment", "/v1/environments/flat-2"):
+        for kw in ({"json": home}, {"content": yaml.safe_dump(home), "headers": {"content-type": "application/yaml"}}):
+            r = call(app, "PUT", path, **kw)
+            assert r.status_code == 422, r.text
+            assert r.json()["error"]["message"] == ("environment: examples.1.plan.1: 'pick(cat)': 'cat' is not an "
+                                                    "object of this home; an example names only the home's things, "
+                                                    "doing what they can do")
+    assert worker.jobs == []
+
+
+def test_a_home_name_the_route_cannot_carry_gets_a_422_that_says_which_names_are_allowed():
+    """A name with a '/' (as is or %2F, which arrives decoded) is two path segments: no route took it and
+    the answer was a bare 404. Every named route checks its name; other paths keep their 404 and 405."""
+    worker = StubWorker()
+    app, _ = make_app(worker)
+    allowed = "use 1 to 128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit"
+    for method, path, name in (("GET", "/v1/environments/a%2Fb", "a/b"), ("PUT", "/v1/environments/a/b", "a/b"),
+                               ("DELETE", "/v1/environments/a%2Fb", "a/b"),
+                               ("GET", "/v1/environments/a%2Fb/state", "a/b"),
+                               ("PATCH", "/v1/environments/a/b/state", "a/b"),
+                               ("GET", "/v1/environments/bad%20name", "bad name"),
+                               ("PATCH", "/v1/environments/..%2Fattic/state", "../attic"),
+                               ("GET", "/v1/environments/.hidden/state", ".hidden")):
+        r = call(app, method, path, json={"name": "h", "text": "a flat"} if method == "PUT" else None)
+        assert r.status_code == 422, (method, path, r.text)
+        assert r.json()["error"]["message"] == f"environment name {name!r}: {allowed}", (method, path)
+    assert worker.jobs == []
+    assert call(app, "GET", "/v1/environments/attic").status_code == 404  # a good name, not pinned
+    assert call(app, "PUT", "/v1/environments/attic/state").status_code == 405
+    r = call(app, "GET", "/v1/nothing/a/b")
+    assert r.status_code == 404 and r.json()["error"]["message"] == "Not Found"
 
 
 def test_state_routes_read_the_planners_state_and_send_changes_to_the_worker_in_order():

@@ -68,6 +68,20 @@ def test_streamed_and_chat_answers_carry_the_same_timings(client):
     assert chat["timings"]["queue_ms"] >= 0 and chat["timings"]["total_since_arrival_ms"] >= chat["timings"]["total_ms"]
 
 
+def test_an_idle_daemon_tells_the_goals_reading_from_the_queue(client):
+    """goal "infer": the model reads the goal in the task first, a request of its own. An idle daemon
+    said `queued 3409 ms` for it; now queue_ms is the wait, goal_reading_ms the reading, and what the
+    client waited is all of it."""
+    answer = client.plan("Switch on the tv.", max_tokens=16, goal="infer", deadline_ms=120_000)
+    t = answer["timings"]
+    assert answer["goal_inferred"] and t["goal_reading_ms"] > 0
+    assert t["queue_ms"] < t["goal_reading_ms"]  # idle: no wait, where the reading is a whole decode
+    assert abs(t["ttft_since_arrival_ms"] - t["queue_ms"] - t["goal_reading_ms"] - t["ttft_ms"]) < 0.01
+    assert abs(t["total_since_arrival_ms"] - t["queue_ms"] - t["goal_reading_ms"] - t["total_ms"]) < 0.01
+    assert f"then goal read in {t['goal_reading_ms']:.0f} ms, then TTFT" in summary(answer)
+    assert client.plan("Open the fridge.", max_tokens=4)["timings"]["goal_reading_ms"] == 0
+
+
 def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
     """A chat with another system prompt no longer evicts the pinned home (the paged cache keeps pins);
     every plan finds at least the home's whole blocks cached. What each request reports as cached and

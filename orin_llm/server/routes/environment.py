@@ -65,6 +65,7 @@ async def list_environments(state: AppState = Depends(app_state)) -> dict:
 
 @router.get("/v1/environments/{name}")
 async def get_named_environment(name: str, state: AppState = Depends(app_state)) -> Response:
+    check_name(name)
     home = state.planner.homes.get(name)
     if home is None:
         raise RequestError(404, f"no environment named {name!r}; GET /v1/environments lists them")
@@ -92,6 +93,7 @@ async def put_named_environment(
 @router.delete("/v1/environments/{name}")
 async def delete_named_environment(name: str, request: Request, state: AppState = Depends(app_state)) -> Response:
     """Unpin a named environment (requests still running on it finish)."""
+    check_name(name)
     job = Job("environment", remove_environment_job(name), asyncio.get_running_loop(), created=arrival(request),
               exclusive=True)
     return await respond(state, job, request, JSONResponse)
@@ -112,6 +114,22 @@ def check_name(name: str) -> None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}", name):
         raise RequestError(422, f"environment name {name!r}: use 1 to 128 letters, digits, '.', '_', ':' or '-', "
                                 "starting with a letter or digit")
+
+
+NAMED = "/v1/environments/"
+
+
+def unroutable_name(path: str) -> Optional[RequestError]:
+    """The answer to a path under /v1/environments/ that no route took (app.py's 404 handler): its name
+    holds a '/' (sent as %2F too, which arrives decoded), and a route's {name} is one path segment, so
+    it was a bare 404. Now check_name's 422, naming the names allowed; None when the name is a good one."""
+    name = path.removeprefix(NAMED)
+    name = name.removesuffix("/state")  # /v1/environments/NAME/state, NAME with a "/" in it
+    try:
+        check_name(name)
+    except RequestError as e:
+        return e
+    return None
 
 
 def parse_if_match(value: Optional[str]) -> Optional[int]:

@@ -22,6 +22,7 @@ from ..jobs import state_job
 from ..schemas import StateChange, check_utf8
 from ..worker import Job
 from .common import ERRORS, arrival, respond
+from .environment import check_name
 from .state import AppState, app_state
 
 router = APIRouter()
@@ -40,6 +41,7 @@ async def get_default_state(state: AppState = Depends(app_state)) -> Response:
 @router.get("/v1/environments/{name}/state")
 async def get_named_state(name: str, state: AppState = Depends(app_state)) -> Response:
     """A named home's current state."""
+    check_name(name)
     return current_state(state, name)
 
 
@@ -54,6 +56,7 @@ async def patch_default_state(request: Request, update: dict[str, Any] = UPDATE,
 async def patch_named_state(name: str, request: Request, update: dict[str, Any] = UPDATE,
                             state: AppState = Depends(app_state)) -> Response:
     """Change a named home's state."""
+    check_name(name)
     return await change_state(state, request, update, name)
 
 
