@@ -34,6 +34,7 @@ from typing import Optional
 
 import torch
 
+from . import native
 from .native import NativeLib
 
 # What pack_* lay out for (the module's own constants are checked against these at load: native.py)
@@ -43,8 +44,9 @@ QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): the same
 
 
 def _plain_loops_only(module) -> Optional[str]:
-    """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
-    if module.simd() == "generic":
+    """A build without a SIMD path runs plain loops, slower than torch's kernels: not used, unless the
+    reference family was asked for (native.FAMILY_VARIABLE), to measure those loops' numbers."""
+    if module.simd() == "generic" and native.family() != "reference":
         return "no SIMD path for this CPU (x86 AVX2, or ARM NEON with the dot-product instructions)"
     return None
 
