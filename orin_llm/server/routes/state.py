@@ -42,6 +42,7 @@ class AppState:
     limit: int = 0  # most max_tokens a request may ask for (open())
     grammars: Any = None  # chat answers' grammars (response_format, tools), used on the engine's thread
     native_tools: bool = False  # the chat template renders tools itself
+    state_dir: Any = None  # server/state_dir.py's StateDir: what the daemon keeps (None: in-process tests)
 
     @property
     def ready(self) -> bool:
