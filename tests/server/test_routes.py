@@ -4,6 +4,7 @@ No daemon, no model: validation, error mapping, and /health while the engine loa
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -194,6 +195,43 @@ def test_environment_routes_check_names_etags_and_known_homes():
     assert r.status_code == 200 and r.headers["etag"] == '"4"' and worker.jobs.pop().exclusive
     r = call(app, "DELETE", "/v1/environments/attic")
     assert r.status_code == 200 and worker.jobs[0].exclusive
+
+
+def deep(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("method, path, body, status, words", [
+    ("POST", "/v1/plan", '{"task": "x", "goal": ' + deep(65) + "}", 422, "nested more than 64 levels deep"),
+    ("POST", "/v1/plan", '{"task": "x", "goal": ' + deep(100_000) + "}", 422, "nested more than 64 levels deep"),
+    ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": "hi"}],
+                                                 "tools": ["t"] * 10_000}), 413, "more than 10000 values"),
+    ("PATCH", "/v1/environment/state", json.dumps({"said": list(range(10_000))}), 413, "more than 10000 values"),
+    ("PUT", "/v1/environment", json.dumps({"name": "h", "rooms": [{"name": "r"}] * 5000}), 413, "the limit is 10000"),
+    ("PUT", "/v1/environment", '{"name": "h", "text": "a \\ud800 flat"}', 422, "no lone surrogates"),
+])
+def test_bodies_over_a_limit_are_refused_naming_it_before_any_model_sees_them(method, path, body, status, words):
+    worker = StubWorker()
+    app, state = make_app(worker)
+    r = call(app, method, path, content=body.encode(), headers={"Content-Type": "application/json"})
+    assert r.status_code == status and words in r.json()["error"]["message"], r.text
+    assert worker.jobs == []
+
+
+def test_yaml_homes_are_parsed_in_the_parser_process_under_its_limits():
+    worker = StubWorker(lambda job: ("done", {"version": 4, "name": "n", "prefix_tokens": 9}))
+    app, state = make_app(worker)
+    yaml_type = {"Content-Type": "application/yaml"}
+    try:
+        r = call(app, "PUT", "/v1/environment", content=EXAMPLE_HOME_PATH.read_bytes(), headers=yaml_type)
+        assert r.status_code == 200 and state.yaml._proc is not None  # parsed there
+        r = call(app, "PUT", "/v1/environment", content=b"a: &x [1]\nname: h\ntext: *x\n", headers=yaml_type)
+        assert r.status_code == 422 and "YAML aliases (*name) are not accepted" in r.json()["error"]["message"]
+        r = call(app, "PUT", "/v1/environment", content=deep(65).encode(), headers=yaml_type)
+        assert r.status_code == 422 and "nested more than 64 levels deep" in r.json()["error"]["message"]
+        assert len(worker.jobs) == 1 and requests_counted(state, "environment", "invalid") == 2
+    finally:
+        state.yaml.close()
 
 
 def test_state_routes_read_the_planners_state_and_send_changes_to_the_worker_in_order():
