@@ -1,7 +1,7 @@
 """The planning daemon: HTTP/1.1 over a Unix socket in front of one engine worker.
 
 Modules: `sockets` (paths, binding, sd_notify), `protocol` (the HTTP connection: head limits,
-arrival times, clients that go away), `content` (how bodies are read), `body_limit`,
+arrival times, clients that go away or half-close), `content` (how bodies are read), `body_limit`,
 `bodies` (what a parsed body may hold), `yaml_process` (YAML bodies parsed in a process), `schemas`
 (request bodies), `worker` (the thread that owns the engine), `jobs` (what a request runs on it),
 `streams` (waiting on a job, SSE), `app` (the app, its error handlers and loading gate), `routes`
