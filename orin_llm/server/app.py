@@ -48,7 +48,7 @@ def create_app(state: AppState) -> FastAPI:
         try:
             yield
         finally:
-            state.yaml.close()
+            state.bodies.close()
             if state.worker is not None:
                 await asyncio.to_thread(state.worker.stop)
 

@@ -12,31 +12,22 @@ of our code (the UTF-8 check, pydantic, the home's checks) walks it.
   demo engine's 6144-token prompt has about 1,300 (measured: 855 rooms are 20,000 values and 99,000
   tokens), a plan request a few dozen; more is 413. Refused before pydantic, whose error message for
   131,000 wrong list items took 0.9 s to build and was 10 MB long.
-- **Time**: a YAML body gets `PARSE_S` in the parser process (yaml_process.py); over it, 413.
+- **Time**: a home's body gets `PARSE_S` in the body process (body_process.py); over it, 413.
 
-Only the standard library and PyYAML are imported here: this module is what the YAML parser process
-runs (`python -m orin_llm.server.bodies`), and it should start in a tenth of a second.
+The daemon reads a home's body in that process, with these functions; plan, chat and state bodies
+in place (content.py), with `load_json`. Only the standard library and PyYAML are imported here.
 """
 
 from __future__ import annotations
 
-import datetime
-import io
 import json
-import os
-import pickle
-import signal
-import struct
-import sys
-from typing import Any, BinaryIO
+from typing import Any
 
 import yaml
 
 MAX_DEPTH = 64
 MAX_NODES = 10_000
 PARSE_S = 2.0
-PARSE_NICE = 5  # over the daemon's (whose CPUs it shares): the engine's steps come first
-FRAME = struct.Struct(">I")  # the parser process's frames: a 4-byte length, then that many bytes
 
 # libyaml's scanner and parser when PyYAML was built with it (8x faster on a 256 KB body than the
 # pure-Python ones, measured); the constructor is Python either way
@@ -100,7 +91,7 @@ def load_json(text: str | bytes, unicode: bool = True) -> Any:
 
 def load_yaml(text: str) -> Any:
     """A YAML body under the limits (aliases refused, depth and values bounded), as yaml.safe_load
-    would read it. Slow in pure Python: the daemon calls it in the parser process (yaml_process.py)."""
+    would read it. Slow in pure Python: the daemon calls it in the body process (body_process.py)."""
     loader = None
     try:
         loader = BaseLoader(text)  # the pure-Python reader checks the characters here
@@ -155,66 +146,3 @@ def check_nodes(root: yaml.Node) -> None:
             raise too_deep()
         todo.extend((child, depth + 1) for child in children)
     # every value counted once: the constructed document has as many (keys and scalars included)
-
-
-# -- the parser process: frames in on stdin, pickled answers out on stdout ----------------------
-
-SAFE_CLASSES = {("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")}
-
-
-class ReplyUnpickler(pickle.Unpickler):
-    """The parser process's answers hold what safe_load builds: builtins (which pickle writes with
-    opcodes of their own) and YAML's timestamps. Anything else is refused, so that even a parser
-    process gone wrong cannot make the daemon import or call anything."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in SAFE_CLASSES:
-            return getattr(datetime, name)
-        raise pickle.UnpicklingError(f"the YAML parser sent {module}.{name}, which a body cannot hold")
-
-
-def read_reply(data: bytes) -> Any:
-    """A reply of the parser process: the document, or BodyError raised."""
-    kind, *rest = ReplyUnpickler(io.BytesIO(data)).load()
-    if kind == "ok":
-        return rest[0]
-    raise BodyError(*rest)
-
-
-def answer(body: bytes) -> bytes:
-    try:
-        reply: tuple = ("ok", load_yaml(body.decode("utf-8")))
-    except BodyError as e:
-        reply = ("error", e.status, e.message)
-    except Exception as e:  # what PyYAML raised that it should not have: still an answer
-        reply = ("error", 422, f"the body cannot be read as YAML ({type(e).__name__}: {e})")
-    return pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def read_frame(stream: BinaryIO) -> bytes:
-    head = stream.read(FRAME.size)
-    if len(head) < FRAME.size:
-        raise EOFError
-    (n,) = FRAME.unpack(head)
-    data = stream.read(n)
-    if len(data) < n:
-        raise EOFError
-    return data
-
-
-def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
-    """One body at a time until stdin closes (the daemon stopped, or gave up on a body and killed us)."""
-    while True:
-        try:
-            body = read_frame(stdin)
-        except EOFError:
-            return
-        reply = answer(body)
-        stdout.write(FRAME.pack(len(reply)) + reply)
-        stdout.flush()
-
-
-if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on a daemon in a terminal: the daemon stops us
-    os.nice(PARSE_NICE)
-    serve(sys.stdin.buffer, sys.stdout.buffer)

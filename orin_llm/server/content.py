@@ -9,13 +9,13 @@ JSON parse goes through bodies.load_json, so their bodies are bounded like the e
 
 PUT /v1/environment takes the home as JSON (the shape GET returns) or, with a YAML content type
 (`application/yaml`, RFC 9512, or the older `application/x-yaml`, `text/yaml`, `text/x-yaml`), as the
-YAML file itself. Either way under the limits of bodies.py (no YAML aliases, depth and values
-bounded), and YAML in a process of its own (yaml_process.py), so that no body holds the event loop.
+YAML file itself. Either way it is read and checked as a home in a process of its own
+(body_process.py), under the limits of bodies.py (no YAML aliases, depth and values bounded), so
+that no body holds the event loop.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Optional
 
@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .bodies import BodyError, load_json
-from .yaml_process import YamlProcess
+from .body_process import BodyProcess
 
 JSON_PATHS = frozenset({"/v1/plan", "/v1/chat/completions"})
 STATE_PATH = re.compile(r"/v1/(environment|environments/[^/]+)/state")
@@ -80,9 +80,10 @@ def media_type(content_type: Optional[str]) -> str:
     return (content_type or "").split(";")[0].strip().lower()
 
 
-async def parse_environment_body(body: bytes, content_type: Optional[str], yaml_parser: YamlProcess) -> Any:
-    """The PUT /v1/environment body as a Python object, under the limits of bodies.py (YAML in the
-    parser process); ValueError says what is wrong with it, BodyError (a ValueError) which limit."""
+async def parse_environment_body(body: bytes, content_type: Optional[str], process: BodyProcess) -> Any:
+    """The PUT /v1/environment body as a Python object that is a valid home, read in the body process
+    (body_process.py) under the limits of bodies.py; ValueError says what is wrong with it, BodyError
+    (a ValueError) which limit or what the home's check found."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -90,10 +91,4 @@ async def parse_environment_body(body: bytes, content_type: Optional[str], yaml_
     if not text.strip():
         raise ValueError("the body is empty; send the environment as JSON, or as YAML with "
                          "Content-Type: application/yaml")
-    if media_type(content_type) in YAML_TYPES:
-        return await yaml_parser.parse(body)
-    try:
-        return load_json(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"the body is not valid JSON ({e.msg} at line {e.lineno}, column {e.colno}); "
-                         "a YAML home needs Content-Type: application/yaml") from None
+    return await process.environment(body, yaml=media_type(content_type) in YAML_TYPES)

@@ -102,9 +102,9 @@ async def environment_of(request: Request, state: AppState):
     """The request's body as an environment: JSON, or YAML with Content-Type: application/yaml."""
     body = await request.body()  # within the body limit (BodyLimit counts it)
     try:
-        data = await parse_environment_body(body, request.headers.get("content-type"), state.yaml)
-        return environment_from_dict(data, source="environment")
-    except BodyError as e:  # a limit of bodies.py (413), or the YAML parser's message (422)
+        data = await parse_environment_body(body, request.headers.get("content-type"), state.bodies)
+        return environment_from_dict(data, source="environment")  # found valid there: milliseconds here
+    except BodyError as e:  # a limit of bodies.py (413), or what the parser or the home's check said (422)
         raise RequestError(e.status, e.message) from None
     except (OrinError, ValueError) as e:
         raise RequestError(422, str(e)) from None

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import Request
 
+from ..body_process import BodyProcess
 from ..metrics import Metrics
-from ..yaml_process import YamlProcess
 
 if TYPE_CHECKING:
     from ..worker import Worker
@@ -43,7 +43,7 @@ class AppState:
     limit: int = 0  # most max_tokens a request may ask for (open())
     grammars: Any = None  # chat answers' grammars (response_format, tools), used on the engine's thread
     native_tools: bool = False  # the chat template renders tools itself
-    yaml: YamlProcess = field(default_factory=YamlProcess)  # YAML bodies' parser process (started on first use)
+    bodies: BodyProcess = field(default_factory=BodyProcess)  # homes' bodies are read there (started on first use)
 
     @property
     def ready(self) -> bool:
