@@ -27,8 +27,8 @@ import torch
 
 from ..arch import Arch
 
-# chosen on calibration dev items (the calib split's own answers past those the absmax saw): 8
-# rounded the keys closest to full precision of 1, 2, 4, 8, 16 and no cap (docs/BENCHMARKS.md)
+# at most 3 bits of the INT8 range won back for a small channel: a bound on how far a channel that
+# calibration saw small is trusted, not a tuned value (caps 4 to none rounded alike: the commit says)
 MAX_FACTOR = 8.0
 KEY = "k_smooth"  # its tensor in the KV scales file (build/calibrate.py), [layers, kv_heads, head_dim]
 
