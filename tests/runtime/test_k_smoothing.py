@@ -23,7 +23,7 @@ def test_factors_lift_the_small_channels_up_to_the_cap_and_keep_the_largest():
     assert float(s.min()) >= 1.0 and float(s.max()) <= k_smoothing.MAX_FACTOR
     # the head's largest channel is unchanged, so its INT8 scale is the same as without smoothing
     assert torch.equal(k_smoothing.smoothed_absmax(a, s), a.amax(-1))
-    assert float((pair * s[..., :4]).min()) > float(pair.min()) * 10
+    assert torch.allclose((pair * s[..., :4])[0, 0], torch.tensor([8.0, 8.0, 0.5 * k_smoothing.MAX_FACTOR, 0.02 * k_smoothing.MAX_FACTOR]))
 
 
 def test_wrong_shapes_are_refused(tiny_engine_dir):
@@ -49,8 +49,11 @@ def test_folded_into_the_rows_they_scale_each_key_channel_and_keep_the_logits(ti
     for name, model in (("plain", plain), ("smooth", smooth)):
         obs = AbsmaxObserver(arch, 64, torch.float32)
         observed[name] = (model(ids, obs, num_logits=40), obs.k_channel_absmax)
-    # keys: channel c times s_c after RoPE too (a factor not shared by its pair would not commute)
-    assert torch.allclose(observed["smooth"][1], observed["plain"][1] * s, rtol=1e-4, atol=1e-6)
+    # keys: channel c times s_c after RoPE too (a factor not shared by its pair would not commute): in the
+    # first layer to float rounding, in later ones as far as the rounding of the layers before carries
+    got, want = observed["smooth"][1], observed["plain"][1] * s
+    assert torch.allclose(got[0], want[0], rtol=1e-5, atol=1e-7)
+    assert torch.allclose(got, want, rtol=2e-3, atol=1e-6)
     # scores, hence logits, as they were (float rounding only)
     a, b = observed["plain"][0], observed["smooth"][0]
     assert float((a - b).abs().max()) <= 1e-3 * float(a.abs().max())
