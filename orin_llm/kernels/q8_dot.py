@@ -8,13 +8,18 @@ bandwidth: docs/notes/benchmarks-lab-notes.md). llama.cpp quantizes each row of 
 and takes integer dot products with the 4- or 8-bit codes as stored. This does the same, for:
 
 - Q4_1 layers (`q4_1_linear`): scale·code + min per block of 32, the GGUF's own values; a symmetric
-  int4 draft layer is the same with min = -8·scale;
+  int4 draft layer is the same with min = -8·scale. Their activations are 16-bit codes per block of
+  32 (d = amax/SPLIT_QMAX) held as two byte planes, q = 256·hi + lo, so that the byte dot products
+  (AVX2's maddubs, VNNI's dpbusd, NEON's sdot) take both and the sums combine exactly. llama.cpp's
+  Q8_1 (int8 activations), which ran here first, rounds coarsely enough to turn a small model's
+  close greedy choices (the README's "capital of France" answered "L'Étoile ..." on every CPU
+  kind); the 16-bit codes round below the bf16 inputs torch's int4 kernel takes, for twice the byte
+  dot products (`orin-llm bench --scenario kernels`, docs/BENCHMARKS.md);
 - int8 per-row matrices (`q8_linear`): an int8 draft's layers and the q4_1 target's lm_head candidate
   pass, on int16 activations: head.py bounds that pass's error, activation rounding included, and
   int8 activations made the bound so wide that hundreds of tokens a row needed exact logits.
 
-The Q4_1 layers' int8 activation rounding is the same class of precision as the bf16 inputs torch's
-kernels took (and llama.cpp's Q8_1); outputs are float32. Each output is computed in one fixed order from its
+Outputs are float32. Each output is computed in one fixed order from its
 own row of x, so rows are bit for bit independent of the batch (runtime/packed.rows_independent
 probes it at load, as for every kernel). Weights are laid out once at load in tiles of output rows
 (`pack_q4_1`, `pack_q8`), which the kernel reads as one stream. Built at install (native.py): x86
@@ -41,6 +46,7 @@ from .native import NativeLib
 BLOCK = 32  # activations (and weights) per scale
 ROWS = 8  # output rows per tile of an int8 matrix (pack_q8): one lane of a vector each
 QROWS = 8  # output rows per tile of a Q4_1 layer (pack_q4_1): the same
+SPLIT_QMAX = 127 * 256 + 127  # a Q4_1 layer's activation codes: 16-bit, held as two bytes (csrc/kernels/common.h)
 
 
 def _plain_loops_only(module) -> Optional[str]:
@@ -53,7 +59,7 @@ def _plain_loops_only(module) -> Optional[str]:
 
 _lib = NativeLib("q8_dot", "the int8 dot-product kernels",
                  "quantized layers run torch's weight-only kernels (slower on one core)", refuse=_plain_loops_only,
-                 expects={"BLOCK": BLOCK, "ROWS": ROWS, "QROWS": QROWS})
+                 expects={"BLOCK": BLOCK, "ROWS": ROWS, "QROWS": QROWS, "SPLIT_QMAX": SPLIT_QMAX})
 
 
 def op():

@@ -33,7 +33,17 @@ from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .decider import Decider
 from .drafters import DEFAULT_HISTORY, attach_cache, choose_drafter
-from .engine_files import BLOCK_SIZE, DTYPES, EngineText, eos_ids, load_pool, load_tokenizer, lookup_seed, pool_tokens
+from .engine_files import (
+    BLOCK_SIZE,
+    DTYPES,
+    EngineText,
+    eos_ids,
+    k_smoothing_for,
+    load_pool,
+    load_tokenizer,
+    lookup_seed,
+    pool_tokens,
+)
 from .generate import Generation, Result
 from .history_store import HistoryStore, engine_identity
 from .host import apply_thread_setting, env_int, pick_device
@@ -129,7 +139,7 @@ class Engine(EngineText):
         dtype = compute_dtype(device, weights or built, DTYPES[manifest.target.dtype])
         model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, dtype,
                            device, positions, weights or built, switches, kv_cache or manifest.target.kv_cache.dtype,
-                           width)
+                           width, k_smoothing_for(engine_dir, manifest.target, kv_cache))
         num_blocks = math.ceil((kv_tokens or pool_tokens(manifest)) / BLOCK_SIZE)
         target_pool = load_pool(engine_dir, manifest.target, "target", num_blocks, device, kv_cache)
         draft_loader = draft_pool = None
@@ -137,7 +147,8 @@ class Engine(EngineText):
             d = manifest.draft
             draft_loader = functools.partial(load_llama, engine_dir / d.dir, d.arch,
                                              compute_dtype(device, d.weights, DTYPES[d.dtype]), device,
-                                             positions, d.weights, switches, kv_cache or d.kv_cache.dtype)
+                                             positions, d.weights, switches, kv_cache or d.kv_cache.dtype,
+                                             k_smooth=k_smoothing_for(engine_dir, d, kv_cache))
             # torch.empty: the pool's pages cost no memory until the draft model writes them
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
         if model.plan.cuda_graphs:  # decode steps at fixed shapes in CUDA graphs (cuda_graphs.py)

@@ -12,7 +12,7 @@ import torch
 
 from ..errors import OrinError
 from ..manifest import Manifest, ModelEntry, read_json_object
-from .kv_pool import KVPool, load_scales
+from .kv_pool import KVPool, load_k_smoothing, load_scales
 from .tokenizer import Tokenizer
 
 BLOCK_SIZE = 16  # tokens per KV block: prefix reuse is whole blocks (a prompt's partial last block is computed)
@@ -83,6 +83,14 @@ def load_pool(engine_dir: Path, entry: ModelEntry, role: str, num_blocks: int, d
     if kv not in KV_DTYPES:
         raise OrinError(f"KV cache dtype {kv!r} is not supported (fp32, fp16, bf16, int8)")
     return KVPool(entry.arch, num_blocks, BLOCK_SIZE, KV_DTYPES[kv], device)
+
+
+def k_smoothing_for(engine_dir: Path, entry: ModelEntry, kv_override: Optional[str]) -> Optional[torch.Tensor]:
+    """The K smoothing factors the model's rows take (k_smoothing.py): where its KV cache is INT8 and
+    its calibration wrote them; None elsewhere (a full-precision cache gains nothing from them)."""
+    if (kv_override or entry.kv_cache.dtype) != "int8" or not entry.kv_cache.scales:
+        return None
+    return load_k_smoothing(engine_dir / entry.kv_cache.scales)
 
 
 def pool_tokens(manifest: Manifest) -> int:

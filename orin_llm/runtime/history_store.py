@@ -3,10 +3,10 @@ kept as a JSON file in the daemon's state directory.
 
 A restarted daemon drafts from what it learned before (SuffixDecoding's point: plans repeat their
 shape), not only from the build's seed plans. Files are bounded (LookupHistory.max_tokens) and
-written atomically: a temporary file in the same directory, flushed and fsynced, then renamed
-over the old one, so a daemon killed mid-write (SIGKILL, power loss) finds the last good file.
-A file written for another engine or tokenizer holds token ids that mean other words: it is
-refused with a message naming the file and the mismatch, and the history starts from the seed.
+written atomically (orin_llm/atomic_file.py), so a daemon killed mid-write (SIGKILL, power loss)
+finds the last good file. A file written for another engine or tokenizer holds token ids that
+mean other words: it is refused with a message naming the file and the mismatch, and the history
+starts from the seed.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Optional
 
+from ..atomic_file import atomic_write, clear_stale
 from .speculative import LookupHistory
 
 log = logging.getLogger(__name__)
@@ -53,8 +52,7 @@ class HistoryStore:
         self._saved: dict[str, int] = {}  # key -> len(tokens) when last saved
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
-            for stale in self.directory.glob(".lookup-*"):  # a write a killed daemon never finished
-                stale.unlink(missing_ok=True)
+            clear_stale(self.directory, "lookup-*")  # writes a killed daemon never finished
 
     def path(self, key: str) -> Optional[Path]:
         return self.directory / _file_name(key) if self.directory is not None else None
@@ -124,22 +122,3 @@ class HistoryStore:
             self.save(key)
         return len(keys)
 
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader finds either the old file or the new one, whole."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # the rename itself survives a power loss
-    finally:
-        os.close(dir_fd)

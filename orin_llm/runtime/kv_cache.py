@@ -142,16 +142,19 @@ class Int8KVCache(KVCache):
 
 
 class AbsmaxObserver(KVCache):
-    """A full-precision cache that records per-layer, per-KV-head absmax of what is written:
-    the statistics static INT8 scales are derived from."""
+    """A full-precision cache that records per-layer, per-KV-head absmax of what is written: the
+    statistics static INT8 scales are derived from; and K's per channel (k_smoothing.py)."""
 
     def __init__(self, arch: Arch, capacity: int, dtype: torch.dtype, device: str | torch.device = "cpu"):
         super().__init__(arch, capacity, dtype, device)
         self.k_absmax = torch.zeros(arch.num_layers, arch.num_kv_heads, dtype=torch.float32, device=device)
         self.v_absmax = torch.zeros_like(self.k_absmax)
+        self.k_channel_absmax = torch.zeros(arch.num_layers, arch.num_kv_heads, arch.head_dim,
+                                            dtype=torch.float32, device=device)
 
     def write(self, layer: int, pos: int, k: torch.Tensor, v: torch.Tensor) -> None:
         super().write(layer, pos, k, v)
         # k: [T, KV, D] → max over tokens and head_dim, per KV head
         self.k_absmax[layer] = torch.maximum(self.k_absmax[layer], k.abs().amax(dim=(0, 2)).float())
         self.v_absmax[layer] = torch.maximum(self.v_absmax[layer], v.abs().amax(dim=(0, 2)).float())
+        self.k_channel_absmax[layer] = torch.maximum(self.k_channel_absmax[layer], k.abs().amax(dim=0).float())

@@ -20,6 +20,7 @@ import torch
 
 from ..arch import Arch
 from ..errors import OrinError
+from . import k_smoothing
 from .kv_cache import head_scales
 
 MAX_RUNS = 16  # past this many runs, one index_select (and a second pass to convert) is cheaper
@@ -234,11 +235,22 @@ class PagedView:
 
 def load_scales(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """The calibrated static INT8 KV scales (per layer and KV head) that build/calibrate.py wrote."""
+    t = _scales_file(path)
+    return t["k_scale"], t["v_scale"]
+
+
+def load_k_smoothing(path: Path) -> Optional[torch.Tensor]:
+    """The K smoothing factors (runtime/k_smoothing.py) calibrate.py wrote beside the scales, or None
+    (an engine calibrated before them: its keys unsmoothed, as its K scales were made for)."""
+    return _scales_file(path).get(k_smoothing.KEY)
+
+
+def _scales_file(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     if not path.is_file():
         raise OrinError(f"KV scales file {path} is missing; run `orin-llm calibrate --engine DIR`")
     t = load_file(str(path))
-    if set(t) != {"k_scale", "v_scale"}:
-        raise OrinError(f"{path}: expected tensors k_scale and v_scale, found {sorted(t)}")
-    return t["k_scale"], t["v_scale"]
+    if not {"k_scale", "v_scale"} <= set(t) <= {"k_scale", "v_scale", k_smoothing.KEY}:
+        raise OrinError(f"{path}: expected tensors k_scale and v_scale (and {k_smoothing.KEY}), found {sorted(t)}")
+    return t

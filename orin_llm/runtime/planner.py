@@ -84,9 +84,11 @@ class Planner:
             raise OrinError(f"no home named {name!r} on this planner (named homes: {named}); put it first")
         return self.homes[name]
 
-    def render(self, environment: Environment, name: Optional[str] = None) -> Prefix:
+    def render(self, environment: Environment, name: Optional[str] = None, version: Optional[int] = None) -> Prefix:
         """The environment as the next version's prefix of home `name` (rendered, tokenized and its
-        grammar compiled, not yet pinned); PromptTooLong if it leaves no room for a task."""
+        grammar compiled, not yet pinned); PromptTooLong if it leaves no room for a task. `version`:
+        the one to give it instead (a home restored at start keeps its number, so its ETag still
+        names the same content)."""
         messages = tuple(prefix_messages(environment))
         text = self.engine.chat_text(list(messages), add_generation_prompt=False)
         ids = tuple(self.engine.encode(text))
@@ -100,18 +102,21 @@ class Planner:
                                    f"the plan grammar of {environment.name!r}")
         old = self.homes.get(name)
         steps = StepSets(environment) if grammar is not None else None
-        return Prefix(old.prefix.version + 1 if old else 1, environment, text, ids, messages, grammar, steps)
+        if version is None:
+            version = old.prefix.version + 1 if old else 1
+        return Prefix(version, environment, text, ids, messages, grammar, steps)
 
     @property
     def constrains(self) -> bool:
         """Whether this engine can constrain plans to the home's grammar."""
         return self.engine.capabilities.grammars
 
-    def set_environment(self, environment: Environment, name: Optional[str] = None) -> int:
+    def set_environment(self, environment: Environment, name: Optional[str] = None,
+                        version: Optional[int] = None) -> int:
         """Render, tokenize and pin a new environment for home `name` (None: the default home);
-        returns its version. A pin that does not fit next to the others is refused (OrinError with
-        the numbers) and the home keeps its old version."""
-        prefix = self.render(environment, name)
+        returns its version (`version`: see render). A pin that does not fit next to the others is
+        refused (OrinError with the numbers) and the home keeps its old version."""
+        prefix = self.render(environment, name, version)
         t0 = time.perf_counter()
         pin = self.engine.pin(list(prefix.ids))
         return self.use(prefix, pin, time.perf_counter() - t0, name)

@@ -36,6 +36,7 @@ from ..kernels import decode_layer
 from ..kernels.cuda_linear import TritonQ8Head, choose_int4
 from ..kernels.packed import PackedLinear, pack_linears, rows_independent
 from ..kernels.quant import Q8Embedding, QuantLinear, kernel_available, quantize_tied_head
+from . import k_smoothing
 from .head import Q8Head
 from .kernel_plan import PROBE_ROWS, QUANTIZED, CpuFeatures, KernelPlan, KernelSwitches, plan_kernels
 from .llama import Llama
@@ -159,16 +160,18 @@ def _read(model_dir: Path, q4_1: bool) -> dict[str, torch.Tensor]:
 
 def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max_positions: int,
                weights: str = "fp32", switches: KernelSwitches = KernelSwitches(), kv_cache: str = "fp32",
-               decode_width: int = 0) -> Llama:
+               decode_width: int = 0, k_smooth: Optional[torch.Tensor] = None) -> Llama:
     """`weights`: the manifest's (or the caller's override); "q4_1" loads q4_1.safetensors. The model's
     kernels are planned here, once (kernel_plan.py), from this machine's features, `switches`, and the
-    engine: its cache dtype `kv_cache` and its exact decode steps' width `decode_width` (0: not exact)."""
+    engine: its cache dtype `kv_cache` and its exact decode steps' width `decode_width` (0: not exact).
+    `k_smooth`: K smoothing factors folded into the q and k rows (k_smoothing.py; None: none)."""
     features = CpuFeatures.probe(device, switches, weights in QUANTIZED)
     plan = plan_kernels(features, arch, kv_cache, device, switches, weights, dtype)
     state = _read(model_dir, weights == "q4_1")
     with torch.device("meta"):
         model = Llama(arch, max_positions)
     fused = _fuse(state, arch)
+    k_smoothing.apply(fused, k_smooth, arch)
     embed = (fused.pop("embed_tokens.codes"), fused.pop("embed_tokens.scales")) if "embed_tokens.codes" in fused \
         else None
     quantized = [n[: -len(".qweight")] for n in fused if n.endswith(".qweight")]

@@ -48,6 +48,7 @@ def create_app(state: AppState) -> FastAPI:
         try:
             yield
         finally:
+            state.bodies.close()
             if state.worker is not None:
                 await asyncio.to_thread(state.worker.stop)
 

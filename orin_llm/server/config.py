@@ -28,6 +28,8 @@ DEFAULT_ENGINE = Path("engines/smollm2-135m-demo")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 THREADS_VARIABLE = "ORIN_LLM_THREADS"  # the user's thread count for the torch runtime (README)
 REMOTE_TOKEN_VARIABLE = "ORIN_LLM_REMOTE_TOKEN"  # the remote engine's bearer token (--remote-token-file wins)
+STATE_DIRECTORY_VARIABLE = "STATE_DIRECTORY"  # set by systemd for a unit with StateDirectory=
+NO_STATE = "none"  # --state-dir none: nothing is kept
 
 
 def option(default: Any, help: str, minimum: Optional[float] = None, choices: tuple[str, ...] = (),
@@ -61,8 +63,11 @@ class DaemonConfig:
                                                  "(default 256): smaller keeps the others decoding.", minimum=1)
     max_batch: Optional[int] = option(None, "Requests that decode together (default: the engine's max_batch_size).",
                                       minimum=1)
-    state_dir: Optional[str] = option(None, "Where the lookup drafter's histories persist (default: "
-                                      "$XDG_STATE_HOME/orin-llm; none: not at all).")
+    state_dir: Optional[str] = option(None, "Where the daemon keeps the lookup histories and the homes it was "
+                                      "sent, across restarts (default: $STATE_DIRECTORY (systemd), else "
+                                      "$XDG_STATE_HOME/orin-llm, else ~/.local/state/orin-llm; none: keep nothing).")
+    save_idle_s: float = option(1.0, "Save what changed (histories, homes' state) once no request has run for this "
+                                "long; also every 5 s while busy, and at SIGTERM.", minimum=0)
     weights: Optional[str] = option(None, "fp32: run a q4_1 engine's float32 export instead of its Q4_1 blocks "
                                     "(torch; default: the engine's own).")
     remote: Optional[str] = option(None, "Generate on this OpenAI-compatible engine (vLLM), e.g. "
@@ -88,12 +93,32 @@ class DaemonConfig:
     # Not an option: $ORIN_LLM_THREADS as the user set it, read by from_options (the edge).
     env_threads: Optional[int] = field(default=None, metadata={"edge": True})
     env_remote_token: Optional[str] = field(default=None, metadata={"edge": True})  # $ORIN_LLM_REMOTE_TOKEN
+    # $STATE_DIRECTORY, else $XDG_STATE_HOME/orin-llm (None: neither set): the default --state-dir
+    env_state_dir: Optional[str] = field(default=None, metadata={"edge": True})
 
     @classmethod
     def from_options(cls, values: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> DaemonConfig:
         """The config for a front end's parsed options, with the user's environment read once here."""
         return cls(**{k: v for k, v in values.items() if k in OPTION_NAMES}, env_threads=env_threads(environ),
-                   env_remote_token=environ.get(REMOTE_TOKEN_VARIABLE) or None)
+                   env_remote_token=environ.get(REMOTE_TOKEN_VARIABLE) or None,
+                   env_state_dir=env_state_dir(environ))
+
+    @property
+    def state_path(self) -> Optional[Path]:
+        """Where the daemon keeps its state: --state-dir, else the default one; None for `--state-dir none`.
+        An empty --state-dir (a unit's unset variable) means the default, not the working directory."""
+        if self.state_dir is not None and self.state_dir.strip().lower() == NO_STATE:
+            return None
+        if self.state_dir and self.state_dir.strip():
+            return Path(self.state_dir)
+        if self.env_state_dir:
+            return Path(self.env_state_dir)
+        return Path.home() / ".local" / "state" / "orin-llm"  # XDG's default for $XDG_STATE_HOME
+
+    @property
+    def state_dir_given(self) -> bool:
+        """--state-dir names a directory (an unusable one is then an error, not a warning)."""
+        return bool(self.state_dir and self.state_dir.strip()) and self.state_path is not None
 
     def check(self) -> None:
         """Refuse values out of range (before the daemon claims its socket): OrinError, one line."""
@@ -151,6 +176,16 @@ def env_threads(environ: Mapping[str, str] = os.environ) -> Optional[int]:
     if not value.isdigit() or int(value) < 1:
         raise OrinError(f"{THREADS_VARIABLE}={value!r}: give a positive whole number")
     return int(value)
+
+
+def env_state_dir(environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """The default state directory the environment names: systemd's $STATE_DIRECTORY (StateDirectory=;
+    the first one where it lists several), else $XDG_STATE_HOME/orin-llm; None when neither is set."""
+    systemd = (environ.get(STATE_DIRECTORY_VARIABLE) or "").split(":")[0]
+    if systemd:
+        return systemd
+    xdg = environ.get("XDG_STATE_HOME")
+    return str(Path(xdg) / "orin-llm") if xdg else None
 
 
 def _hints() -> dict[str, Any]:

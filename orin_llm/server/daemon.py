@@ -12,8 +12,11 @@ OpenMP team inherits it; `--threads` sets the engine's intra-op threads; `--pref
 asks the runtime to prefill long prompts in chunks (refused while the runtime cannot).
 
 SIGTERM (or SIGINT) is graceful: the listening sockets close, queued and running requests get
-`grace_s` to finish (a stream still running then ends with an error event), the worker stops,
-the socket file is removed, and the process exits 0.
+`grace_s` to finish (a stream still running then ends with an error event), the worker stops and
+saves what changed, the socket file is removed, and the process exits 0.
+
+What the daemon keeps across restarts lives in its state directory (server/state_dir.py, on by
+default): the lookup histories and the homes it was sent, pinned again when it starts.
 
 Run it without the CLI: `python -m orin_llm.server.daemon --engine DIR --socket PATH`; both take the
 options of `DaemonConfig` (server/config.py).
@@ -24,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 import sys
 import threading
@@ -36,6 +38,7 @@ from .. import placement
 from ..errors import OrinError
 from .config import DaemonConfig, add_arguments
 from .sockets import bind_tcp, bind_unix, claim, default_socket_path, notify, same_file
+from .state_dir import StateDir, open_state_dir
 
 log = logging.getLogger("orin_llm.server")
 LOAD_POLL_S = 0.05  # how often the event loop looks whether the worker has loaded
@@ -57,6 +60,7 @@ def serve(config: DaemonConfig) -> None:
     # answers /health at once; the runtime's (torch) and the engine load come after, behind it
     server = _build_server(config, threads, path)
     claim(path)
+    server.orin.state_dir = open_state_dir(config)  # one daemon per state directory: refused here, not later
     sockets = [bind_unix(path, config.socket_group)]
     ours = path.lstat()  # remove the socket file at exit only if it is still this one
     serving = False
@@ -84,20 +88,15 @@ def serve(config: DaemonConfig) -> None:
             signal.signal(s, handler)
 
 
-def default_state_dir() -> Path:
-    """$XDG_STATE_HOME/orin-llm, else ~/.local/state/orin-llm (the systemd unit uses /var/lib/orin-llm)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "orin-llm"
-
-
 def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[int] = None,
-                state_dir: Optional[Path] = None) -> None:
+                state_dir: Optional[Path] = None) -> Optional[Path]:
     """The daemon's settings for the runtime's scheduler and its lookup histories:
 
     - chunk_tokens: prefill at most this many prompt tokens per request per engine step, so a long
       prompt does not hold the CPU or GPU for one long step (the engine's `prefill_chunk_tokens`);
     - max_batch: at most this many requests decode together (at most the engine's max_batch_size);
-    - state_dir: the lookup drafter's histories persist there, one file per environment.
+    - state_dir: the lookup drafter's histories persist there, one file per environment; returns
+      the directory they persist in (None: they do not).
 
     An engine that cannot honour a setting (TensorRT-LLM batches and paces inside its executor) refuses
     it rather than ignore it."""
@@ -120,9 +119,11 @@ def tune_engine(engine, chunk_tokens: Optional[int] = None, max_batch: Optional[
         directory = Path(state_dir) / "lookup" / engine.name
         engine.persist_histories(directory)
         log.info("lookup histories persist in %s", directory)
-    elif state_dir is not None:  # the default is on, so a TensorRT-LLM daemon says so rather than refuse
+        return directory
+    if state_dir is not None:  # the default is on, so a TensorRT-LLM daemon says so rather than refuse
         log.warning("this %s runtime keeps one lookup history in memory: it is not persisted in %s", backend,
                     state_dir)
+    return None
 
 
 def _build_server(config: DaemonConfig, threads: Optional[int], path: Path):
@@ -136,6 +137,7 @@ def _build_server(config: DaemonConfig, threads: Optional[int], path: Path):
     state = AppState(ServerConfig(max_tokens_limit=config.max_tokens_limit))
 
     class Server(uvicorn.Server):
+        orin = state  # what the routes share (serve() adds the state directory once the socket is ours)
         load_error: Optional[BaseException] = None
         _loading: Optional[asyncio.Task] = None
 
@@ -150,7 +152,7 @@ def _build_server(config: DaemonConfig, threads: Optional[int], path: Path):
             thread), wait for it, add the engine's routes, then tell systemd READY=1. A failure is
             logged and stops the server; serve() raises it."""
             try:
-                worker = await in_thread(make_worker, config, threads, state.metrics)
+                worker = await in_thread(make_worker, config, threads, state.metrics, state.state_dir)
                 state.worker = worker
                 worker.start()
                 while not worker.wait_loaded(0):  # raises what loading raised
@@ -205,8 +207,9 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
     return await done
 
 
-def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
-    """The worker, loading the engine on its thread (this returns at once). Imports the runtime (torch)."""
+def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir: Optional[StateDir] = None):
+    """The worker, loading the engine on its thread (this returns at once). Imports the runtime (torch).
+    `state_dir`: where the histories and homes are kept (None: nothing is)."""
     from ..environment import EXAMPLE_HOME_PATH, load_environment
     from ..runtime.loader import load_engine
     from ..runtime.planner import Planner
@@ -214,14 +217,13 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
 
     env = load_environment(config.environment or EXAMPLE_HOME_PATH)
     remote = config.remote_settings()  # refused here, before the engine loads, when unsafe
+    kept = state_dir or StateDir(None, "not asked to keep anything")
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
         options = {"weights": config.weights} if config.weights else {}
         # torch or TensorRT-LLM, by the manifest
         engine = load_engine(config.engine, device=config.device, threads=threads, **options)
-        state_dir = config.state_dir
-        state = None if str(state_dir).lower() == "none" else Path(state_dir or default_state_dir())
-        tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, state)
+        kept.histories = tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, kept.path)
         if remote is not None:  # plans generate there first; this engine answers when it cannot
             from ..runtime.remote.hedged import HedgedBackend
 
@@ -230,9 +232,17 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics):
         planner = Planner(engine, env)
         log.info("engine %s (%s) loaded; environment %r pinned: %d tokens in %.2f s", engine.name,
                  engine.manifest.backend, env.name, len(planner.prefix.ids), planner.prefill_s)
+        kept.homes.restore(planner)  # the homes it was sent before a restart, pinned again
         return planner
 
-    return Worker(make_planner, queue_size=config.queue_size, metrics=metrics)
+    def save(planner: Planner) -> None:  # the homes are saved even if the histories could not be
+        try:
+            planner.engine.save_histories()
+        finally:
+            kept.homes.save(planner)
+
+    return Worker(make_planner, queue_size=config.queue_size, metrics=metrics, save=save,
+                  save_idle_s=config.save_idle_s)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

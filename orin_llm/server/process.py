@@ -1,5 +1,7 @@
 """A planning daemon in a child process, for as long as a `with` block lasts: what `orin-llm demo`
-and the daemon benchmark use (the tests have their own, with more knobs)."""
+and the daemon benchmark use (the tests have their own, with more knobs). Its state directory is
+its own, removed with it, unless `extra` names one: a benchmark must not draft from the histories,
+nor plan in the homes, that an earlier run left in the user's."""
 
 from __future__ import annotations
 
@@ -23,7 +25,9 @@ class DaemonProcess:
         self.socket = self.dir / "planner.sock"
         self.log = open(self.dir / "daemon.log", "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "orin_llm.server.daemon", "--engine", str(engine_dir),
-                                      "--socket", str(self.socket), "--log-level", "warning", *extra],
+                                      "--socket", str(self.socket), "--log-level", "warning",
+                                      *(() if "--state-dir" in extra else ("--state-dir", str(self.dir / "state"))),
+                                      *extra],
                                      stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
     def __enter__(self) -> DaemonProcess:

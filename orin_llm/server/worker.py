@@ -41,8 +41,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orin_llm.server")
 
-HISTORY_SAVE_S = 5.0  # the lookup histories that changed are saved at most this often (and at the end)
-
+SAVE_BUSY_S = 5.0  # while requests keep coming, what changed is saved at most this often (and when idle, at the end)
 
 
 @dataclass
@@ -107,8 +106,15 @@ class Worker:
 
     planner: Planner  # built by the engine thread (once `loaded`)
 
-    def __init__(self, make_planner: Callable[[], Planner], queue_size: int = 16, metrics: Optional[Metrics] = None):
+    def __init__(self, make_planner: Callable[[], Planner], queue_size: int = 16, metrics: Optional[Metrics] = None,
+                 save: Optional[Callable[[Planner], None]] = None, save_idle_s: float = 1.0):
         self.capacity = queue_size
+        # what the daemon keeps (default: the engine's lookup histories), saved on this thread once
+        # nothing has run for save_idle_s, every SAVE_BUSY_S while busy, after a home is PUT or
+        # removed, and when the thread ends (SIGTERM); OSError is logged, the planner goes on
+        self.save = save or (lambda planner: planner.engine.save_histories())
+        self.save_idle_s = save_idle_s
+        self._unsaved = False  # a job ran since the last save
         self.metrics = metrics or Metrics()
         self.active: list[Active] = []
         self.held: list[Job] = []  # exclusive jobs waiting for the one in flight
@@ -204,13 +210,17 @@ class Worker:
         finally:
             for a in list(self.active):  # the thread is ending: nothing runs them any more
                 self._stop(a, ("shutdown", RequestError(503, "the daemon is shutting down")))
-            self._save_histories()
+            self._save()
 
     def _loop(self) -> None:
         engine = self.planner.engine
         while not (self._stopping and not self.active):
             busy = bool(self.active) or engine.busy
-            for job in self._take(block=not busy):
+            # idle: wait for a job, at most save_idle_s while something is unsaved
+            jobs = self._take(block=not busy, timeout_s=self.save_idle_s if self._unsaved else None)
+            if not jobs and not busy and not self._stopping:  # save_idle_s passed with nothing to do
+                self._save()
+            for job in jobs:
                 self._begin(job)
             if self.active:
                 try:
@@ -220,18 +230,26 @@ class Worker:
                     for a in list(self.active):
                         self._fail(a, e)
             self._pump()
-            if time.monotonic() - self._saved_at > HISTORY_SAVE_S:
-                self._save_histories()
+            if self._unsaved and time.monotonic() - self._saved_at > SAVE_BUSY_S:
+                self._save()
 
-    def _save_histories(self) -> None:
-        """Persist the lookup histories that changed (atomic files; runtime/history_store.py)."""
+    def _save(self) -> None:
+        """Save what the daemon keeps (atomic files: orin_llm/atomic_file.py)."""
         self._saved_at = time.monotonic()
+        self._unsaved = bool(self.active)  # what those still running learn is saved once they end
         try:
-            self.planner.engine.save_histories()
+            self.save(self.planner)
         except OSError as e:  # a full disk must not stop the planner
-            log.warning("could not save the lookup histories: %s", e)
+            log.warning("could not save the daemon's state: %s", e)
+        except Exception:  # a bug: say so, and keep planning
+            log.exception("saving the daemon's state failed")
 
-    def _take(self, block: bool) -> list[Job]:
+    def _saved_home(self, job: Job) -> None:
+        """A home was PUT or removed: it is saved before the client hears it was done."""
+        if job.endpoint == "environment":
+            self._save()
+
+    def _take(self, block: bool, timeout_s: Optional[float] = None) -> list[Job]:
         """Jobs that arrived (waiting for one when nothing runs), and held ones whose turn came; only as
         many as the running batch has room for, so that the rest wait in the bounded queue (which
         answers 503 when full: --queue-size is the backpressure)."""
@@ -241,7 +259,7 @@ class Worker:
             jobs.append(self.held.pop(0))
         try:
             while len(jobs) < room:
-                job = self._queue.get(block=block and not jobs)
+                job = self._queue.get(block=block and not jobs, timeout=timeout_s)
                 if job is None:
                     self._stopping = True
                     break
@@ -259,9 +277,11 @@ class Worker:
         if stop := self._why_stop(job):
             return self._end(job, *stop)
         began = time.monotonic()
+        self._unsaved = True  # whatever it changes is saved when the daemon is idle again
         try:
             start = job.begin(self.planner)
             if start.generation is None:  # done in begin() (e.g. unpinning a home)
+                self._saved_home(job)
                 job.emit("done", start.finish(began - job.created))
                 self.metrics.count(job.endpoint, "ok")
                 return
@@ -295,6 +315,7 @@ class Worker:
                 except Exception as e:
                     self._end(a.job, *self._error(a.job, e))
                     continue
+                self._saved_home(a.job)
                 report = getattr(a.gen, "report", None) or {}  # served_by, where a remote races
                 payload.update(report)
                 self.metrics.served(a.job.endpoint, report)

@@ -47,6 +47,30 @@ static bool same_bits(const std::vector<float>& a, const std::vector<float>& b, 
   return true;
 }
 
+// The Q4_1 layers' split codes: 256·hi + lo is the 16-bit code quantize_row takes at SPLIT_QMAX (the
+// same d and d·Σq), hi within ±127 (what keeps it a byte on every path).
+static void check_split(int64_t m, int64_t k) {
+  const int64_t nb = k / BLOCK;
+  const std::vector<float> x = activations(m, k);
+  std::vector<int8_t> hl(m * 2 * k);
+  std::vector<int16_t> q(m * k);
+  std::vector<float> d(m * nb), s(m * nb), d16(m * nb), s16(m * nb);
+  quantize_rows_split(x.data(), m, k, hl.data(), d.data(), s.data());
+  quantize_rows<int16_t, SPLIT_QMAX>(x.data(), m, k, q.data(), d16.data(), s16.data());
+  bool ok = std::memcmp(d.data(), d16.data(), 4 * d.size()) == 0 && std::memcmp(s.data(), s16.data(), 4 * s.size()) == 0;
+  std::string detail;
+  for (int64_t i = 0; i < m && ok; ++i)
+    for (int64_t j = 0; j < k && ok; ++j) {
+      const int hi = hl[i * 2 * k + j], lo = hl[i * 2 * k + k + j];
+      if (256 * hi + lo != q[i * k + j] || hi < -127 || hi > 127) {
+        ok = false;
+        detail = "row " + std::to_string(i) + " code " + std::to_string(j) + ": " + std::to_string(hi) + "·256 + " +
+                 std::to_string(lo) + " vs " + std::to_string(q[i * k + j]);
+      }
+    }
+  report(ok, "split codes m=" + std::to_string(m) + " k=" + std::to_string(k), detail);
+}
+
 template <typename S>
 static void check_q4_1(int64_t n, int64_t k, int64_t m, const char* stype) {
   const int64_t nb = k / BLOCK;
@@ -56,9 +80,9 @@ static void check_q4_1(int64_t n, int64_t k, int64_t m, const char* stype) {
   for (auto& s : sc) s = random_scale(S{});
   for (auto& s : mn) s = random_scale(S{});
   const std::vector<float> x = activations(m, k);
-  std::vector<int8_t> q(m * k);
+  std::vector<int8_t> q(m * 2 * k);
   std::vector<float> d(m * nb), s(m * nb), ref(m * n), got(m * n);
-  quantize_rows<int8_t, 127>(x.data(), m, k, q.data(), d.data(), s.data());
+  quantize_rows_split(x.data(), m, k, q.data(), d.data(), s.data());
   q4_1_tiles<RefQ8, S>(codes.data(), sc.data(), mn.data(), n, k, q.data(), d.data(), s.data(), m, 0, n / QROWS, ref.data());
   q4_1_tiles<Q8Kernels, S>(codes.data(), sc.data(), mn.data(), n, k, q.data(), d.data(), s.data(), m, 0, n / QROWS,
                            got.data());
@@ -146,6 +170,7 @@ int main() {
   if (to_float(half16{0x3C00}) != 1.0f || to_float(half16{0xC000}) != -2.0f || to_float(half16{0x0001}) != 0x1p-24f)
     report(false, "half16 conversion");
   for (int64_t m : {1, 2, 3, 4, 5, 9}) {
+    check_split(m, 576);
     check_q4_1<float>(64, 128, m, "float32");
     check_q4_1<half16>(96, 576, m, "float16");
     check_q8(64, 96, m);

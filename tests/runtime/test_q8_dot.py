@@ -39,20 +39,35 @@ def _quantized(x: torch.Tensor, qmax: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("out,inp", [(64, 128), (960, 576), (96, 1536)])
-def test_q4_1_layer_is_its_gguf_values_times_the_int8_activations(out, inp):
+def test_q4_1_layer_is_its_gguf_values_times_the_16_bit_activations(out, inp):
     lin = _q4_1(out, inp)
     w = lin.dequantize()
     x = torch.randn(5, inp) * torch.linspace(0.1, 4, inp)  # blocks of different scales
     x[:, 7] = 40.0  # an outlier feature, as hidden states have
     assert lin.pack() and lin.q8 is not None and lin.int4 is None
     got = lin(x)
-    want = _quantized(x, 127).double() @ w.double().T
+    want = _quantized(x, q8_dot.SPLIT_QMAX).double() @ w.double().T
     assert got.dtype == torch.float32 and got.shape == (5, out)
     assert float((got.double() - want).abs().max() / want.abs().max()) < 1e-6  # float32 sums
-    # and the int8 rounding of x is what separates it from the float layer: within its bound
+    # and the 16-bit rounding of x is what separates it from the float layer: within its bound
     err = (got.double() - x.double() @ w.double().T).abs()
-    bound = (x.double() - _quantized(x, 127).double()).abs() @ w.double().abs().T
+    bound = (x.double() - _quantized(x, q8_dot.SPLIT_QMAX).double()).abs() @ w.double().abs().T
     assert bool((err <= bound * (1 + 1e-6) + 1e-5).all())
+
+
+def test_q4_1_activations_are_16_bit_codes_in_two_bytes():
+    """The split codes stand for round(x/d), d = amax/SPLIT_QMAX per block (what the kernels' two byte
+    planes sum back to): far finer than int8's, whose rounding changed the embedded model's answers."""
+    x = torch.randn(3, 128) * torch.linspace(0.1, 4, 128)
+    x[:, 7] = 40.0
+    q, d = q8_dot.op().quantize_activations(x, 15)
+    b = x.view(3, -1, 32)
+    want_d = b.abs().amax(-1) / q8_dot.SPLIT_QMAX
+    assert torch.equal(d, want_d)
+    assert torch.equal(q.long(), _quantized(x, q8_dot.SPLIT_QMAX).div(want_d.repeat_interleave(32, 1)).round().long())
+    assert int(q.abs().max()) == q8_dot.SPLIT_QMAX  # each block's largest value takes the largest code
+    step = (x - _quantized(x, q8_dot.SPLIT_QMAX)).abs().max() / x.abs().max()
+    assert float(step) <= 0.5 / q8_dot.SPLIT_QMAX
 
 
 def test_int8_rows_take_int16_activations():
@@ -75,7 +90,7 @@ def test_a_symmetric_int4_draft_layer_with_larger_groups_runs_as_q4_1():
     ref_w = lin.dequantize()  # (code - 8)·scale, one scale per 64
     assert lin.pack() and lin.q8 is not None
     x = torch.randn(4, 256)
-    want = _quantized(x, 127).double() @ ref_w.double().T
+    want = _quantized(x, q8_dot.SPLIT_QMAX).double() @ ref_w.double().T
     assert float((lin(x).double() - want).abs().max() / want.abs().max()) < 1e-6
     with pytest.raises(OrinError, match="tiles"):
         lin.dequantize()
@@ -147,7 +162,7 @@ def test_bad_operands_are_refused_with_what_is_wrong():
     with pytest.raises(RuntimeError, match="codes"):
         op.q8_linear(torch.randn(2, 128), codes, scales)
     with pytest.raises(RuntimeError, match="bits"):
-        op.quantize_activations(torch.randn(2, 128), 4)
+        op.quantize_activations(torch.randn(2, 128), 8)
     # shapes outside the tiles stay on torch's kernels (or dequantize): never a wrong answer
     odd = QuantLinear(*quantize_int8(torch.randn(6, 64)), torch.float32)
     assert not odd._pack_q8_dot() and odd.q8 is None

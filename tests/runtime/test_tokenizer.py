@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from orin_llm.calibration_data import load_home, load_split
 from orin_llm.environment import prefix_messages, task_message
 from orin_llm.errors import OrinError
-from orin_llm.runtime.tokenizer import Tokenizer
+from orin_llm.runtime.tokenizer import LONG_TEXT, Tokenizer
 from tests.conftest import tiny_fixture
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
@@ -78,8 +78,15 @@ def _plan_texts() -> list[str]:
     return [i.task for i in items] + ["\n".join(i.reference_plan) for i in items]
 
 
+def _long_texts() -> list[str]:
+    """Past LONG_TEXT, encode() takes another path (one that lets go of the GIL): the same ids."""
+    joined = " ".join(TEXTS + _plan_texts())
+    return [joined * (1 + LONG_TEXT // len(joined)), "<|im_start|>user\n" + "word " * 5000 + "<|im_end|>"]
+
+
 def test_ids_and_text_match_transformers(ours, theirs):
-    for text in TEXTS + _plan_texts():
+    assert all(len(t) >= LONG_TEXT for t in _long_texts())
+    for text in TEXTS + _plan_texts() + _long_texts():
         ids = ours.encode(text)
         assert ids == theirs.encode(text, add_special_tokens=False), text
         for skip in (False, True):

@@ -38,7 +38,8 @@ def from_argparse(args: list[str], env: dict) -> DaemonConfig:
 
 
 def test_both_front_ends_fill_the_same_config(monkeypatch):
-    monkeypatch.delenv("ORIN_LLM_THREADS", raising=False)  # the typer side reads this process's environment
+    for name in ("ORIN_LLM_THREADS", "STATE_DIRECTORY", "XDG_STATE_HOME"):  # the typer side reads this process's
+        monkeypatch.delenv(name, raising=False)
     env = {"ORIN_LLM_THREADS": "7"}
     assert from_typer(ARGS, env) == from_argparse(ARGS, env) == DaemonConfig(
         engine=Path("engines/x"), environment=Path("home.yaml"), socket=Path("/tmp/p.sock"), socket_group="robots",
@@ -51,8 +52,8 @@ def test_both_front_ends_fill_the_same_config(monkeypatch):
 
 
 def test_every_field_is_an_option_with_help():
-    names = {f.name for f in dataclasses.fields(DaemonConfig)} - {"env_threads", "env_remote_token"}
-    assert names == daemon_config.OPTION_NAMES and len(names) == 26
+    names = {f.name for f in dataclasses.fields(DaemonConfig) if not f.metadata.get("edge")}
+    assert names == daemon_config.OPTION_NAMES and len(names) == 27
     assert all(f.metadata["help"] for f in daemon_config.options())
 
 
@@ -65,6 +66,22 @@ def test_threads_from_the_option_else_the_environment_else_one_per_cpu():
         from_argparse(["--engine", "e"], {"ORIN_LLM_THREADS": "two"})
 
 
+def test_the_state_directory_is_kept_by_default_and_none_turns_it_off():
+    """The default was off by accident once (`str(None).lower() == "none"`): unset means the default."""
+    home = Path.home() / ".local" / "state" / "orin-llm"
+    assert from_argparse(["--engine", "e"], {}).state_path == home
+    assert from_argparse(["--engine", "e", "--state-dir", ""], {}).state_path == home  # a unit's unset variable
+    assert from_argparse(["--engine", "e"], {"XDG_STATE_HOME": "/x"}).state_path == Path("/x/orin-llm")
+    systemd = {"STATE_DIRECTORY": "/var/lib/orin-llm:/var/lib/other", "XDG_STATE_HOME": "/x"}
+    assert from_argparse(["--engine", "e"], systemd).state_path == Path("/var/lib/orin-llm")  # StateDirectory=
+    assert from_argparse(["--engine", "e", "--state-dir", "/srv/s"], systemd).state_path == Path("/srv/s")
+    for off in ("none", "NONE", " None "):
+        assert from_argparse(["--engine", "e", "--state-dir", off], systemd).state_path is None
+    assert from_typer(["--state-dir", "none"], {}).state_path is None
+    assert from_argparse(["--engine", "e", "--state-dir", "/srv/s"], {}).state_dir_given
+    assert not from_argparse(["--engine", "e"], systemd).state_dir_given
+
+
 @pytest.mark.parametrize("option, value, message", [
     ("queue_size", 0, "--queue-size must be ≥ 1, got 0"),
     ("grace_s", -1.0, "--grace-s must be ≥ 0, got -1"),
@@ -72,6 +89,7 @@ def test_threads_from_the_option_else_the_environment_else_one_per_cpu():
     ("threads", 0, "--threads must be ≥ 1, got 0"),
     ("prefill_chunk_tokens", 0, "--prefill-chunk-tokens must be ≥ 1, got 0"),
     ("max_batch", 0, "--max-batch must be ≥ 1, got 0"),
+    ("save_idle_s", -1.0, "--save-idle-s must be ≥ 0, got -1"),
     ("log_level", "loud", "--log-level must be one of debug, info, warning, error, got 'loud'"),
 ])
 def test_values_out_of_range_are_refused(option, value, message):

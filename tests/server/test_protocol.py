@@ -19,8 +19,7 @@ PLAN_BODY = b'{"task": "Open the fridge.", "max_tokens": 16}'  # a whole step (a
 
 def exchange(daemon: Daemon, data: bytes, timeout_s: float = 60, half_close: bool = False) -> bytes:
     """Send `data`, read until the daemon closes (the requests say Connection: close, or are HTTP/1.0).
-    No half-close: the daemon takes a client that shuts its side as gone (it cannot tell that from a
-    client that went away), and a plan that needs the engine would be cancelled."""
+    `half_close`: shut our sending side after it (answered all the same: test_protocol_half_close.py)."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         s.settimeout(timeout_s)
         s.connect(str(daemon.socket))

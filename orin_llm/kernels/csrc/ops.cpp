@@ -42,6 +42,16 @@ QuantizedX quantize(const torch::Tensor& x) {
   return r;
 }
 
+// The Q4_1 layers' activations: split 16-bit codes, q [M, 2K] int8 (each row's hi plane, then its lo).
+QuantizedX quantize_split(const torch::Tensor& x) {
+  const int64_t m = x.size(0), k = x.size(1), nb = k / BLOCK;
+  QuantizedX r{torch::empty({m, 2 * k}, torch::kChar), torch::empty({m, nb}, torch::kFloat),
+               torch::empty({m, nb}, torch::kFloat)};
+  orin::quantize_rows_split(x.data_ptr<float>(), m, k, r.q.data_ptr<int8_t>(), r.d.data_ptr<float>(),
+                            r.s.data_ptr<float>());
+  return r;
+}
+
 void check_x(const torch::Tensor& x, int64_t k) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat && x.is_contiguous(), "x: [M, K] float32");
   TORCH_CHECK(x.size(1) == k, "x has ", x.size(1), " columns, the weights ", k);
@@ -51,7 +61,7 @@ template <typename S, typename T>
 torch::Tensor q4_1_run(const torch::Tensor& x, const torch::Tensor& codes, const torch::Tensor& scales,
                        const torch::Tensor& mins) {
   const int64_t tiles = codes.size(0), n = tiles * QROWS, k = codes.size(1) * 2 * BLOCK, m = x.size(0);
-  const QuantizedX qx = quantize<int8_t, 127>(x);
+  const QuantizedX qx = quantize_split(x);
   auto out = torch::empty({m, n}, torch::kFloat);
   const S* sc = reinterpret_cast<const S*>(scales.data_ptr<T>());
   const S* mn = reinterpret_cast<const S*>(mins.data_ptr<T>());
@@ -99,14 +109,21 @@ torch::Tensor q8_linear(torch::Tensor x, torch::Tensor codes, torch::Tensor scal
   return out;
 }
 
-// The activation quantization alone (tests, head.py's bound): codes [M, K] (int8 as q4_1_linear
-// takes them, or int16 as q8_linear does), scales [M, K/32] float32.
+// The activation quantization alone (tests, head.py's bound): codes and scales [M, K/32] float32; the
+// codes [M, K] int16 as q8_linear takes them (bits 16), or q4_1_linear's split 16-bit codes as the
+// int16 values they stand for (bits 15: 256·hi + lo, |q| <= SPLIT_QMAX).
 std::vector<torch::Tensor> quantize_activations(torch::Tensor x, int64_t bits) {
   TORCH_CHECK(x.dim() == 2 && x.size(1) % BLOCK == 0, "x: [M, K] with K a multiple of 32");
-  TORCH_CHECK(bits == 8 || bits == 16, "bits: 8 (q4_1_linear's) or 16 (q8_linear's)");
+  TORCH_CHECK(bits == 15 || bits == 16, "bits: 15 (q4_1_linear's split codes) or 16 (q8_linear's)");
   check_x(x, x.size(1));
-  const QuantizedX qx = bits == 8 ? quantize<int8_t, 127>(x) : quantize<int16_t, 32767>(x);
-  return {qx.q, qx.d};
+  if (bits == 16) {
+    const QuantizedX qx = quantize<int16_t, 32767>(x);
+    return {qx.q, qx.d};
+  }
+  const QuantizedX qx = quantize_split(x);
+  const int64_t k = x.size(1);
+  auto hl = qx.q.view({x.size(0), 2, k}).to(torch::kShort);
+  return {hl.select(1, 0) * 256 + hl.select(1, 1), qx.d};
 }
 
 // ---- the INT8 attention ops ----
@@ -331,6 +348,7 @@ py::dict constants() {
   c["MAX_GROUP"] = orin::MAX_GROUP;
   c["QPOS"] = orin::QPOS;
   c["KT"] = orin::KT;
+  c["SPLIT_QMAX"] = orin::SPLIT_QMAX;
   return c;
 }
 
@@ -345,7 +363,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("prefill_simd", [] { return orin::HAS_PREFILL; },
         "whether this build has the prompt attention op (x86 AVX-512 VNNI and BF16)");
   m.def("constants", &constants, "the tile, block and head constants the kernels are compiled for");
-  m.def("q4_1_linear", &q4_1_linear, "Q4_1 weights x int8 activations", release());
+  m.def("q4_1_linear", &q4_1_linear, "Q4_1 weights x 16-bit activations (split in two byte planes)", release());
   m.def("q8_linear", &q8_linear, "int8 per-row weights x int16 activations", release());
   m.def("quantize_activations", &quantize_activations, "integer codes and scales of x, blocks of 32");
   m.def("int8_decode_attention", &int8_decode_attention, "decode attention over an INT8 KV cache", release());

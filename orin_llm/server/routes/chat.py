@@ -8,6 +8,7 @@ from typing import Optional
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..content import BodyRoute
 from ..jobs import PlanCheck, chat_chunk, chat_job, chat_meta
 from ..plan_calls import CheckedCalls
 from ..schemas import ChatRequest
@@ -17,7 +18,7 @@ from ..worker import Job
 from .common import ERRORS, arrival, check_stream, respond, sampling
 from .state import AppState, app_state
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)  # bodies under bodies.py's limits
 
 
 @router.post("/v1/chat/completions", responses=ERRORS)

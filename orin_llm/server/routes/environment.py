@@ -12,10 +12,11 @@ from fastapi.responses import JSONResponse, Response
 
 from ...environment import environment_from_dict
 from ...errors import OrinError
+from ..bodies import BodyError
 from ..content import parse_environment_body
 from ..errors import RequestError
 from ..jobs import environment_job, remove_environment_job
-from ..schemas import EnvironmentVersion, check_utf8
+from ..schemas import EnvironmentVersion
 from ..worker import Job
 from .common import ERRORS, arrival, respond
 from .state import AppState, app_state
@@ -49,7 +50,7 @@ async def put_environment(
 ) -> Response:
     """Replace the home: JSON (the shape GET returns), or the YAML file itself with
     `Content-Type: application/yaml`. Requests already running finish on the old one."""
-    env = await environment_of(request)
+    env = await environment_of(request, state)
     job = Job("environment", environment_job(env, parse_if_match(if_match)), asyncio.get_running_loop(),
               created=arrival(request), exclusive=True)
     return await respond(state, job, request, versioned)
@@ -84,7 +85,7 @@ async def put_named_environment(
     "environment": NAME). Refused with 507 when its prefix would not fit the KV cache next to the
     others, naming the numbers."""
     check_name(name)
-    env = await environment_of(request)
+    env = await environment_of(request, state)
     job = Job("environment", environment_job(env, parse_if_match(if_match), name), asyncio.get_running_loop(),
               created=arrival(request), exclusive=True)
     return await respond(state, job, request, versioned)
@@ -99,13 +100,14 @@ async def delete_named_environment(name: str, request: Request, state: AppState 
     return await respond(state, job, request, JSONResponse)
 
 
-async def environment_of(request: Request):
+async def environment_of(request: Request, state: AppState):
     """The request's body as an environment: JSON, or YAML with Content-Type: application/yaml."""
     body = await request.body()  # within the body limit (BodyLimit counts it)
     try:
-        data = parse_environment_body(body, request.headers.get("content-type"))
-        check_utf8(data)
-        return environment_from_dict(data, source="environment")
+        data = await parse_environment_body(body, request.headers.get("content-type"), state.bodies)
+        return environment_from_dict(data, source="environment")  # found valid there: milliseconds here
+    except BodyError as e:  # a limit of bodies.py (413), or what the parser or the home's check said (422)
+        raise RequestError(e.status, e.message) from None
     except (OrinError, ValueError) as e:
         raise RequestError(422, str(e)) from None
 

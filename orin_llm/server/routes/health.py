@@ -50,7 +50,9 @@ async def health(state: AppState = Depends(app_state)) -> Any:
         # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
         **({"kernels": engine.kernels()} if engine.capabilities.kernels else {}),
         "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": state.limit,
-                   "max_body_bytes": config.max_body_bytes}}
+                   "max_body_bytes": config.max_body_bytes},
+        # where histories and homes are kept, which homes came back at start and which did not (and why)
+        **({"persistence": state.state_dir.report()} if state.state_dir is not None else {})}
 
 
 @router.get("/metrics")

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
 from ...environment.state import HomeState
+from ..content import BodyRoute
 from ..errors import RequestError
 from ..jobs import state_job
 from ..schemas import StateChange, check_utf8
@@ -25,7 +26,7 @@ from .common import ERRORS, arrival, respond
 from .environment import check_name
 from .state import AppState, app_state
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)  # bodies under bodies.py's limits
 
 UPDATE = Body(description="What changed: any of robot_at, holding, object_at, open, on, said (the keys GET "
                           "returns); keys left out stay as they are, null makes a fact unknown.",

@@ -7,6 +7,7 @@ import asyncio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from ..content import BodyRoute
 from ..jobs import plan_job
 from ..schemas import PlanRequest, PlanResponse
 from ..step_events import final_steps
@@ -14,7 +15,7 @@ from ..worker import Job
 from .common import ERRORS, arrival, check_stream, respond, sampling
 from .state import AppState, app_state
 
-router = APIRouter()
+router = APIRouter(route_class=BodyRoute)  # bodies under bodies.py's limits
 
 
 @router.post("/v1/plan", responses={200: {"model": PlanResponse, "description": "The plan; with `stream`, "

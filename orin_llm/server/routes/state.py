@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from fastapi import Request
 
+from ..body_process import BodyProcess
 from ..metrics import Metrics
 
 if TYPE_CHECKING:
@@ -42,6 +43,8 @@ class AppState:
     limit: int = 0  # most max_tokens a request may ask for (open())
     grammars: Any = None  # chat answers' grammars (response_format, tools), used on the engine's thread
     native_tools: bool = False  # the chat template renders tools itself
+    state_dir: Any = None  # server/state_dir.py's StateDir: what the daemon keeps (None: in-process tests)
+    bodies: BodyProcess = field(default_factory=BodyProcess)  # homes' bodies are read there (started on first use)
 
     @property
     def ready(self) -> bool:

@@ -7,7 +7,7 @@
 //
 // Why the scores are not sdot: decode attention takes q in float32, and sdot multiplies bytes; q in
 // int8 (llama.cpp's way) or split into two int8 halves would change every score against the x86
-// and reference builds. The int8 x int8 products are the Q4_1 layers' (codes times int8 activations):
+// and reference builds. The int8 x int8 products are the Q4_1 layers' (codes times the byte planes of their activations):
 // those take sdot; an int8 matrix's int16 activations take widening multiply-adds (smlal), exact too.
 #pragma once
 
@@ -39,7 +39,8 @@ struct NeonQ8 {
 
   // A tile of a Q4_1 layer (x86.h's tile_q4_1 has the layout): per group of 32 bytes, rows 0-3 in
   // its first 16 and rows 4-7 in its last, 4 codes a row; one sdot takes 4 codes of 4 rows against
-  // 4 bytes of x (the codes are 0..15: as signed bytes they are the same). A block's 8 groups sum
+  // 4 bytes of x (the codes are 0..15: as signed bytes they are the same), two sdots a group for x's
+  // two byte planes (split 16-bit codes: common.h quantize_row_split). A block's 8 groups sum
   // its 32 products per row exactly; then per block the reference's fmas, 4 rows a vector.
   template <int MR, typename S>
   static void tile_q4_1(const uint8_t* w, const S* sc, const S* mn, int64_t nb, const int8_t* xq, int64_t k,
@@ -49,9 +50,11 @@ struct NeonQ8 {
     for (int m = 0; m < MR; ++m)
       for (int h = 0; h < 2; ++h) f[m][h] = g[m][h] = vdupq_n_f32(0.0f);
     for (int64_t p = 0; p < nb; p += 2, w += 8 * 32) {
-      int32x4_t ia[MR][2], ib[MR][2];
+      // the codes times x's hi bytes (ah, bh) and lo bytes (al, bl), per pair's first (a) and second
+      // (b) block and per half of the rows; x's split codes: row m's hi plane at m·2k, lo k after
+      int32x4_t ah[MR][2], al[MR][2], bh[MR][2], bl[MR][2];
       for (int m = 0; m < MR; ++m)
-        for (int h = 0; h < 2; ++h) ia[m][h] = ib[m][h] = vdupq_n_s32(0);
+        for (int h = 0; h < 2; ++h) ah[m][h] = al[m][h] = bh[m][h] = bl[m][h] = vdupq_n_s32(0);
       const int8_t* xa = xq + p * BLOCK;
 #pragma GCC unroll 8
       for (int gi = 0; gi < 8; ++gi) {
@@ -59,13 +62,25 @@ struct NeonQ8 {
         const int8x16_t lo0 = vreinterpretq_s8_u8(vandq_u8(v0, low)), hi0 = vreinterpretq_s8_u8(vshrq_n_u8(v0, 4));
         const int8x16_t lo1 = vreinterpretq_s8_u8(vandq_u8(v1, low)), hi1 = vreinterpretq_s8_u8(vshrq_n_u8(v1, 4));
         for (int m = 0; m < MR; ++m) {
-          const int8x16_t a4 = splat4(xa + m * k + 4 * gi), b4 = splat4(xa + m * k + BLOCK + 4 * gi);
-          ia[m][0] = vdotq_s32(ia[m][0], lo0, a4);
-          ia[m][1] = vdotq_s32(ia[m][1], lo1, a4);
-          ib[m][0] = vdotq_s32(ib[m][0], hi0, b4);
-          ib[m][1] = vdotq_s32(ib[m][1], hi1, b4);
+          const int8_t* xm = xa + m * 2 * k + 4 * gi;
+          const int8x16_t a4h = splat4(xm), a4l = splat4(xm + k);
+          const int8x16_t b4h = splat4(xm + BLOCK), b4l = splat4(xm + k + BLOCK);
+          ah[m][0] = vdotq_s32(ah[m][0], lo0, a4h);
+          ah[m][1] = vdotq_s32(ah[m][1], lo1, a4h);
+          al[m][0] = vdotq_s32(al[m][0], lo0, a4l);
+          al[m][1] = vdotq_s32(al[m][1], lo1, a4l);
+          bh[m][0] = vdotq_s32(bh[m][0], hi0, b4h);
+          bh[m][1] = vdotq_s32(bh[m][1], hi1, b4h);
+          bl[m][0] = vdotq_s32(bl[m][0], hi0, b4l);
+          bl[m][1] = vdotq_s32(bl[m][1], hi1, b4l);
         }
       }
+      int32x4_t ia[MR][2], ib[MR][2];  // 256·Σc·hi + Σc·lo = Σc·q, exact (x86.h says why)
+      for (int m = 0; m < MR; ++m)
+        for (int h = 0; h < 2; ++h) {
+          ia[m][h] = vaddq_s32(vshlq_n_s32(ah[m][h], 8), al[m][h]);
+          ib[m][h] = vaddq_s32(vshlq_n_s32(bh[m][h], 8), bl[m][h]);
+        }
       for (int h = 0; h < 2; ++h) {
         const float32x4_t sa = load4(sc + p * QROWS + 4 * h), sb = load4(sc + (p + 1) * QROWS + 4 * h);
         const float32x4_t ma = load4(mn + p * QROWS + 4 * h), mb = load4(mn + (p + 1) * QROWS + 4 * h);

@@ -54,12 +54,9 @@ inline float to_float(half16 h) {
 
 // One row of x ([K] float32) to integer codes in blocks of 32: d = amax/QMAX, q = round(x/d) (ties
 // to even, as torch.round; x times the float32 reciprocal, as tests/runtime/test_q8_dot.py redoes it),
-// and per block d and d·Σq (what a Q4_1 block's min multiplies). int8 codes (QMAX 127) for the Q4_1
-// layers, as llama.cpp's Q8_1; int16 (QMAX 32767) for int8 weights, whose main use is the lm_head's
-// candidate pass: its exactness bound grows with the activations' rounding (head.py), and int8
-// activations left hundreds of candidates a row where int16 leaves a handful.
-template <typename Q, int QMAX>
-void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
+// and per block d and d·Σq (what a Q4_1 block's min multiplies); store(i, q) keeps code i.
+template <int QMAX, typename Store>
+void quantize_row_with(const float* x, int64_t k, Store&& store, float* d, float* s) {
   for (int64_t b = 0; b < k / BLOCK; ++b) {
     const float* xb = x + b * BLOCK;
     float amax = 0.0f;
@@ -69,12 +66,36 @@ void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
     int sum = 0;
     for (int i = 0; i < BLOCK; ++i) {
       const int v = static_cast<int>(std::nearbyint(xb[i] * id));
-      q[b * BLOCK + i] = static_cast<Q>(v);
+      store(b * BLOCK + i, v);
       sum += v;
     }
     d[b] = db;
     s[b] = db * static_cast<float>(sum);
   }
+}
+
+// int16 codes (QMAX 32767) for int8 weights, whose main use is the lm_head's candidate pass: its
+// exactness bound grows with the activations' rounding (head.py), and int8 activations left
+// hundreds of candidates a row where int16 leaves a handful.
+template <typename Q, int QMAX>
+void quantize_row(const float* x, int64_t k, Q* q, float* d, float* s) {
+  quantize_row_with<QMAX>(x, k, [q](int64_t i, int v) { q[i] = static_cast<Q>(v); }, d, s);
+}
+
+// The Q4_1 layers' activations: 16-bit codes (QMAX SPLIT_QMAX) held as two int8 planes, hi [K] then
+// lo [K], q = 256·hi + lo, so that the byte dot products (dpbusd, sdot) take both and the two sums
+// combine exactly in int32 (256·Σc·hi + Σc·lo). Why not int8 codes (llama.cpp's Q8_1, what ran here
+// first): their rounding moves a small model's logprobs by more than the margin of many of its
+// greedy choices (the README's question got a wrong answer; docs/BENCHMARKS.md, kernel quality);
+// 16-bit codes round below bf16, for twice the byte dot products.
+// hi = floor((q + 128) / 256) stays within ±127 for |q| <= SPLIT_QMAX, lo within [-128, 127].
+constexpr int SPLIT_QMAX = 127 * 256 + 127;
+inline void quantize_row_split(const float* x, int64_t k, int8_t* hl, float* d, float* s) {
+  quantize_row_with<SPLIT_QMAX>(x, k, [hl, k](int64_t i, int v) {
+    const int hi = (v + 128) >> 8;  // (an arithmetic shift: floor, for negative v too)
+    hl[i] = static_cast<int8_t>(hi);
+    hl[k + i] = static_cast<int8_t>(v - 256 * hi);
+  }, d, s);
 }
 
 // The sum of LANES partial sums in one fixed tree (lanes l and l+8, then l and l+4, ...): the SIMD

@@ -36,8 +36,15 @@ void quantize_rows(const float* x, int64_t m, int64_t k, Q* q, float* d, float* 
   for (int64_t i = 0; i < m; ++i) quantize_row<Q, QMAX>(x + i * k, k, q + i * k, d + i * nb, s + i * nb);
 }
 
-// Every output of a Q4_1 layer's tiles [t0, t1) for m rows of x quantized to int8 (xq, xd, xs:
-// quantize_rows<int8_t, 127>): out [m, n]. codes [n/8, k/64, 8, 32], scales and mins [n/8, k/32, 8]
+// x's m rows [m, k] to the Q4_1 layers' split 16-bit codes (quantize_row_split): hl [m, 2k] (each
+// row's hi plane, then its lo plane), d and s [m, k/32].
+inline void quantize_rows_split(const float* x, int64_t m, int64_t k, int8_t* hl, float* d, float* s) {
+  const int64_t nb = k / BLOCK;
+  for (int64_t i = 0; i < m; ++i) quantize_row_split(x + i * k, k, hl + i * 2 * k, d + i * nb, s + i * nb);
+}
+
+// Every output of a Q4_1 layer's tiles [t0, t1) for m rows of x in split 16-bit codes (xq [m, 2k],
+// xd, xs: quantize_rows_split): out [m, n]. codes [n/8, k/64, 8, 32], scales and mins [n/8, k/32, 8]
 // (q8_dot.py pack_q4_1). One tile of weights, every row of x (it stays in L1).
 template <class K, typename S>
 void q4_1_tiles(const uint8_t* codes, const S* scales, const S* mins, int64_t n, int64_t k, const int8_t* xq,
@@ -46,7 +53,7 @@ void q4_1_tiles(const uint8_t* codes, const S* scales, const S* mins, int64_t n,
   for (int64_t t = t0; t < t1; ++t)
     for_row_chunks(m, [&](auto mr, int64_t i) {
       K::template tile_q4_1<decltype(mr)::value, S>(codes + t * (k / 2) * QROWS, scales + t * nb * QROWS,
-                                                     mins + t * nb * QROWS, nb, xq + i * k, k, xd + i * nb,
+                                                     mins + t * nb * QROWS, nb, xq + i * 2 * k, k, xd + i * nb,
                                                      xs + i * nb, out + i * n + t * QROWS, n);
     });
 }

@@ -12,13 +12,15 @@ namespace orin {
 struct RefQ8 {
   static constexpr const char* name = "generic";
 
-  // A tile of a Q4_1 layer (x86.h tile_q4_1 says the layout): QROWS weight rows times MR rows of x.
+  // A tile of a Q4_1 layer (x86.h tile_q4_1 says the layout): QROWS weight rows times MR rows of x, in
+  // split 16-bit codes (xq: row m's hi plane at m·2k, its lo plane k after).
   template <int MR, typename S>
   static void tile_q4_1(const uint8_t* w, const S* sc, const S* mn, int64_t nb, const int8_t* xq, int64_t k,
                         const float* xd, const float* xs, float* out, int64_t ostride) {
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < QROWS; ++r) {
-        const int8_t* xm = xq + m * k;
+        const int8_t* xh = xq + m * 2 * k;  // row m's split codes: hi plane, then lo (quantize_row_split)
+        const int8_t* xl = xh + k;
         float f = 0.0f, g = 0.0f;
         for (int64_t p = 0; p < nb; p += 2) {
           const uint8_t* wp = w + (p / 2) * 8 * 32 + 4 * r;
@@ -26,8 +28,9 @@ struct RefQ8 {
           for (int gi = 0; gi < 8; ++gi)
             for (int i = 0; i < 4; ++i) {
               const int c = wp[gi * 32 + i];
-              ia += (c & 0x0F) * xm[p * BLOCK + 4 * gi + i];
-              ib += (c >> 4) * xm[p * BLOCK + BLOCK + 4 * gi + i];
+              const int64_t ja = p * BLOCK + 4 * gi + i, jb = ja + BLOCK;
+              ia += (c & 0x0F) * (256 * xh[ja] + xl[ja]);
+              ib += (c >> 4) * (256 * xh[jb] + xl[jb]);
             }
           const float* d = xd + m * nb + p;
           const float* s = xs + m * nb + p;

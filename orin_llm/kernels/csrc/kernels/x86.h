@@ -63,8 +63,8 @@ struct X86Q8 {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
 
-  // A tile of a Q4_1 layer: QROWS weight rows times MR rows of x, the output rows in the lanes of one
-  // vector (as ggml's repacked Q4_0x8 GEMM has them). w: the tile's nb/2 pairs of blocks, each 8
+  // A tile of a Q4_1 layer: QROWS weight rows times MR rows of x (split 16-bit codes: two dpbusd a
+  // group, one per byte plane), the output rows in the lanes of one vector (as ggml's repacked Q4_0x8 GEMM has them). w: the tile's nb/2 pairs of blocks, each 8
   // groups of 32 bytes; group g's byte 4r+i = code 4g+i of row r's first block | that of its second
   // block << 4. One dpbusd then takes 4 codes of all 8 rows against 4 bytes of x broadcast, a block's
   // 8 of them sum its 32 products per row exactly (in int32), and one fma per block scales all 8 rows:
@@ -80,9 +80,12 @@ struct X86Q8 {
 #pragma GCC unroll 4
     for (int m = 0; m < MR; ++m) f[m] = g[m] = _mm256_setzero_ps();
     for (int64_t p = 0; p < nb; p += 2, w += 8 * 32) {
-      __m256i ia[MR], ib[MR];
+      // per row of x: the codes times its hi bytes (ah, bh) and its lo bytes (al, bl), for the pair's
+      // first block (a) and second (b); x's split codes (quantize_row_split): row m's hi plane at
+      // m·2k, its lo plane k after
+      __m256i ah[MR], al[MR], bh[MR], bl[MR];
 #pragma GCC unroll 4
-      for (int m = 0; m < MR; ++m) ia[m] = ib[m] = _mm256_setzero_si256();
+      for (int m = 0; m < MR; ++m) ah[m] = al[m] = bh[m] = bl[m] = _mm256_setzero_si256();
       const int8_t* xa = xq + p * BLOCK;
 #pragma GCC unroll 8
       for (int gi = 0; gi < 8; ++gi) {
@@ -90,12 +93,24 @@ struct X86Q8 {
         const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
 #pragma GCC unroll 4
         for (int m = 0; m < MR; ++m) {
-          int32_t a4, b4;  // 4 bytes of x, as one int32 to broadcast
-          std::memcpy(&a4, xa + m * k + 4 * gi, 4);
-          std::memcpy(&b4, xa + m * k + BLOCK + 4 * gi, 4);
-          ia[m] = dot_u8s8(ia[m], lo, _mm256_set1_epi32(a4));
-          ib[m] = dot_u8s8(ib[m], hi, _mm256_set1_epi32(b4));
+          const int8_t* xm = xa + m * 2 * k + 4 * gi;
+          int32_t a4h, a4l, b4h, b4l;  // 4 bytes of x, as one int32 to broadcast
+          std::memcpy(&a4h, xm, 4);
+          std::memcpy(&a4l, xm + k, 4);
+          std::memcpy(&b4h, xm + BLOCK, 4);
+          std::memcpy(&b4l, xm + k + BLOCK, 4);
+          ah[m] = dot_u8s8(ah[m], lo, _mm256_set1_epi32(a4h));
+          al[m] = dot_u8s8(al[m], lo, _mm256_set1_epi32(a4l));
+          bh[m] = dot_u8s8(bh[m], hi, _mm256_set1_epi32(b4h));
+          bl[m] = dot_u8s8(bl[m], hi, _mm256_set1_epi32(b4l));
         }
+      }
+      // 256·Σc·hi + Σc·lo = Σc·q, exact: |Σc·q| <= 32·15·SPLIT_QMAX < 2^24, so its float is exact too
+      __m256i ia[MR], ib[MR];
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        ia[m] = _mm256_add_epi32(_mm256_slli_epi32(ah[m], 8), al[m]);
+        ib[m] = _mm256_add_epi32(_mm256_slli_epi32(bh[m], 8), bl[m]);
       }
       const __m256 sa = load8(sc + p * QROWS), sb = load8(sc + (p + 1) * QROWS);
       const __m256 ma = load8(mn + p * QROWS), mb = load8(mn + (p + 1) * QROWS);
