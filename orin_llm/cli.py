@@ -361,7 +361,7 @@ def doctor(
 
 
 SCENARIOS = ("prefix", "kv", "speculative", "constrained", "plan_quality", "daemon", "policy", "traffic", "agents",
-             "throughput", "restart", "fleet")
+             "throughput", "restart", "fleet", "kernels")
 
 
 @app.command()
@@ -374,6 +374,9 @@ def bench(
     policy: Optional[Path] = typer.Option(None, help="policy scenario: the policy's ONNX file (default: a STAND-IN "
                                           "policy generated into --out)."),
     policy_rate_hz: float = typer.Option(30.0, help="policy scenario: the control rate."),
+    llama_python: Optional[str] = typer.Option(None, help="kernels scenario: the python of a venv with "
+                                               "llama-cpp-python, for llama.cpp's numbers beside ours (default: "
+                                               "$ORIN_LLM_LLAMA_PYTHON; neither: skipped)."),
 ) -> None:
     """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding, the daemon, and the policy next
     door (the planner and a policy at its control rate side by side) on a torch or TensorRT-LLM engine,
@@ -384,7 +387,7 @@ def bench(
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
-    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz)
+    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz, llama_python)
     typer.echo(str(report))
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 
 
 def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: Optional[Path] = None,
-                  policy_rate_hz: float = 30.0) -> Path:
+                  policy_rate_hz: float = 30.0, llama_python: Optional[str] = None) -> Path:
     from ..manifest import load_manifest
     from .common import loaded, progress, pyplot
     from .report import write_report
@@ -86,6 +86,10 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: 
                 from .restart import run
 
                 run(engine_dir, out, quick)
+            elif name == "kernels":  # issue 44: each kernel family against the float reference and llama.cpp
+                from .kernels import run
+
+                run(engine_dir, out, quick, llama_python)
         sampler.phase = "done"
     (out / "samples.json").write_text(json.dumps({**sampler.summary(), "samples": sampler.samples}, indent=1))
     if sampler.samples:

@@ -22,7 +22,7 @@ def _load(out: Path, name: str):
 def write_report(out: Path, manifest=None) -> Path:
     lines = ["# orin-llm benchmark report", ""]
     anything = next((d for n in ("prefix", "speculative", "constrained", "kv", "daemon", "policy", "traffic", "agents",
-                                 "throughput", "restart")
+                                 "throughput", "restart", "kernels")
                      if (d := _load(out, n))), None)
     if anything:
         m = anything["machine"]
@@ -110,7 +110,8 @@ def write_report(out: Path, manifest=None) -> Path:
     if (d := _load(out, "policy")):
         lines += policy_section(d)
     for name, section in (("traffic", traffic_section), ("agents", agents_section),
-                          ("throughput", throughput_section), ("restart", restart_section)):
+                          ("throughput", throughput_section), ("restart", restart_section),
+                          ("kernels", kernels_section)):
         if (d := _load(out, name)):
             lines += section(d)
     if (d := _load(out, "samples")):
@@ -260,4 +261,32 @@ def restart_section(d: dict) -> list[str]:
         lines.append(f"| {label} | {s['acceptance_rate']:.3f} | {s['drafted']} | {s['accepted']} | "
                      f"{s['mean_accepted_length_median']:.2f} | {s['decode_tokens_per_s_median']:.1f} |")
     lines += ["", f"Greedy plans identical in both: {d['identical_plans']}.", "", "![restart](restart.png)"]
+    return lines
+
+
+def kernels_section(d: dict) -> list[str]:
+    """Each kernel family against the float reference on the calibration answers, llama.cpp beside them."""
+    lines = ["", f"## Kernel families against the float reference ({d['positions']} positions, {d['items']} calib "
+                 "answers)", "",
+             f"Reference (float32 weights and KV): perplexity {d['reference']['perplexity']:.4f}, answer "
+             f"{d['reference']['answer']!r}.", "",
+             "| kernels | q8 / attention | KV | top-1 agreement | mean \\|Δlogprob\\| | max \\|Δlogit\\| | "
+             "perplexity | France answer |", "|---|---|---|---|---|---|---|---|"]
+    for label, f in d["families"].items():
+        if "skipped" in f or "error" in f:
+            lines.append(f"| {label} | {f.get('skipped') or f['error'][-120:]} | | | | | | |")
+            continue
+        kernels = f"{f['kernels'].get('q8', '?')} / {f['kernels'].get('attention', '?')}"
+        for cache in ("fp32_kv", "int8_kv"):
+            if (t := f.get(cache)):
+                lines.append(f"| {label} | {kernels} | {cache.split('_')[0]} | {t['argmax_agreement']:.4f} | "
+                             f"{t['mean_abs_dlogprob']:.4f} | {t['max_abs_dlogit']:.2f} | {t['perplexity']:.4f} | "
+                             f"{f['question'][cache]['answer']!r} |")
+    llama = d["llama_cpp"]
+    if "skipped" in llama:
+        lines += ["", f"llama.cpp: skipped ({llama['skipped']})."]
+    else:
+        t = llama["teacher_forced"]
+        lines.append(f"| llama.cpp {llama['llama_cpp']} (its own f16 KV) | | f16 | {t['argmax_agreement']:.4f} | "
+                     f"{t['mean_abs_dlogprob']:.4f} | | {t['perplexity']:.4f} | {llama['question']['answer']!r} |")
     return lines

@@ -23,6 +23,7 @@ from typing import Optional
 from .report import ANCHORS
 from .results_format import BENCH, NOTES, PAGE, ROOT, Run, command_lines, load, part, prose, section, table
 from .results_gpu import gpu_partial_section, gpu_rows
+from .results_kernels import kernels_rows
 from .results_rows import (
     agents_rows,
     constrained_rows,
@@ -174,6 +175,20 @@ def page(root: Path = ROOT) -> str:
             "given goal). Anchor: the grammar only.",
             quality, "grammar only", plan_quality_rows(quality.data), extra=plan_quality_modes(quality.data),
             png="plan_quality.png")
+    if (root / BENCH / "kernels.json").is_file():
+        kern = run("kernels.json")
+        kd = kern.data
+        lines += section(
+            root, "Each kernel family against the float model (issue 44)",
+            f"`orin-llm bench --scenario kernels`: per kernel family this CPU runs (`ORIN_LLM_KERNELS`, each in "
+            f"a process of its own), {kd['items']} calib answers ({kd['positions']} positions) teacher-forced on "
+            "their homes' prefixes against the float model (the same GGUF's weights dequantized, float32 KV, "
+            f"perplexity {kd['reference']['perplexity']:.3f}), and the README's question \"What is the capital of "
+            f"France?\" (the float model: {_quoted(kd['reference']['answer'])}). The x86 AVX2 families run without "
+            "torch's bf16 prompt GEMMs, as an AVX2-only CPU does. The goals are the quality test's bounds "
+            "(`tests/runtime/test_kernel_quality.py`); `native, ORIN_LLM_Q8_DOT=0` is torch's int4 kernel (bf16 "
+            "activations). Anchor: llama.cpp on the same GGUF and token ids (its own f16 KV cache).",
+            kern, "llama.cpp", kernels_rows(kd))
     if (root / BENCH / "fleet.json").is_file():
         fleet = run("fleet.json")
         fd = fleet.data
@@ -241,6 +256,10 @@ def page(root: Path = ROOT) -> str:
     if (root / BENCH / "plan_quality.json").is_file() and "--quick" in run("plan_quality.json").data["command"]:
         lines += ["- Plan quality on every held-out task and the whole hard home (the run above is `--quick`)."]
     return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    return f"“{' '.join(text.split())}”"
 
 
 def main(argv: Optional[list[str]] = None) -> int:

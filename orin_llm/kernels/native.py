@@ -16,6 +16,15 @@ under a second); where it is missing or was built for other sources, CPU or torc
 unavailable, the log says why and how to build it, and torch's ops run as before. The module's
 constants (tile sizes, block size, head sizes) are checked against what the Python side packs for.
 
+Kernel families: a process can run another build than this CPU's, named in one environment variable
+(ORIN_LLM_KERNELS=reference, x86-avx2, x86-avx2-vnni; `native`, the default, is the installed build),
+to check what another CPU runs on this one (the quality test, tests/runtime/test_kernel_quality.py,
+and `bench --scenario kernels`): the reference loops, an AVX2-only CPU's kernels (the CPU on which the
+default kernels once answered wrongly, issue 44), AVX2 with VNNI. Such a build is compiled on first
+use into torch's extension cache (a minute or two, once, logged), never without the variable; a
+family whose instructions this CPU lacks (/proc/cpuinfo's flags) is not loaded, and the reason says
+which are missing.
+
 Each op's wrapper holds a `NativeLib`, with a reason to refuse a build that did load (plain loops only,
 no prompt op). The ORIN_LLM_*=0 switches that turn an op off for A/B measurements are the kernel
 plan's (runtime/kernel_plan.py SWITCH_VARIABLES), read once by Engine.load, never here. `installed()` is the module
@@ -29,16 +38,20 @@ import fcntl
 import hashlib
 import importlib.util
 import logging
+import os
 import platform
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
+
+from ..errors import OrinError
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +83,83 @@ def build_lock(build_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _cpu_id() -> str:
-    """What a native build depends on: the architecture and the CPU's feature flags."""
-    flags = ""
+def _cpu_line() -> str:
+    """/proc/cpuinfo's feature flags line ("flags" on x86, "Features" on ARM); empty where unreadable."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("flags", "Features")):
-                flags = line
-                break
+                return line
     except OSError:
         pass
-    return f"{platform.machine()} {flags}"
+    return ""
 
 
-def _flags(defines: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(compiler flags, OpenMP flags) of a build."""
-    native = "-mcpu=native" if platform.machine() in ("aarch64", "arm64") else "-march=native"
+def cpu_flags() -> set[str]:
+    """This CPU's feature flags as the kernel names them (avx2, fma, avx_vnni, asimddp, ...)."""
+    line = _cpu_line()
+    return set(line.split(":", 1)[1].split()) if ":" in line else set()
+
+
+def _cpu_id() -> str:
+    """What a native build depends on: the architecture and the CPU's feature flags."""
+    return f"{platform.machine()} {_cpu_line()}"
+
+
+FAMILY_VARIABLE = "ORIN_LLM_KERNELS"
+NATIVE = "native"
+X86 = ("x86_64", "AMD64")
+# What -march=x86-64-v3 lets the compiler emit, as /proc/cpuinfo names it (LZCNT is "abm"): a CPU
+# without one of them could fault on any instruction of the build, not only in our kernels
+X86_64_V3 = ("avx", "avx2", "fma", "f16c", "bmi1", "bmi2", "abm", "movbe")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A build of our ops a process can force (FAMILY_VARIABLE): its compiler flags, and the CPU
+    features it needs to run here."""
+    name: str
+    what: str
+    arch: Optional[tuple[str, ...]]  # the target flags; None: this CPU's (-march/-mcpu=native)
+    defines: tuple[str, ...] = ()
+    machines: tuple[str, ...] = ()  # the platform.machine() values it compiles for (empty: any)
+    needs: tuple[str, ...] = ()  # /proc/cpuinfo flags
+
+
+FAMILIES = {f.name: f for f in (
+    Family(NATIVE, "this CPU's kernels (-march/-mcpu=native): the installed build", None),
+    # the flags of the tests' reference build (tests/runtime/native_builds.py): the two share one
+    # cached module
+    Family("reference", "the reference loops everywhere (ORIN_LLM_GENERIC): a CPU without x86 or NEON "
+           "kernels; the NEON kernels are checked bit for bit against them (tests/native)", None,
+           ("ORIN_LLM_GENERIC",)),
+    Family("x86-avx2", "AVX2 + FMA + F16C, no VNNI, no AVX-512 (-march=x86-64-v3): an AVX2-only CPU",
+           ("-march=x86-64-v3",), machines=X86, needs=X86_64_V3),
+    Family("x86-avx2-vnni", "AVX2 with AVX-VNNI, no AVX-512 (-march=x86-64-v3 -mavxvnni)",
+           ("-march=x86-64-v3", "-mavxvnni"), machines=X86, needs=X86_64_V3 + ("avx_vnni",)),
+)}
+
+
+def family_missing(family: Family) -> Optional[str]:
+    """Why `family` cannot run on this CPU (None: it can)."""
+    if family.machines and platform.machine() not in family.machines:
+        return f"it is for {'/'.join(family.machines)}, this machine is {platform.machine()}"
+    lacking = [f for f in family.needs if f not in cpu_flags()]
+    return f"this CPU lacks {', '.join(lacking)} (/proc/cpuinfo)" if lacking else None
+
+
+def runnable_families() -> list[str]:
+    """The families this CPU runs, in FAMILIES' order (the reference and native ones always)."""
+    return [name for name, f in FAMILIES.items() if family_missing(f) is None]
+
+
+def _native_arch() -> tuple[str, ...]:
+    return ("-mcpu=native",) if platform.machine() in ("aarch64", "arm64") else ("-march=native",)
+
+
+def _flags(defines: tuple[str, ...], arch: Optional[tuple[str, ...]] = None) -> tuple[list[str], list[str]]:
+    """(compiler flags, OpenMP flags) of a build; `arch` None: for this CPU."""
     # -fno-trapping-math: no FP exception is ever looked at, and it lets loops with clamps vectorize
-    flags = ["-O3", native, "-fno-trapping-math"] + [f"-D{d}" for d in defines]
+    flags = ["-O3", *(_native_arch() if arch is None else arch), "-fno-trapping-math"] + [f"-D{d}" for d in defines]
     # -fopenmp: at::parallel_for is a header template whose threads are `#pragma omp parallel`;
     # without the flag the pragma is ignored and every op runs on one thread (as ours all did
     # before). The module then needs libgomp.so.1, which torch has already loaded (the dynamic
@@ -96,22 +168,33 @@ def _flags(defines: tuple[str, ...]) -> tuple[list[str], list[str]]:
     return flags, omp
 
 
-def build_name(defines: tuple[str, ...] = ()) -> str:
-    """The module's name for these sources, this torch, this CPU and these flags."""
-    flags, omp = _flags(defines)
+def build_name(defines: tuple[str, ...] = (), arch: Optional[tuple[str, ...]] = None) -> str:
+    """The module's name for these sources, this torch, this CPU and these flags (all of them: two
+    families never share a name)."""
+    flags, omp = _flags(defines, arch)
     src = SOURCE.read_bytes() + b"".join(p.read_bytes() for p in sorted(CSRC.rglob("*.h")))
     key = hashlib.sha256(src + torch.__version__.encode() + _cpu_id().encode()
                          + " ".join(flags + omp).encode()).hexdigest()[:12]
     return f"orin_llm_ops_{key}"
 
 
-def _compile(name: str, build_dir: Path, defines: tuple[str, ...], verbose: bool = False):
+def _compile(name: str, build_dir: Path, defines: tuple[str, ...], verbose: bool = False,
+             arch: Optional[tuple[str, ...]] = None):
     from torch.utils import cpp_extension
 
-    flags, omp = _flags(defines)
+    flags, omp = _flags(defines, arch)
     with build_lock(build_dir):
         return cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags + omp, extra_ldflags=omp,
                                   build_directory=str(build_dir), verbose=verbose)
+
+
+def cached_build(defines: tuple[str, ...], arch: Optional[tuple[str, ...]] = None) -> tuple[str, object]:
+    """(name, module) of a build other than the installed one, compiled on first use into torch's
+    extension cache (~/.cache/torch_extensions: minutes once) and loaded from there after."""
+    from torch.utils import cpp_extension
+
+    name = build_name(defines, arch)
+    return name, _compile(name, Path(cpp_extension._get_build_directory(name, verbose=False)), defines, arch=arch)
 
 
 def build(verbose: bool = False) -> Path:
@@ -134,14 +217,45 @@ def _load(path: Path, name: str):
 
 _installed_lock = threading.Lock()
 _installed: Optional[tuple[object, Optional[str]]] = None
+_family: Optional[str] = None  # the family installed() loaded (read from FAMILY_VARIABLE once)
+
+
+def _chosen_family() -> Family:
+    name = os.environ.get(FAMILY_VARIABLE, "").strip().lower() or NATIVE
+    if name not in FAMILIES:  # a typo must not measure torch's kernels under another name
+        raise OrinError(f"{FAMILY_VARIABLE}={name!r}: not a kernel family; choose from {', '.join(FAMILIES)}")
+    return FAMILIES[name]
+
+
+def _load_family(family: Family) -> tuple[Optional[object], Optional[str]]:
+    """A forced family's module, built here on first use (never without the variable)."""
+    missing = family_missing(family)
+    if missing:
+        return None, f"{FAMILY_VARIABLE}={family.name}: not on this CPU ({missing})"
+    name = build_name(family.defines, family.arch)
+    log.warning("%s=%s: our C++ ops as %s, build %s (compiled on first use into torch's extension cache: "
+                "a minute or two, once)", FAMILY_VARIABLE, family.name, family.what, name)
+    try:
+        return cached_build(family.defines, family.arch)[1], None
+    except Exception as e:  # noqa: BLE001 (no compiler, no ninja, a build error: say which)
+        text = str(e).strip()
+        return None, (f"{FAMILY_VARIABLE}={family.name}: the build failed "
+                      f"({type(e).__name__}: {text.splitlines()[-1] if text else e})")
 
 
 def installed() -> tuple[Optional[object], Optional[str]]:
-    """(the built module, None), or (None, why not): loaded once per process, never built here."""
-    global _installed
+    """(the built module, None), or (None, why not): loaded once per process. The installed build
+    unless FAMILY_VARIABLE names another family (read here, once), which is compiled on first use;
+    the installed one is never built here."""
+    global _installed, _family
     with _installed_lock:
         if _installed is None:
             t0 = time.perf_counter()
+            chosen = _chosen_family()
+            _family = chosen.name
+            if chosen.name != NATIVE:
+                _installed = _load_family(chosen)
+                return _installed
             name = build_name()
             so = BUILD_ROOT / name / f"{name}.so"
             if not so.exists():
@@ -156,6 +270,13 @@ def installed() -> tuple[Optional[object], Optional[str]]:
                 except Exception as e:  # noqa: BLE001 (a broken or foreign build: say which, fall back)
                     _installed = (None, f"{so} does not load ({type(e).__name__}: {e}): {HOW}")
     return _installed
+
+
+def family() -> str:
+    """The kernel family of this process's module: FAMILY_VARIABLE as installed() read it."""
+    if _family is None:
+        installed()
+    return _family
 
 
 def check_constants(module, expects: dict) -> Optional[str]:
@@ -183,10 +304,8 @@ class NativeLib:
         self.error: Optional[str] = None  # why it is not used here (None: it is, or not asked for yet)
 
     def _test_build(self):
-        from torch.utils import cpp_extension
-
-        name = self.build_name = build_name(self.defines)
-        return _compile(name, Path(cpp_extension._get_build_directory(name, verbose=False)), self.defines)
+        self.build_name, module = cached_build(self.defines)
+        return module
 
     def get(self):
         """The module; None where it cannot be used (the reason: `error`)."""

@@ -39,6 +39,7 @@ from typing import Optional
 
 import torch
 
+from . import native
 from .native import NativeLib
 
 # What pack_* lay out for (the module's own constants are checked against these at load: native.py)
@@ -49,8 +50,9 @@ SPLIT_QMAX = 127 * 256 + 127  # a Q4_1 layer's activation codes: 16-bit, held as
 
 
 def _plain_loops_only(module) -> Optional[str]:
-    """A build without a SIMD path runs plain loops, slower than torch's kernels: not used."""
-    if module.simd() == "generic":
+    """A build without a SIMD path runs plain loops, slower than torch's kernels: not used, unless the
+    reference family was asked for (native.FAMILY_VARIABLE), to measure those loops' numbers."""
+    if module.simd() == "generic" and native.family() != "reference":
         return "no SIMD path for this CPU (x86 AVX2, or ARM NEON with the dot-product instructions)"
     return None
 

@@ -226,3 +226,25 @@ def test_a_partial_gpu_run_shows_what_it_ran_and_a_ratio_across_runs_as_such():
     assert f"{ours / hf:.2f}×, a ratio across two runs, not side by side" in " ".join(text.split())
     part.data["stages"]["hf"] = {"compiled_static_tok_per_s_batch_1": hf}  # a partial run with its own figure
     assert "across two runs" not in "\n".join(gpu_partial_section(ROOT, full, part))
+
+
+def test_kernel_rows_set_each_family_against_llama_cpp_and_the_quality_tests_bounds():
+    from orin_llm.bench.results_kernels import kernels_rows
+
+    family = {"kernels": {"q8": "avx2", "attention": "generic"},
+              "fp32_kv": {"argmax_agreement": 0.995, "mean_abs_dlogprob": 0.02},  # the mean is past 0.018
+              "int8_kv": {"perplexity": 2.65}, "question": {"int8_kv": {"answer": "The capital of France is Paris."}}}
+    llama = {"teacher_forced": {"perplexity": 2.7, "argmax_agreement": 0.991, "mean_abs_dlogprob": 0.038},
+             "question": {"answer": "L'Étoile, la Marseillaise, la femme, la femme au martyre, la"}}
+    d = {"llama_cpp": llama, "families": {"x86-avx2": family, "x86-avx2-vnni": {"skipped": "this CPU lacks avx_vnni"}}}
+    answer, ppl, bounds, skipped = kernels_rows(d)
+    assert answer.what.startswith("`x86-avx2` (avx2 / generic)") and answer.met is True
+    assert answer.ours == "“The capital of France is Paris.”"
+    assert answer.anchor == "“L'Étoile, la Marseillaise, la femme, la…”"  # cut at 40 characters
+    assert (ppl.ours, ppl.anchor, ppl.met) == ("2.650", "2.700", True) and "INT8 KV" in ppl.what
+    assert (bounds.ours, bounds.anchor, bounds.met) == ("0.995, 0.0200", "0.991, 0.0380", False)
+    assert skipped.ours == "not run here: this CPU lacks avx_vnni" and skipped.met is None
+    family["question"]["int8_kv"]["answer"] = "L'Étoile"
+    d["llama_cpp"] = {"skipped": "no llama-cpp-python"}
+    answer, ppl, bounds, _ = kernels_rows(d)
+    assert answer.met is False and ppl.met is None and ppl.anchor == bounds.anchor == "—"

@@ -66,3 +66,16 @@ def test_the_arm_kernels_are_bit_for_bit_the_reference_loops_under_qemu(tmp_path
                          [qemu, "-cpu", "max", "-L", str(sysroot)])
     assert out.splitlines()[0] == "kernels: q8 neon-dotprod, attention neon, prompt op no", out.splitlines()[0]
     assert out.count("\nok ") >= 30
+    # The Q4_1 tiles (the embedded model's every linear layer) are among what is compared: this is
+    # why the reference family's quality (tests/runtime/test_kernel_quality.py) covers NEON too
+    assert out.count("\nok q4_1 float16 ") >= 6 and out.count("\nok q4_1 float32 ") >= 6, out[-4000:]
+
+
+def test_the_avx2_only_kernels_are_bit_for_bit_the_reference_loops(tmp_path):
+    """-march=x86-64-v3, the x86-avx2 kernel family's target (kernels/native.py): the q8 tiles an
+    AVX2-only CPU runs, without VNNI, whatever CPU runs the tests (one with AVX2 at least)."""
+    if platform.machine() != "x86_64" or not {"avx2", "fma", "f16c", "bmi2", "movbe"} <= _cpu_flags():
+        pytest.skip("not an x86-64 CPU with AVX2")
+    out = _build_and_run([_tool("g++"), "-march=x86-64-v3"], tmp_path / "kernels_test_avx2", [])
+    assert out.splitlines()[0] == "kernels: q8 avx2, attention generic, prompt op no", out.splitlines()[0]
+    assert out.count("\nok q4_1 float16 ") >= 6 and out.count("\nok ") >= 30

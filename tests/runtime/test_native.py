@@ -9,6 +9,8 @@ dies with its holder, and under it such a file is known stale and removed)."""
 from __future__ import annotations
 
 import fcntl
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
+from orin_llm.errors import OrinError
 from orin_llm.kernels import int8_attention, native, q8_dot
 from orin_llm.kernels.native import NativeLib, build_lock
 from tests.runtime import native_builds
@@ -115,3 +118,70 @@ def test_the_build_lock_excludes_others_and_dies_with_its_holder(tmp_path):
     t.start()
     assert got.wait(30), "the lock outlived the process that held it"
     assert not (build_dir / "lock").exists()
+
+
+# Kernel families (native.FAMILIES): what each forced build must report it runs. The x86 families' q8
+# tiles are x86.h's (AVX2, with VNNI where the family has it), their attention the reference loops (no
+# AVX-512), and no prompt op (it needs AVX-512 VNNI and BF16); the reference family runs the loops
+# everywhere, and q8_dot takes them (asked for: measured, not refused as slower than torch's).
+FORCED = {"reference": ("generic", "generic", False), "x86-avx2": ("avx2", "generic", False),
+          "x86-avx2-vnni": ("avx2-vnni", "generic", False)}
+REPORT = ("import json\nfrom orin_llm.kernels import native, q8_dot\nmodule, error = native.installed()\n"
+          "assert module is not None, error\n"
+          "print(json.dumps([native.family(), module.simd(), module.attention_simd(), bool(module.prefill_simd()),"
+          " q8_dot.op() is not None]))\n")
+
+
+@pytest.mark.parametrize("family", sorted(FORCED))
+def test_a_forced_family_is_built_on_first_use_and_reports_what_it_runs(family):
+    missing = native.family_missing(native.FAMILIES[family])
+    if missing:
+        pytest.skip(f"{family}: {missing}")
+    env = {**os.environ, native.FAMILY_VARIABLE: family}
+    r = subprocess.run([sys.executable, "-c", REPORT], cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.splitlines()[-1]) == [family, *FORCED[family], True]
+    # the build is logged; a second process finds it in the cache (torch's extension cache, not ours)
+    assert f"{native.FAMILY_VARIABLE}={family}" in r.stderr
+    name = native.build_name(native.FAMILIES[family].defines, native.FAMILIES[family].arch)
+    assert not (native.BUILD_ROOT / name).exists()
+
+
+def test_every_family_has_a_build_name_of_its_own_and_the_reference_is_the_tests_build():
+    names = {f.name: native.build_name(f.defines, f.arch) for f in native.FAMILIES.values()}
+    assert len(set(names.values())) == len(names), names
+    assert names["native"] == native.build_name()
+    assert names["reference"] == native.build_name(native_builds.generic().defines)
+
+
+def test_the_default_is_the_installed_build(monkeypatch):
+    monkeypatch.delenv(native.FAMILY_VARIABLE, raising=False)
+    monkeypatch.setattr(native, "_installed", None)
+    monkeypatch.setattr(native, "_family", None)
+    module, error = native.installed()
+    assert module is not None, error
+    assert native.family() == "native" and module.__name__ == native.build_name()
+
+
+def test_a_family_this_cpu_lacks_is_not_loaded_and_says_which_instructions(monkeypatch):
+    monkeypatch.setattr(native, "cpu_flags", lambda: {"avx", "avx2", "fma", "f16c", "sse2"})
+    monkeypatch.setattr(native.platform, "machine", lambda: "x86_64")
+    assert native.family_missing(native.FAMILIES["x86-avx2"]) == "this CPU lacks bmi1, bmi2, abm, movbe (/proc/cpuinfo)"
+    assert native.runnable_families() == ["native", "reference"]
+    monkeypatch.setenv(native.FAMILY_VARIABLE, "x86-avx2-vnni")
+    monkeypatch.setattr(native, "_installed", None)
+    monkeypatch.setattr(native, "_family", None)
+    module, error = native.installed()
+    assert module is None and error.startswith("ORIN_LLM_KERNELS=x86-avx2-vnni: not on this CPU (this CPU lacks bmi1")
+    assert "avx_vnni" in error and native.family() == "x86-avx2-vnni"
+    monkeypatch.setattr(native.platform, "machine", lambda: "aarch64")
+    assert native.family_missing(native.FAMILIES["x86-avx2"]) == "it is for x86_64/AMD64, this machine is aarch64"
+
+
+def test_an_unknown_family_is_an_error_that_lists_them(monkeypatch):
+    monkeypatch.setenv(native.FAMILY_VARIABLE, "avx9")
+    monkeypatch.setattr(native, "_installed", None)
+    monkeypatch.setattr(native, "_family", None)
+    with pytest.raises(OrinError, match="ORIN_LLM_KERNELS='avx9': not a kernel family; choose from native, "
+                                        "reference, x86-avx2, x86-avx2-vnni"):
+        native.installed()

