@@ -23,7 +23,8 @@ def test_factors_lift_the_small_channels_up_to_the_cap_and_keep_the_largest():
     assert float(s.min()) >= 1.0 and float(s.max()) <= k_smoothing.MAX_FACTOR
     # the head's largest channel is unchanged, so its INT8 scale is the same as without smoothing
     assert torch.equal(k_smoothing.smoothed_absmax(a, s), a.amax(-1))
-    assert torch.allclose((pair * s[..., :4])[0, 0], torch.tensor([8.0, 8.0, 0.5 * k_smoothing.MAX_FACTOR, 0.02 * k_smoothing.MAX_FACTOR]))
+    lifted = torch.tensor([8.0, 8.0, 0.5 * k_smoothing.MAX_FACTOR, 0.02 * k_smoothing.MAX_FACTOR])
+    assert torch.allclose((pair * s[..., :4])[0, 0], lifted)
 
 
 def test_wrong_shapes_are_refused(tiny_engine_dir):
