@@ -48,7 +48,9 @@ def test_a_layer_matches_torchs_ops_and_writes_the_same_kv_codes(engine, model, 
     got = x.clone()
     dl.op()(got, *model.fused_args[layer], model.cos, model.sin, model.arch.num_heads, model.arch.num_kv_heads,
             [*cache.int8_layer(layer), cache.slot_table(n + t)], [n], [t], [t])
-    assert float((got - want).abs().max() / want.abs().max()) < 1e-5  # ~3e-7 measured
+    # float32 rounding of the small ops (their order differs) can move a linear's 16-bit activation code
+    # by a step (1/32639 of its block's largest value): 3e-7 with int8 codes, which hid it, 1e-5 now
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-4
     assert torch.equal(cache.k[layer, :, n:n + t], k_want) and torch.equal(cache.v[layer, :, n:n + t], v_want)
 
 
