@@ -67,7 +67,7 @@ def llama_cpp(llama_python: Optional[str], gguf: Optional[str], ref: dict, token
     # teacher forcing over the GGUF's Q4_1 blocks and llama.cpp's own cache (f16 K/V by default)
     measured = kq.compare_positions(*kq.positions(ref["logits"], ref["seqs"]), top, nxt)
     answer = tokenizer.decode([i for i in got["question"]["answer_ids"] if i not in ref["eos"]])
-    return {"llama_cpp": got["llama_cpp"], "system_info": got["system_info"], "gguf": gguf,
+    return {"llama_cpp": got["llama_cpp"], "system_info": got["system_info"], "gguf": Path(gguf).name,
             "rewind_max_abs_dlogit": got["rewind_max_abs_dlogit"], "teacher_forced": measured,
             "question": {"top": [[tokenizer.decode([i]), round(lp, 3)] for i, lp in got["question"]["top"]],
                          "answer": answer, "reference_answer": ref["question"]["answer"]},
