@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OrinError
-from .calls import Step, format_call
-from .model import Environment
+from .calls import Step, format_call, parse_call
+from .model import EXAMPLE_CHECKS, Environment
 from .state import HomeState, state_problem
 
 VIOLATION_KINDS = ("precondition", "affordance", "unknown")
@@ -362,3 +362,27 @@ def simulate(env: Environment, steps: Sequence[Step],
         else:
             world = world.apply(step.action, step.args)
     return world, violations
+
+
+def check_examples(env: Environment) -> None:
+    """Each example of `env` is checked as a plan is: its steps name the home's things and run one after
+    the other from the home's state, since the model copies what the examples show; else ValueError naming
+    the example's line and why (the model's validator runs it: model.EXAMPLE_CHECKS)."""
+    for i, ex in enumerate(env.examples):
+        world = World.start(env)
+        for j, raw in enumerate(ex.plan):
+            name, args = parse_call(raw)  # type: ignore[misc]  # a call: the model checked it first
+            violation = world.check(name, args, index=j)
+            if violation is None:
+                world = world.apply(name, args)
+                continue
+            where = f"examples.{i}.plan.{j}: {raw!r}"
+            if violation.kind != "precondition":  # unknown, affordance: in no state
+                raise ValueError(f"{where}: {violation.reason}; an example names only the home's things, "
+                                 "doing what they can do")
+            after = " after the example's steps before it" if j else ""
+            raise ValueError(f"{where} cannot run in the home's state{after}: {violation.reason}; fix the "
+                             "example (or the home's state:): the model plans as its examples do")
+
+
+EXAMPLE_CHECKS.append(check_examples)
