@@ -66,8 +66,9 @@ def apply(state: dict[str, torch.Tensor], s: Optional[torch.Tensor], arch: Arch)
     rows = row_factors(s, arch)
     for layer in range(arch.num_layers):
         name = f"layers.{layer}.self_attn.qkv_proj"
-        f = rows[layer][:, None]
         for suffix in ("weight", "scales", "mins"):
             t = state.get(f"{name}.{suffix}")
             if t is not None and t.is_floating_point():
+                # one factor per row: [rows] (an int8 layer's scales) or [rows, ...] (groups, inputs)
+                f = rows[layer].view(-1, *([1] * (t.dim() - 1)))
                 state[f"{name}.{suffix}"] = (t.float() * f).to(torch.float32 if t.dtype == torch.float16 else t.dtype)

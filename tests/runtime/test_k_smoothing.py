@@ -61,6 +61,26 @@ def test_folded_into_the_rows_they_scale_each_key_channel_and_keep_the_logits(ti
     assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
+def test_each_row_format_takes_one_factor_a_row():
+    """A Q4_1 row's scales and mins [rows, groups], an int8 row's scales [rows] (a draft), a float
+    row's weights [rows, in]: each row times its factor, nothing broadcast across rows."""
+    from orin_llm.arch import Arch
+
+    arch = Arch(architecture="llama", num_layers=1, hidden_size=8, intermediate_size=16, num_heads=2,
+                num_kv_heads=1, head_dim=4, vocab_size=10, tie_word_embeddings=True, max_position_embeddings=64,
+                rms_norm_eps=1e-5, rope_theta=1e4)
+    s = torch.tensor([[[2.0, 3.0, 2.0, 3.0]]])
+    rows = k_smoothing.row_factors(s, arch)[0]  # q: 2 heads x 4, k: 4, v: 4
+    assert torch.allclose(rows, torch.tensor([0.5, 1 / 3, 0.5, 1 / 3] * 2 + [2.0, 3.0, 2.0, 3.0] + [1.0] * 4))
+    name = "layers.0.self_attn.qkv_proj"
+    for suffix, shape in (("scales", (16,)), ("scales", (16, 3)), ("weight", (16, 8))):
+        state = {f"{name}.{suffix}": torch.ones(shape, dtype=torch.float16 if suffix == "scales" else torch.float32)}
+        k_smoothing.apply(state, s, arch)
+        got = state[f"{name}.{suffix}"]
+        assert got.shape == shape and got.dtype == torch.float32
+        assert torch.allclose(got, rows.view(-1, *([1] * (len(shape) - 1))).expand(shape))
+
+
 def test_the_scales_file_carries_them_and_older_files_load_without(tmp_path):
     from orin_llm.build.calibrate import write_scales
     from orin_llm.runtime.kv_pool import load_k_smoothing, load_scales
