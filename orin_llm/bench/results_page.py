@@ -185,9 +185,10 @@ def page(root: Path = ROOT) -> str:
             "their homes' prefixes against the float model (the same GGUF's weights dequantized, float32 KV, "
             f"perplexity {kd['reference']['perplexity']:.3f}), and the README's question \"What is the capital of "
             f"France?\" (the float model: {_quoted(kd['reference']['answer'])}). The x86 AVX2 families run without "
-            "torch's bf16 prompt GEMMs, as an AVX2-only CPU does. The goals are the quality test's bounds "
-            "(`tests/runtime/test_kernel_quality.py`); `native, ORIN_LLM_Q8_DOT=0` is torch's int4 kernel (bf16 "
-            "activations). Anchor: llama.cpp on the same GGUF and token ids (its own f16 KV cache).",
+            "torch's bf16 prompt GEMMs, as an AVX2-only CPU does. The agreement's goals are the quality test's "
+            "bounds (`tests/runtime/test_kernel_quality.py`); the perplexity's is llama.cpp's, ours over a float32 "
+            "KV cache against its f16 one (the INT8 cache's in parentheses); `native, ORIN_LLM_Q8_DOT=0` is "
+            "torch's int4 kernel (bf16 activations). Anchor: llama.cpp on the same GGUF and token ids.",
             kern, "llama.cpp", kernels_rows(kd))
     if (root / BENCH / "fleet.json").is_file():
         fleet = run("fleet.json")

@@ -231,9 +231,9 @@ def test_a_partial_gpu_run_shows_what_it_ran_and_a_ratio_across_runs_as_such():
 def test_kernel_rows_set_each_family_against_llama_cpp_and_the_quality_tests_bounds():
     from orin_llm.bench.results_kernels import kernels_rows
 
-    family = {"kernels": {"q8": "avx2", "attention": "generic"},
-              "fp32_kv": {"argmax_agreement": 0.995, "mean_abs_dlogprob": 0.02},  # the mean is past 0.018
-              "int8_kv": {"perplexity": 2.65}, "question": {"int8_kv": {"answer": "The capital of France is Paris."}}}
+    family = {"kernels": {"q8": "avx2", "attention": "generic"},  # the mean |Δ logprob| is past 0.018
+              "fp32_kv": {"argmax_agreement": 0.995, "mean_abs_dlogprob": 0.02, "perplexity": 2.65},
+              "int8_kv": {"perplexity": 2.75}, "question": {"int8_kv": {"answer": "The capital of France is Paris."}}}
     llama = {"teacher_forced": {"perplexity": 2.7, "argmax_agreement": 0.991, "mean_abs_dlogprob": 0.038},
              "question": {"answer": "L'Étoile, la Marseillaise, la femme, la femme au martyre, la"}}
     d = {"llama_cpp": llama, "families": {"x86-avx2": family, "x86-avx2-vnni": {"skipped": "this CPU lacks avx_vnni"}}}
@@ -241,7 +241,7 @@ def test_kernel_rows_set_each_family_against_llama_cpp_and_the_quality_tests_bou
     assert answer.what.startswith("`x86-avx2` (avx2 / generic)") and answer.met is True
     assert answer.ours == "“The capital of France is Paris.”"
     assert answer.anchor == "“L'Étoile, la Marseillaise, la femme, la…”"  # cut at 40 characters
-    assert (ppl.ours, ppl.anchor, ppl.met) == ("2.650", "2.700", True) and "INT8 KV" in ppl.what
+    assert (ppl.ours, ppl.anchor, ppl.met) == ("2.650 (2.750)", "2.700", True) and "float32 KV (INT8 KV)" in ppl.what
     assert (bounds.ours, bounds.anchor, bounds.met) == ("0.995, 0.0200", "0.991, 0.0380", False)
     assert skipped.ours == "not run here: this CPU lacks avx_vnni" and skipped.met is None
     family["question"]["int8_kv"]["answer"] = "L'Étoile"
