@@ -16,12 +16,15 @@ from .config import DaemonConfig
 def load_engine(engine: Path, **options):
     """The engine for an in-process command (`generate`, `plan --engine`): it loads for seconds, so
     stderr says so and how long it took (stdout may be parsed: --json)."""
+    from ..manifest import load_manifest
     from ..progress import announced
     from ..runtime.engine import Engine
     from .config import env_threads
 
+    # A missing or corrupt manifest is one line of error, with no "loading ..." line before it.
+    manifest = options.pop("manifest", None) or load_manifest(engine)
     with announced(f"loading {engine}"):
-        return Engine.load(engine, threads=env_threads(), **options)
+        return Engine.load(engine, threads=env_threads(), manifest=manifest, **options)
 
 
 def load_planner(engine: Path, env):
