@@ -70,7 +70,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orin_llm tests calibration bench
 	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
 
-# A real vLLM (CPU build) standing in for a site server in the remote tests (tests/remote, jetson/GUIDE.md
+# A real vLLM (CPU build) standing in for a site server in the remote tests (tests/backends/remote, jetson/GUIDE.md
 # "Site server"). Its own venv: vLLM pins its own stack. pip also pulls torchvision/torchaudio/torchcodec
 # builds that do not match torch 2.13.0+cpu (the server then dies on `torchvision::nms`): removed.
 VLLM_VENV ?= .venv-vllm
@@ -83,7 +83,7 @@ $(VLLM_VENV)/.installed:
 	touch $@
 
 # SGLang's router (sglang-router, a Rust binary in a wheel; a venv of its own like vLLM's) for
-# tests/remote/test_sglang_router.py, which puts it in front of the vLLM replicas (jetson/GUIDE.md, "Site
+# tests/backends/remote/test_sglang_router.py, which puts it in front of the vLLM replicas (jetson/GUIDE.md, "Site
 # server"). Seconds to install; test-all makes it so that CI runs those tests.
 SGLANG_VENV ?= .venv-sglang
 sglang: $(SGLANG_VENV)/.installed

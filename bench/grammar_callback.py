@@ -1,4 +1,4 @@
-"""The TensorRT-LLM grammar post-processor's per-token cost, in its parts (runtime/trtllm/grammar.py):
+"""The TensorRT-LLM grammar post-processor's per-token cost, in its parts (backends/trtllm/grammar.py):
 the matcher's mask (llguidance writes a bitmask), its unpacking to one bool per token, the forbidden-token
 mask built on the host, its copy to the logits' device (pageable memory, as _mask does it, and pinned), the
 masked fill; then the whole callback, alone and while another Python thread runs (the daemon's worker and
@@ -26,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from orin_llm.environment.parse import load_environment
-from orin_llm.home.grammar import plan_grammar
+from orin_llm.backends.trtllm.grammar import GrammarProcessor
 from orin_llm.manifest import load_manifest
+from orin_llm.planning.home.grammar import plan_grammar
+from orin_llm.planning.home.parse import load_environment
 from orin_llm.runtime.constraint import Grammar, Vocabulary
 from orin_llm.runtime.engine_files import eos_ids, load_tokenizer
-from orin_llm.runtime.trtllm.grammar import GrammarProcessor
 
 HOME = Path(__file__).resolve().parents[1] / "orin_llm" / "data" / "homes" / "example_home.yaml"
 

@@ -15,9 +15,9 @@ from orin_llm.bench.flip import arguments, run
 
 a = arguments()
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
+from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
-from orin_llm.runtime.planner import Planner  # noqa: E402
 
 eng = Engine.load(a.engine, device="cpu", draft=False)
 plan = eng.model.plan

@@ -36,9 +36,9 @@ import httpx
 
 from orin_llm.bench.common import machine, scaled_environment
 from orin_llm.build.source import resolve_source
-from orin_llm.calibration_data import home_names, load_home, load_split
-from orin_llm.environment import prefix_messages, task_message
 from orin_llm.manifest import load_manifest
+from orin_llm.planning.calibration_data import home_names, load_home, load_split
+from orin_llm.planning.home import prefix_messages, task_message
 from orin_llm.runtime.engine_files import EngineText, load_tokenizer
 
 ap = argparse.ArgumentParser()

@@ -17,10 +17,10 @@ import time
 
 from orin_llm.bench.common import machine, scaled_environment
 from orin_llm.bench.prefix import ONE, TASK, _ttft
-from orin_llm.calibration_data import home_names, load_home
-from orin_llm.environment import prefix_messages, task_message
+from orin_llm.planning.calibration_data import home_names, load_home
+from orin_llm.planning.home import prefix_messages, task_message
+from orin_llm.planning.planner import Planner
 from orin_llm.runtime.engine import Engine
-from orin_llm.runtime.planner import Planner
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--engine", default="engines/smollm2-135m-demo")

@@ -15,10 +15,10 @@ from orin_llm.bench.flip import arguments, run
 a = arguments(home_tokens=4000)
 
 from orin_llm.bench.common import scaled_environment  # noqa: E402
-from orin_llm.calibration_data import home_names, load_home  # noqa: E402
-from orin_llm.environment import prefix_messages  # noqa: E402
+from orin_llm.planning.calibration_data import home_names, load_home  # noqa: E402
+from orin_llm.planning.home import prefix_messages  # noqa: E402
+from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
-from orin_llm.runtime.planner import Planner  # noqa: E402
 
 eng = Engine.load(a.engine, device="cpu", draft=False)
 plan = eng.model.plan

@@ -17,12 +17,12 @@ from orin_llm.bench.flip import arguments, run
 
 a = arguments()
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.kernels import q8_dot  # noqa: E402
 from orin_llm.kernels.quant import QuantLinear  # noqa: E402
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
+from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
 from orin_llm.runtime.kernel_plan import KernelSwitches  # noqa: E402
-from orin_llm.runtime.planner import Planner  # noqa: E402
 
 
 def load(on: bool) -> Planner:

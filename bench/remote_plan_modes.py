@@ -13,7 +13,7 @@ tokens per plan as the engine reported them.
     python bench/remote_plan_modes.py --engine engines/smollm2-135m-demo --remote http://127.0.0.1:8000 \
         [--homes city_flat,cottage,loft] [--tasks 4] [--max-tokens 64] [--out result.json]
 
-The engine behind --remote must serve the same model and tokenizer (tests/remote/vllm_replica.py starts
+The engine behind --remote must serve the same model and tokenizer (tests/backends/remote/vllm_replica.py starts
 one from an engine directory).
 """
 import argparse
@@ -22,11 +22,11 @@ import json
 import statistics
 import time
 
-from orin_llm.calibration_data import load_home, load_split
-from orin_llm.runtime.loader import load_engine
-from orin_llm.runtime.planner import Planner
-from orin_llm.runtime.remote.hedged import HedgedBackend
-from orin_llm.runtime.remote.settings import RemoteSettings
+from orin_llm.backends.loader import load_engine
+from orin_llm.backends.remote.hedged import HedgedBackend
+from orin_llm.backends.remote.settings import RemoteSettings
+from orin_llm.planning.calibration_data import load_home, load_split
+from orin_llm.planning.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 
 

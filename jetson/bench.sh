@@ -25,7 +25,7 @@ fi
 policy_opts=(--policy "$policy" --policy-rate-hz "${POLICY_RATE_HZ:-30}")
 orin-llm doctor --engine "$trt_engine" || echo "doctor reported problems (see above); continuing"
 echo "TensorRT-LLM 0.12's rules in the installed library (docs/trtllm-0.12-jetson.md §8):"
-python3 -m orin_llm.runtime.trtllm.rules --check-install || echo "could not look into the installed TensorRT-LLM; continuing"
+python3 -m orin_llm.backends.trtllm.rules --check-install || echo "could not look into the installed TensorRT-LLM; continuing"
 ckpt="$trt_engine/ckpt/target/rank0.safetensors"
 if [[ -f "$ckpt" ]]; then
   python3 -c "import sys; from safetensors import safe_open; ok = 'lm_head.weight' in safe_open(sys.argv[1], 'pt').keys(); print(('lm_head.weight present in ' if ok else 'lm_head.weight MISSING from ') + sys.argv[1])" "$ckpt"

@@ -238,13 +238,13 @@ step bench.log "$PYTHON" bench/grammar_callback.py --engine "$ENGINE" --device c
 
 # ---------------------------------------------------------------------------------------------
 # Last, so a test that fails still leaves the bench's numbers. `-k real`: the real-bindings case of each test
-# (tests/runtime/trtllm_both.py `eng` and `bindings`: every file with such a test is listed, a test checks it);
+# (tests/backends/trtllm/trtllm_both.py `eng` and `bindings`: every file with such a test is listed, a test checks it);
 # the fake's cases run anywhere.
 STAGE="6/6 tests"
 say "$STAGE: the TensorRT-LLM backend's tests on the real bindings and $ENGINE"
-TESTS=(tests/runtime/test_trtllm_contract.py tests/runtime/test_trtllm_engine.py tests/runtime/test_trtllm_grammar.py
-       tests/runtime/test_trtllm_homes.py tests/runtime/test_feasibility_trtllm.py tests/runtime/test_backend.py
-       tests/runtime/test_loader.py tests/server/test_worker.py tests/bench/test_bench_trtllm.py
+TESTS=(tests/backends/trtllm/test_trtllm_contract.py tests/backends/trtllm/test_trtllm_engine.py tests/backends/trtllm/test_trtllm_grammar.py
+       tests/backends/trtllm/test_trtllm_homes.py tests/planning/test_feasibility_trtllm.py tests/runtime/test_backend.py
+       tests/backends/test_loader.py tests/server/test_worker.py tests/bench/test_bench_trtllm.py
        tests/build/test_shipped_profiles.py)
 step tests.log env PIP_CONSTRAINT=jetson/constraints-0.12-jetson.txt "$PYTHON" -m pip install --quiet "pytest>=8" \
     || fail "pytest did not install: $OUT/logs/tests.log"

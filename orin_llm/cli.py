@@ -214,7 +214,7 @@ def plan(
         plan_command(task, socket, observation, as_json, stream, max_tokens, temperature, seed, timeout_s,
                      speculation, {**plan_opts, "deadline_ms": deadline_ms})
         return
-    from .environment import EXAMPLE_HOME_PATH, load_environment
+    from .planning.home import EXAMPLE_HOME_PATH, load_environment
     from .server.cli import load_planner, summary
     from .server.jobs import feasibility_fields, ms
 

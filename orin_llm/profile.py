@@ -95,7 +95,7 @@ class Profile(_Strict):
     lookup_seed: Literal["none", "calib"] = "none"  # reference plans that seed the lookup drafter's history
     # Keep the environment prefix's K/V across requests. TensorRT-LLM 0.12 does this with paged
     # context FMHA + block reuse, which its builder refuses together with an INT8 KV cache
-    # (orin_llm/runtime/trtllm/rules.py has every such rule).
+    # (orin_llm/backends/trtllm/rules.py has every such rule).
     prefix_reuse: bool = True
     # Prefill long prompts in chunks of blocks, interleaved with decoding (TensorRT-LLM's
     # ExecutorConfig(enable_chunked_context=True); it needs paged context FMHA too). Default off: a

@@ -22,7 +22,7 @@ import pytest
 
 # The TensorRT-LLM tests' fake/real fixtures (`bindings`, `eng`), for the test modules of every directory
 # that test the backend (tests/runtime, tests/server, tests/bench, tests/build)
-pytest_plugins = ["tests.runtime.trtllm_both"]
+pytest_plugins = ["tests.backends.trtllm.trtllm_both"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -177,9 +177,10 @@ def hf_model(engine_dir):
 
 @pytest.fixture
 def fake():
-    """TensorRT-LLM's executor bindings replaced by the fake at the import boundary (tests/runtime/fake_trtllm.py)."""
-    from orin_llm.runtime.trtllm.bindings import set_executor_module
-    from tests.runtime import fake_trtllm
+    """TensorRT-LLM's executor bindings replaced by the fake at the import boundary
+    (tests/backends/trtllm/fake_trtllm.py)."""
+    from orin_llm.backends.trtllm.bindings import set_executor_module
+    from tests.backends.trtllm import fake_trtllm
 
     fake_trtllm.reset()
     previous = set_executor_module(fake_trtllm)

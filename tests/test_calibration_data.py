@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from orin_llm.calibration_data import CalibrationItem, default_root, load_home, load_split
-from orin_llm.environment import load_environment
 from orin_llm.errors import OrinError
-from orin_llm.home.steps import check_steps
+from orin_llm.planning.calibration_data import CalibrationItem, default_root, load_home, load_split
+from orin_llm.planning.home import load_environment
+from orin_llm.planning.home.steps import check_steps
 
 REPO = Path(__file__).resolve().parents[1]
 GENERATOR = REPO / "calibration" / "generate.py"

@@ -17,12 +17,15 @@ PACKAGE = "orin_llm"
 
 # Top to bottom. A module may import modules of its own group and of any layer below; the groups of
 # one layer are siblings that do not import each other. A module matches its longest prefix here.
-# Modules that match none are the base (errors, arch, manifest, profile, environment, home, client,
+# Modules that match none are the base (errors, arch, manifest, profile, client,
 # policy, placement, trtllm_rules, ...): everyone may import them, and they import none of these.
 LAYERS: list[tuple[str, ...]] = [
     ("orin_llm.cli",),
     ("orin_llm.bench", "orin_llm.doctor"),  # applications of the layers below
     ("orin_llm.server", "orin_llm.build"),
+    # the planning wing (the planner, goals, the home model) and the backends beside the torch runtime:
+    # siblings, so a backend knows nothing of homes and plans, and the planner drives any backend alike
+    ("orin_llm.planning", "orin_llm.backends"),
     ("orin_llm.runtime",),
     # our C++ ops' wrappers, the quantized and packed layers that run them, the bf16 attention
     # (and the folder they are moving to): they know nothing of models, requests or engines
@@ -193,7 +196,7 @@ def test_the_checks_catch_a_circle_and_an_upward_import(tmp_path):
 
 
 def test_only_the_bindings_module_imports_tensorrt_llm():
-    """One import boundary (runtime/trtllm/bindings.py): TensorRT-LLM is imported there alone, so the
+    """One import boundary (backends/trtllm/bindings.py): TensorRT-LLM is imported there alone, so the
     tests' fake replaces it in one place and a machine without it fails in one place, with its hint."""
     importers = set()
     for name, path in modules(ROOT, PACKAGE).items():
@@ -206,4 +209,4 @@ def test_only_the_bindings_module_imports_tensorrt_llm():
                 continue
             if any(n == "tensorrt_llm" or n.startswith("tensorrt_llm.") for n in names):
                 importers.add(name)
-    assert importers == {"orin_llm.runtime.trtllm.bindings"}
+    assert importers == {"orin_llm.backends.trtllm.bindings"}

@@ -1,8 +1,8 @@
-"""TensorRT-LLM 0.12's rules (orin_llm/runtime/trtllm/rules.py) against the independent fakes of 0.12.
+"""TensorRT-LLM 0.12's rules (orin_llm/backends/trtllm/rules.py) against the independent fakes of 0.12.
 
 Every rule is refused three times, by code written separately: by the build before anything runs
 (check_trtllm_profile), by the fake trtllm-build or the fake Executor with 0.12's own message
-(tests/build/fake_trtllm_tools.py, tests/runtime/fake_trtllm.py), and the rule's recorded text is the
+(tests/build/fake_trtllm_tools.py, tests/backends/trtllm/fake_trtllm.py), and the rule's recorded text is the
 text the fake raises. A rule added without a way to break it fails test_every_rule_can_be_broken.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from orin_llm.backends.trtllm.rules import RULES, EngineSetup, broken_rules, check_install, main
 from orin_llm.build.trtllm import check_trtllm_profile
 from orin_llm.errors import OrinError
 from orin_llm.profile import parse_profile
-from orin_llm.runtime.trtllm.rules import RULES, EngineSetup, broken_rules, check_install, main
 from tests.build import fake_trtllm_tools as tools
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,9 +16,9 @@ from typing import Any, Optional
 
 import torch
 
-from ..environment import Environment, Step, environment_from_dict
 from ..errors import OrinError
-from ..home.steps import check_steps
+from ..planning.home import Environment, Step, environment_from_dict
+from ..planning.home.steps import check_steps
 
 
 def machine() -> dict[str, Any]:
@@ -57,7 +57,7 @@ def checkout_commit() -> Optional[str]:
 def loaded(engine_dir: Path, **options: Any) -> Iterator[Any]:
     """`load_engine(engine_dir, **options)` (torch or TensorRT-LLM, by the manifest) for one scenario; a
     TensorRT-LLM engine's executors are shut down after it, so the next scenario has the memory."""
-    from ..runtime.loader import load_engine
+    from ..backends.loader import load_engine
 
     engine = load_engine(engine_dir, **options)
     try:

@@ -3,7 +3,7 @@
 For every held-out task (plans the calibration never saw) the same greedy request runs
 unconstrained and constrained, each with plain decoding and with every drafter the engine has:
 
-- executable: the share of plans whose every line is a step of the home (home/steps.py), and the
+- executable: the share of plans whose every line is a step of the home (planning/home/steps.py), and the
   lines the unconstrained plans wrote that the home cannot execute;
 - speed: decode tokens/s constrained over unconstrained (jump-forward included: tokens the grammar
   forces are emitted without a model step; `forced_tokens` counts them);
@@ -21,10 +21,10 @@ import statistics
 import time
 from pathlib import Path
 
-from ..calibration_data import load_home, load_split
-from ..environment import Step
-from ..home.steps import check_line
-from ..runtime.planner import Planner
+from ..planning.calibration_data import load_home, load_split
+from ..planning.home import Step
+from ..planning.home.steps import check_line
+from ..planning.planner import Planner
 from ..runtime.sampling import SamplingParams
 from .common import progress, pyplot, write_json
 

@@ -48,8 +48,8 @@ def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
     with the environment pinned in the daemon (POST /v1/plan) vs the same conversation computed in
     full (POST /v1/chat/completions whose system turn differs by one trailing space, so nothing
     matches the pinned prefix) vs the task alone (a chat with only the task turn)."""
-    from ..calibration_data import home_names, load_home
-    from ..environment import prefix_messages, task_message
+    from ..planning.calibration_data import home_names, load_home
+    from ..planning.home import prefix_messages, task_message
     from .common import scaled_environment
     from .prefix import TASK
 
@@ -86,9 +86,9 @@ def prefix_via_socket(engine_dir: Path, engine, quick: bool) -> list[dict]:
 
 
 def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
-    from ..environment import EXAMPLE_HOME_PATH, load_environment
-    from ..runtime.loader import load_engine
-    from ..runtime.planner import Planner
+    from ..backends.loader import load_engine
+    from ..planning.home import EXAMPLE_HOME_PATH, load_environment
+    from ..planning.planner import Planner
     from ..runtime.sampling import SamplingParams
 
     n = 40 if quick else 200

@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from ..calibration_data import load_home, load_split
 from ..client import PlannerClient, PlannerError
 from ..errors import OrinError
+from ..planning.calibration_data import load_home, load_split
 from ..server.process import DaemonProcess
 from . import site
 from .common import home_file, percentile, progress, pyplot, write_json
@@ -48,7 +48,7 @@ FIRST_TOKEN_SHARE = 0.5  # the daemons' --remote-first-token-share
 ROUTED_DEADLINE_MS = 120_000  # CPU replicas under four robots at once are slow: no hedging while routing
 FAILURE_DEADLINE_MS = 4_000  # the link-failure phase: the local engine starts at FIRST_TOKEN_SHARE of it
 FEASIBILITY = "enforce"  # the product's defaults: only steps the home's state allows,
-REMOTE_PLANS = "stepwise"  # asked one step per request (runtime/remote/stepwise.py)
+REMOTE_PLANS = "stepwise"  # asked one step per request (backends/remote/stepwise.py)
 FAILURE_POLICY = "cache_aware"
 
 

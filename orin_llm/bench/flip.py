@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..calibration_data import load_split
-from ..runtime.planner import Planner
+from ..planning.calibration_data import load_split
+from ..planning.planner import Planner
 from ..runtime.sampling import SamplingParams
 from .common import machine
 

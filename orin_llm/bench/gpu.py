@@ -62,8 +62,8 @@ def env_stage(device: str) -> dict:
 
 
 def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
-    from ..bench.shaped import write_shaped_engine
     from ..manifest import load_manifest, write_manifest
+    from .shaped import write_shaped_engine
 
     if run.smoke:
         cfg = out.parent / "tiny" / "config.json"

@@ -67,7 +67,7 @@ EMULATE = {"x86-avx2": {"ORIN_LLM_BF16_ATTN": "0"}, "x86-avx2-vnni": {"ORIN_LLM_
 def pick_items(split: str, homes: Optional[int], per_home: Optional[int]) -> list:
     """The first `per_home` items of each of the split's first `homes` homes (None: all): a few homes
     bound the prefixes to compute, several answers a home the positions measured."""
-    from ..calibration_data import load_split
+    from ..planning.calibration_data import load_split
 
     by_home: dict[str, list] = defaultdict(list)
     for it in load_split(split):

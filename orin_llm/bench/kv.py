@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from ..build.calibrate import interleave_by_home, sequences
-from ..calibration_data import load_split
 from ..manifest import load_manifest
+from ..planning.calibration_data import load_split
 from ..runtime.engine import Engine
 from ..runtime.kv_cache import Int8KVCache, KVCache
 from ..runtime.kv_pool import load_scales

@@ -5,15 +5,15 @@ The anchors are ProgPrompt's (executability, success rate, goal-condition recall
 Agent Interface's (errors sorted into unknown, affordance and precondition). For every task:
 
 - the goal is what the task's reference plan makes true, found by simulating it
-  (environment/goals.py goal_of_plan: where the objects it moves end up, the devices and doors it
+  (planning/home/goals.py goal_of_plan: where the objects it moves end up, the devices and doors it
   leaves changed, the `other` actions it does, whether it speaks);
 - each mode plans greedily: `off` (free text), `grammar` (the home's grammar only), `enforce` (the
   grammar narrowed at each step by the state the plan has reached) and `enforce+goal` (the goal
   given: the planner checks its candidates and searches when they fail) and `enforce+inferred` (from
   the task text alone: the model writes the goal's facts under the home's goal grammar,
-  runtime/goal_infer.py, and the planner plans to them as with a given goal; the plan is scored
+  planning/goal_infer.py, and the planner plans to them as with a given goal; the plan is scored
   against the reference's goal, the inferred one is kept in the row);
-- the plan is simulated from the home's state (environment/world.py): executable when it has steps,
+- the plan is simulated from the home's state (planning/home/world.py): executable when it has steps,
   every line is a step and every step's preconditions hold; goal success when it is executable and
   reaches every fact of the goal; goal-condition recall, the share of the goal's facts it reaches
   (a step that cannot run changes nothing, as on a robot); its length against the reference's; the
@@ -34,11 +34,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
-from ..calibration_data import CalibrationItem, default_root, load_home, load_split
-from ..environment import Environment, load_environment, simulate
-from ..environment.goals import goal_of_plan, parse_goal
 from ..errors import OrinError
-from ..home.steps import check_steps
+from ..planning.calibration_data import CalibrationItem, default_root, load_home, load_split
+from ..planning.home import Environment, load_environment, simulate
+from ..planning.home.goals import goal_of_plan, parse_goal
+from ..planning.home.steps import check_steps
 from .common import progress, pyplot, write_json
 
 MODES = ("off", "grammar", "enforce", "enforce+goal", "enforce+inferred")
@@ -124,7 +124,7 @@ def _plan(planner, task: str, mode: str, facts: list[str], with_feasibility: boo
 
 def run(engine, out: Path, quick: bool = False, items: Optional[list] = None,
         modes: Optional[list[str]] = None, max_tokens: int = MAX_TOKENS) -> dict:
-    from ..runtime.planner import Planner
+    from ..planning.planner import Planner
 
     runnable, skipped = planner_modes(Planner)
     modes = [m for m in (modes or runnable) if m in runnable]

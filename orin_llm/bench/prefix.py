@@ -22,9 +22,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..calibration_data import home_names, load_home
-from ..environment import prefix_messages, task_message
-from ..runtime.planner import Planner
+from ..planning.calibration_data import home_names, load_home
+from ..planning.home import prefix_messages, task_message
+from ..planning.planner import Planner
 from ..runtime.sampling import SamplingParams
 from .common import manifest_kv, median_of, progress, pyplot, scaled_environment, write_json
 

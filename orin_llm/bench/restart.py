@@ -24,9 +24,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..calibration_data import load_home, load_split
 from ..client import PlannerClient
-from ..environment import Environment
+from ..planning.calibration_data import load_home, load_split
+from ..planning.home import Environment
 from ..server.process import DaemonProcess
 from .common import home_file, progress, pyplot, write_json
 

@@ -1,6 +1,6 @@
 """A site server on loopback for the fleet benchmark: real vLLM CPU replicas (`make vllm`'s .venv-vllm)
 serving the engine's Hugging Face export, and vLLM's router in front of them. The same commands as
-jetson/GUIDE.md's "Site server" section; tests/remote/vllm_replica.py starts them the same way."""
+jetson/GUIDE.md's "Site server" section; tests/backends/remote/vllm_replica.py starts them the same way."""
 
 from __future__ import annotations
 

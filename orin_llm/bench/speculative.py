@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..calibration_data import load_home, load_split
 from ..errors import OrinError
 from ..manifest import load_manifest
+from ..planning.calibration_data import load_home, load_split
+from ..planning.planner import Planner
 from ..runtime.history_store import HistoryStore
-from ..runtime.planner import Planner
 from ..runtime.sampling import SamplingParams
 from ..runtime.speculative import LookupDrafter
 from .common import loaded, progress, pyplot, write_json
@@ -148,7 +148,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
                     "fast: unpadded decode steps (identical up to floating-point near-ties)"}
     if trtllm:
         data["exact_mode"] = EXACT_MODE_TRTLLM
-        data["note"] = ("trtllm: TensorRT-LLM's kernels, our draft/target loop (runtime/trtllm/generation.py); "
+        data["note"] = ("trtllm: TensorRT-LLM's kernels, our draft/target loop (backends/trtllm/generation.py); "
                         "speedup_vs_fast_plain is against trtllm/none, its only plain decoding")
     write_json(out, "speculative", data)
     plt = pyplot()

@@ -26,9 +26,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from ..calibration_data import home_names, load_home
 from ..client import PlannerClient
-from ..environment import prefix_messages, task_message
+from ..planning.calibration_data import home_names, load_home
+from ..planning.home import prefix_messages, task_message
 from ..server.process import DaemonProcess
 from .common import engine_text, home_file, progress, pyplot, scaled_environment, timed_ms, write_json
 from .prefix import TASK

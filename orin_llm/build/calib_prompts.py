@@ -30,8 +30,8 @@ def write_calib_dataset(out: Path, max_items: int | None = None, root: Path | st
     just this one file (the doc leaves mixed file types in one directory unverified). Rows are
     interleaved by home so the first rows, which are the ones calibration uses, cover every home.
     """
-    from ..calibration_data import load_home, load_split
-    from ..environment import prefix_messages, task_message
+    from ..planning.calibration_data import load_home, load_split
+    from ..planning.home import prefix_messages, task_message
 
     items = _interleave_homes(load_split("calib", root))
     if max_items is not None:

@@ -15,9 +15,9 @@ from typing import Optional
 import torch
 from safetensors.torch import save_file
 
-from ..calibration_data import CalibrationItem, load_home, load_split
-from ..environment import prefix_messages, task_message
 from ..errors import OrinError
+from ..planning.calibration_data import CalibrationItem, load_home, load_split
+from ..planning.home import prefix_messages, task_message
 from ..progress import Counter
 from ..runtime import k_smoothing
 from ..runtime.kv_cache import AbsmaxObserver

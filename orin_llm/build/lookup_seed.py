@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..calibration_data import load_split
 from ..manifest import FileEntry, file_entry
+from ..planning.calibration_data import load_split
 
 SEED_FILE = "lookup_seed.json"
 

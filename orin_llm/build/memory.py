@@ -23,10 +23,10 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict
 
 from ..arch import Arch
+from ..backends.trtllm.rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from ..errors import OrinError
 from ..policy.onnx_size import onnx_initializer_bytes
 from ..profile import ModelSpec, Profile
-from ..runtime.trtllm.rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from .source import load_arch, profile_path, resolve_config
 
 GIB = 1024**3

@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..backends.trtllm.rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
 from ..errors import OrinError
 from ..profile import ModelSpec, Profile
 from ..progress import Steps
-from ..runtime.trtllm.rules import TOKENS_PER_BLOCK, EngineSetup, engine_setups, profile_refusal
 from .calib_prompts import write_calib_dataset
 from .source import profile_path
 
@@ -103,7 +103,7 @@ def check_trtllm_profile(profile: Profile) -> None:
                 "convert_checkpoint.py, whose --int8_kv_cache calibrates only on a downloaded Hugging Face "
                 "dataset (docs/trtllm-0.12-jetson.md §1); set kv_cache = \"fp16\"")
     # What 0.12 refuses to build or load (INT8 KV with paged context FMHA, block reuse or chunked
-    # context without it, a draft-tokens target without block reuse): orin_llm/runtime/trtllm/rules.py.
+    # context without it, a draft-tokens target without block reuse): orin_llm/backends/trtllm/rules.py.
     # Before the calibration check: no calibration setting fixes a combination 0.12 refuses.
     refusal = profile_refusal(profile)
     if refusal is not None:

@@ -1,5 +1,5 @@
 """The one interface both engines implement: the torch `Engine` (runtime/engine.py) and the
-TensorRT-LLM `TrtllmEngine` (runtime/trtllm/engine.py).
+TensorRT-LLM `TrtllmEngine` (backends/trtllm/engine.py).
 
 The planner and the server see an engine through `Backend` only. What the two can do differs, and
 the difference is data: `Capabilities`, fixed at load, read by whoever must choose (the daemon's
@@ -55,7 +55,7 @@ class EngineStats:
 
 
 class Request(Protocol):
-    """One request of either engine (runtime/generate.py's `Generation`, runtime/trtllm/generation.py's
+    """One request of either engine (runtime/generate.py's `Generation`, backends/trtllm/generation.py's
     `TrtllmGeneration` and `TrtllmPin`), as the one stepping the engine reads it."""
 
     prompt_ids: list[int]
@@ -88,7 +88,7 @@ class Backend(Protocol):
 
     @classmethod
     def load(cls, engine_dir: str | Path, **options: Any) -> Backend:
-        """Load an engine directory of this backend (runtime/loader.py picks the class by the manifest)."""
+        """Load an engine directory of this backend (backends/loader.py picks the class by the manifest)."""
         ...
 
     @property

@@ -17,7 +17,7 @@ How it meets the decode loop (generate.py):
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Optional, Protocol
 
 import torch
 
@@ -108,6 +108,22 @@ class Grammar:
         return c
 
 
+class StepGrammars(Protocol):
+    """A constraint written one step at a time, for an engine that takes a grammar text per request
+    (a remote one, backends/remote/stepwise.py): the Lark of the steps allowed now, and the step
+    written. The plan's grammar narrowed by a home's state offers one (planning/feasibility.py)."""
+
+    max_steps: int
+
+    def grammar(self, first: bool, last: bool) -> Optional[str]:
+        """Lark for the next step (None: no step is allowed); `last`: no newline after it."""
+        ...
+
+    def advance(self, line: str) -> bool:
+        """`line` was written: False when it is not allowed (then nothing more may be asked)."""
+        ...
+
+
 class Constraint:
     def __init__(self, matcher, vocab_size: int, what: str = "grammar"):
         self.m, self.vocab_size, self.what = matcher, vocab_size, what
@@ -169,6 +185,10 @@ class Constraint:
     @property
     def finished(self) -> bool:
         return self.m.is_stopped()
+
+    def steps(self) -> Optional[StepGrammars]:
+        """This constraint one step at a time (StepGrammars), where it can be: a plain grammar cannot."""
+        return None
 
 
 def apply_mask(logits: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:

@@ -117,7 +117,7 @@ class Engine(EngineText):
         threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are).
         switches: kernels turned off for A/B measurements (kernel_plan.py); None reads the ORIN_LLM_*
         variables, here and only here.
-        manifest: the directory's manifest, read and verified already (runtime/loader.py); else read here."""
+        manifest: the directory's manifest, read and verified already (backends/loader.py); else read here."""
         switches = switches if switches is not None else KernelSwitches.from_environment()
         engine_dir = Path(engine_dir)
         manifest = manifest if manifest is not None else load_manifest(engine_dir)

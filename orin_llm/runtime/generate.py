@@ -42,7 +42,7 @@ class Timings:
     completion_tokens: int = 0
     forced_tokens: int = 0  # completion tokens the grammar forced: emitted without a model step
     mask_s: float = 0.0  # computing the constraint's masks: the grammar's and the state's narrowing
-    feasibility_s: float = 0.0  # of which narrowing by the simulated state (runtime/feasibility.py)
+    feasibility_s: float = 0.0  # of which narrowing by the simulated state (planning/feasibility.py)
     masks: int = 0  # masks computed (one per sampled position, verify rows included)
     ttft_s: float = 0.0
     total_s: float = 0.0
@@ -132,7 +132,7 @@ class Generation:
         self.started: Optional[float] = None  # perf_counter() when the request began (else: when submitted)
         self.on_done: Optional[Callable[[], None]] = None  # called once the request is over
         self.conversation: Optional[Any] = None  # the planner's Conversation this request is a turn of
-        self.world: Optional[Any] = None  # the simulated state a plan starts in (environment/world.py World)
+        self.world: Optional[Any] = None  # the simulated state a plan starts in (planning/home/world.py World)
         self.planning: Optional[Any] = None  # the planner's PlanRun: what its plan is checked against
         # -- where it stands (the engine and the scheduler)
         self.status: Literal["new", "waiting", "running", "done"] = "new"

@@ -173,8 +173,8 @@ def read_reply(data: bytes) -> Any:
 
 def read_environment(frame: bytes) -> Any:
     """A home's body as the daemon would take it, or BodyError with the message it would send."""
-    from ..environment import environment_from_dict
     from ..errors import OrinError
+    from ..planning.home import environment_from_dict
 
     kind, text = frame[:1], frame[1:].decode("utf-8")  # the daemon sends only UTF-8
     if kind == YAML:
@@ -232,7 +232,7 @@ def serve(stdin: BinaryIO, stdout: BinaryIO) -> None:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C on a daemon in a terminal: the daemon stops us
-    from .. import environment  # noqa: F401  imported before READY, so that no body's time pays for it
+    from ..planning import home  # noqa: F401  imported before READY, so that no body's time pays for it
 
     os.nice(NICE)  # after the imports (made at the daemon's priority, once), before any body
     serve(sys.stdin.buffer, sys.stdout.buffer)

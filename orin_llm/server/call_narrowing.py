@@ -1,5 +1,5 @@
 """Tool calls that are steps of the home, narrowed while they are decoded: /v1/plan's feasibility
-constraint (runtime/feasibility.py) over the tool-call format instead of plan lines.
+constraint (planning/feasibility.py) over the tool-call format instead of plan lines.
 
 An answer that must call (tool_choice "required" or a named function) is, line by line,
 `<tool_call>`, one call's compact JSON, `</tool_call>`, and so on (server/tool_calls.py writes the
@@ -20,11 +20,11 @@ import itertools
 import json
 from typing import TYPE_CHECKING
 
-from ..runtime.feasibility import StepSet, StepSets
+from ..planning.feasibility import StepSet, StepSets
 from .tool_calls import CLOSE, HEAD, MID, OPEN
 
 if TYPE_CHECKING:
-    from ..environment import Environment
+    from ..planning.home import Environment
     from .structured import Answer
 
 TAGS = (OPEN.strip().encode(), CLOSE.strip().encode())  # b"<tool_call>", b"</tool_call>": lines of their own

@@ -30,8 +30,8 @@ def load_engine(engine: Path, **options):
 def load_planner(engine: Path, env):
     """`plan --engine`'s planner: the engine loaded, then the home's prefix computed and pinned (seconds
     more on a CPU), each said on stderr as load_engine says."""
+    from ..planning.planner import Planner
     from ..progress import announced
-    from ..runtime.planner import Planner
 
     eng = load_engine(engine)
     with announced(f"pinning the home {env.name!r}"):
@@ -45,7 +45,7 @@ def serve_command(config: DaemonConfig) -> None:
     serve(config)
 
 
-FEASIBILITY = ("enforce", "report", "off")  # runtime/planner.py's, here without importing torch
+FEASIBILITY = ("enforce", "report", "off")  # planning/planner.py's, here without importing torch
 
 
 def feasibility_options(goal: Optional[list[str]], feasibility: str, state: Optional[str]) -> dict:
@@ -188,7 +188,7 @@ def environment_show_command(socket: Optional[Path], as_json: bool) -> None:
 def environment_push_command(file: Path, socket: Optional[Path], if_match: Optional[int]) -> None:
     """Validate a home file here (errors name the file and line), then PUT it with If-Match."""
     from ..client import PlannerClient, PlannerError
-    from ..environment import load_environment
+    from ..planning.home import load_environment
 
     env = load_environment(file)
     body = env.model_dump(mode="json", exclude_none=True)

@@ -135,7 +135,7 @@ class DaemonConfig:
         URL that is not safe to use or a token file that cannot be read."""
         if not self.remote:
             return None
-        from ..runtime.remote.settings import RemoteSettings  # light: no torch
+        from ..backends.remote.settings import RemoteSettings  # light: no torch
 
         token = self.env_remote_token
         if self.remote_token_file is not None:

@@ -210,9 +210,9 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir: Optional[StateDir] = None):
     """The worker, loading the engine on its thread (this returns at once). Imports the runtime (torch).
     `state_dir`: where the histories and homes are kept (None: nothing is)."""
-    from ..environment import EXAMPLE_HOME_PATH, load_environment
-    from ..runtime.loader import load_engine
-    from ..runtime.planner import Planner
+    from ..backends.loader import load_engine
+    from ..planning.home import EXAMPLE_HOME_PATH, load_environment
+    from ..planning.planner import Planner
     from .worker import Worker
 
     env = load_environment(config.environment or EXAMPLE_HOME_PATH)
@@ -225,7 +225,7 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir
         engine = load_engine(config.engine, device=config.device, threads=threads, **options)
         kept.histories = tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, kept.path)
         if remote is not None:  # plans generate there first; this engine answers when it cannot
-            from ..runtime.remote.hedged import HedgedBackend
+            from ..backends.remote.hedged import HedgedBackend
 
             engine = HedgedBackend(engine, remote)
             log.info("remote engine %s: plans generate there, this engine is the fallback", remote.url)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..atomic_file import atomic_write, clear_stale, fsync_dir
-from ..environment import environment_from_dict, state_from_dict, version_key
 from ..errors import OrinError
+from ..planning.home import environment_from_dict, state_from_dict, version_key
 
 log = logging.getLogger("orin_llm.server")
 

@@ -18,17 +18,17 @@ import uuid
 from dataclasses import dataclass
 from typing import Optional
 
-from ..environment import Environment
-from ..environment.world import World
-from ..runtime.feasibility import narrowed
+from ..planning.feasibility import narrowed
+from ..planning.home import Environment
+from ..planning.home.world import World
+from ..planning.planner import Plan, Planner
+from ..planning.step_events import FeasibleSteps
 from ..runtime.generate import Result
-from ..runtime.planner import Plan, Planner
 from ..runtime.sampling import SamplingParams
 from .call_narrowing import CallSets
 from .errors import RequestError
 from .plan_calls import CheckedCalls, checked_message, plan_tools
 from .schemas import ChatRequest, PlanRequest
-from .step_events import FeasibleSteps
 from .structured import Answer, GrammarCache
 from .tool_calls import CallParser, chat_messages, parse_answer
 from .worker import JobStart

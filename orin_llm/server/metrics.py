@@ -9,7 +9,7 @@ prompt's blocks that the KV cache held); `orin_llm_computed_prompt_tokens_total`
 engine fed through prefill for requests. With no preemption the two add up to the prompt tokens.
 
 With `--remote` (runtime/remote), `orin_llm_answers_total` counts answers by who served them (`remote`,
-`local`) and, for a local one, why (`fallback_reason`: runtime/remote/hedged.py's REASONS; `none` for a
+`local`) and, for a local one, why (`fallback_reason`: backends/remote/hedged.py's REASONS; `none` for a
 remote answer); a remote answer's time is split into the network's and the engine's
 (`orin_llm_remote_network_seconds`, `orin_llm_remote_engine_seconds`), as the answer's `remote` says.
 """
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
+    from ..planning.planner import Planner
     from ..runtime.generate import Result
-    from ..runtime.planner import Planner
 
 ENDPOINTS = ("plan", "chat", "environment", "state")
 OUTCOMES = ("ok", "invalid", "rejected", "cancelled", "deadline", "shutdown", "error")

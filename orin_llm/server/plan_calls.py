@@ -4,7 +4,7 @@ they are held to the home's state as /v1/plan's steps are.
 
 An answer that must call is also narrowed while decoded, as /v1/plan's steps are
 (server/call_narrowing.py); one that may be text is not, and only this check holds it. Each
-complete call is simulated (environment/world.py, from the home's current state): `feasibility`
+complete call is simulated (planning/home/world.py, from the home's current state): `feasibility`
 "enforce" (the default) ends the calls at the first one whose preconditions do not hold (it and the
 calls after it are not returned, a streamed answer holds each call back until it is complete and
 checked); "report" returns every call and lists the violations; "off" checks nothing. The answer
@@ -17,8 +17,8 @@ import json
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
-    from ..environment import Environment
-    from ..environment.world import Violation, World
+    from ..planning.home import Environment
+    from ..planning.home.world import Violation, World
     from .structured import Answer
     from .tool_calls import Call
 

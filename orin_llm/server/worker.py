@@ -29,15 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import OrinError, PromptTooLong
+from ..planning.planner import Planner
 from ..runtime.backend import Request
 from ..runtime.block_manager import NoBlocks
 from ..runtime.cache import PinTooLarge
-from ..runtime.planner import Planner
 from .errors import RequestError
 from .metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..home.steps import StepStream
+    from ..planning.home.steps import StepStream
 
 log = logging.getLogger("orin_llm.server")
 

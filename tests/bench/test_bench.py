@@ -7,7 +7,7 @@ import pytest
 
 from orin_llm.bench.report import write_report
 from orin_llm.bench.sampler import Sampler, meminfo_used, parse_tegrastats
-from orin_llm.home.steps import UNFINISHED
+from orin_llm.planning.home.steps import UNFINISHED
 
 from ..conftest import orin_llm
 

@@ -5,7 +5,7 @@ the router and the daemons reported is: every routed plan is remote and feasible
 request per step, the engine requests the daemons counted are the ones the engines served, prefix-aware
 routing hits the engines' caches at least as often as round-robin on the same traffic, the daemons'
 cached tokens are the engines' own, and a failed link ends in a local answer within the deadline.
-Without vLLM the remote tier installs it (tests/remote/vllm_replica.py) or fails saying why; the
+Without vLLM the remote tier installs it (tests/backends/remote/vllm_replica.py) or fails saying why; the
 scenario alone skips with the reason (the fast test below)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from ..conftest import orin_llm
 
 @pytest.mark.full
 def test_fleet_routes_by_prefix_and_falls_back_locally(engine_dir, tmp_path, monkeypatch):
-    from tests.remote.vllm_replica import VENV, vllm_python
+    from tests.backends.remote.vllm_replica import VENV, vllm_python
 
     vllm_python()  # installs .venv-vllm (vLLM and its router) or fails with pip's reason
     monkeypatch.setenv("ORIN_LLM_VLLM_VENV", str(VENV))

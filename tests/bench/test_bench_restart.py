@@ -8,7 +8,7 @@ import json
 import pytest
 
 from orin_llm.bench.restart import warmup_tasks
-from orin_llm.calibration_data import load_home
+from orin_llm.planning.calibration_data import load_home
 
 from ..conftest import orin_llm
 

@@ -1,6 +1,6 @@
 """The prefix, kv and speculative scenarios on a TensorRT-LLM engine directory, through the fake
-0.12.0-jetson executor bindings (tests/runtime/fake_trtllm.py) and through the real bindings on the engine
-ORIN_LLM_TEST_TRTLLM_ENGINE names (`bindings`, tests/runtime/trtllm_both.py; skipped with the reason where
+0.12.0-jetson executor bindings (tests/backends/trtllm/fake_trtllm.py) and through the real bindings on the engine
+ORIN_LLM_TEST_TRTLLM_ENGINE names (`bindings`, tests/backends/trtllm/trtllm_both.py; skipped with the reason where
 they do not import). On both: the JSON and report fields that follow from the manifest and from what the
 executor measured. On the fake also (on_fake): the exact requests each scenario makes and the figures that
 follow from the fake's scripted models. Timings are only checked to be positive."""
@@ -11,13 +11,13 @@ import json
 
 import pytest
 
+from orin_llm.backends.trtllm.engine import TrtllmEngine
 from orin_llm.bench import kv, run_scenarios, speculative
 from orin_llm.bench.report import write_report
 from orin_llm.bench.speculative import EMPTY_HISTORY
 from orin_llm.manifest import file_entry, load_manifest
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
+from tests.backends.trtllm.test_trtllm_engine import install_models, make_engine_dir
 from tests.conftest import tiny_fixture
-from tests.runtime.test_trtllm_engine import install_models, make_engine_dir
 
 tiny_engine_dir = tiny_fixture("engine_dir")  # random weights do here (tests/conftest.py)
 

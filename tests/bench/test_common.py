@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from orin_llm.bench.common import scaled_environment
-from orin_llm.calibration_data import home_names, load_home
-from orin_llm.environment import parse_call
+from orin_llm.planning.calibration_data import home_names, load_home
+from orin_llm.planning.home import parse_call
 
 
 def words(text: str) -> list[str]:

@@ -21,7 +21,7 @@ GRAMMAR = 'start: "go_to(" NAME ")"\nNAME: /[a-z_]+/\n'
 
 @pytest.fixture(scope="module")
 def kv_site(engine_dir, tmp_path_factory):
-    from tests.remote.vllm_replica import VENV, vllm_python
+    from tests.backends.remote.vllm_replica import VENV, vllm_python
 
     vllm_python()  # installs .venv-vllm (vLLM and its router) or fails with pip's reason
     out = tmp_path_factory.mktemp("kv_site")

@@ -11,10 +11,10 @@ import pytest
 
 from orin_llm.bench import plan_quality
 from orin_llm.bench.plan_quality import MODES, hard_home, reference_goal, score, tasks
-from orin_llm.calibration_data import load_split
-from orin_llm.environment import BUILTIN_KINDS, World
-from orin_llm.environment.goals import parse_goal
-from orin_llm.environment.search import search
+from orin_llm.planning.calibration_data import load_split
+from orin_llm.planning.home import BUILTIN_KINDS, World
+from orin_llm.planning.home.goals import parse_goal
+from orin_llm.planning.home.search import search
 
 from ..conftest import tiny_fixture
 

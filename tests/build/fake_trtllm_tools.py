@@ -18,9 +18,9 @@ argv goes through the real tool's argument parser (the flags, types and choices 
 * trtllm-build applies tensorrt_llm/builder.py build()'s rules (R≡J L898-933: max_seq_len += max_draft_len
   and max_num_tokens raised for speculative decoding; RuntimeError for paged context FMHA with an int8 KV
   cache) and writes the engine's config.json as EngineConfig does ({"version", "pretrained_config",
-  "build_config": BuildConfig.to_dict()}), which tests/runtime/fake_trtllm.py's Executor then reads.
+  "build_config": BuildConfig.to_dict()}), which tests/backends/trtllm/fake_trtllm.py's Executor then reads.
 
-Written from the sources, not from orin_llm/runtime/trtllm/rules.py, which it must agree with. A failing tool
+Written from the sources, not from orin_llm/backends/trtllm/rules.py, which it must agree with. A failing tool
 writes its traceback's last line to the log and returns exit code 1 (argparse errors: 2), as the real ones.
 """
 

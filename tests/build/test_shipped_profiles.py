@@ -2,11 +2,11 @@
 and loads: the memory plan fits and its deployment passes TensorRT-LLM 0.12's rules; the build's commands
 run through the fake 0.12 tools (convert_checkpoint.py, quantize.py, trtllm-build:
 tests/build/fake_trtllm_tools.py; our lm-head step for real), whose
-engine config.json files the fake 0.12 Executor (tests/runtime/fake_trtllm.py) then loads with what the
+engine config.json files the fake 0.12 Executor (tests/backends/trtllm/fake_trtllm.py) then loads with what the
 runtime asks for; and a planning call gets what the deployment promised: block reuse measured by the
 executor, speculation with the modes it lists. The loaded engine's promises are checked on the real bindings
 too, on the engine ORIN_LLM_TEST_TRTLLM_ENGINE names, for the profile it was built from (`bindings`,
-tests/runtime/trtllm_both.py; skipped with the reason otherwise)."""
+tests/backends/trtllm/trtllm_both.py; skipped with the reason otherwise)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from orin_llm.backends.trtllm.engine import TrtllmEngine
 from orin_llm.build.memory import check_feasible, plan_memory
 from orin_llm.build.trtllm import format_steps, run_steps, trtllm_steps, write_calib_dataset
 from orin_llm.manifest import load_manifest
 from orin_llm.profile import Profile, load_profile
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
+from tests.backends.trtllm.test_trtllm_engine import install_models
 from tests.build import fake_trtllm_tools as tools
 from tests.conftest import tiny_fixture
-from tests.runtime.test_trtllm_engine import install_models
 
 ROOT = Path(__file__).resolve().parents[2]
 # the fake's engine: the tokenizer and manifest layout only (the executors are the fake's): the tiny engine does

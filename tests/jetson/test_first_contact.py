@@ -73,7 +73,7 @@ def test_bad_options_are_refused():
 
 def with_real_cases(path: Path) -> bool:
     """Whether a test module has tests that run on the real bindings: a test that asks for the `eng` or
-    `bindings` fixture (tests/runtime/trtllm_both.py), or for a fixture of the module that does."""
+    `bindings` fixture (tests/backends/trtllm/trtllm_both.py), or for a fixture of the module that does."""
     tree = ast.parse(path.read_text())
     functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
     real = {"eng", "bindings"}

@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 
-from orin_llm.environment import EXAMPLE_HOME_PATH
+from orin_llm.planning.home import EXAMPLE_HOME_PATH
 
 from ..server.conftest import start_daemon  # noqa: F401 (a fixture used here)
 from ..server.test_cancel import LONG, idle

@@ -5,7 +5,7 @@ property, a classmethod as one, and each method accepts the protocol's parameter
 with any extra ones optional), and at run time on loaded engines (`isinstance` against the
 runtime-checkable protocol, which also sees the attributes set in __init__, and the capabilities
 each one reports); the TensorRT-LLM engine's on the fake executor and on the real bindings (`eng`,
-tests/runtime/trtllm_both.py).
+tests/backends/trtllm/trtllm_both.py).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import inspect
 
 import pytest
 
+from orin_llm.backends.trtllm.engine import TrtllmEngine
+from orin_llm.backends.trtllm.generation import TrtllmGeneration
+from orin_llm.backends.trtllm.prefix_reuse import TrtllmPin
 from orin_llm.runtime.backend import Backend, Capabilities, EngineStats, Request
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.generate import Generation
 from orin_llm.runtime.sampling import SamplingParams
-from orin_llm.runtime.trtllm.engine import TrtllmEngine
-from orin_llm.runtime.trtllm.generation import TrtllmGeneration
-from orin_llm.runtime.trtllm.prefix_reuse import TrtllmPin
 from tests.conftest import tiny_fixture
 
 tiny_engine = tiny_fixture("engine")  # random weights do here (tests/conftest.py)
@@ -47,7 +47,7 @@ def mismatches(protocol: type, cls: type) -> list[str]:
         if isinstance(declared, classmethod):
             if not isinstance(actual, classmethod):
                 out.append(f"{cls.__name__}.{name} should be a classmethod")
-            continue  # its options are each backend's own (runtime/loader.py passes them on)
+            continue  # its options are each backend's own (backends/loader.py passes them on)
         want = inspect.signature(declared).parameters
         have = inspect.signature(actual).parameters
         by_position = list(have.values())

@@ -4,9 +4,9 @@ default "enforce", and the grammar alone, "report"), and jump-forward changes no
 
 import pytest
 
-from orin_llm.calibration_data import load_home, load_split
+from orin_llm.planning.calibration_data import load_home, load_split
+from orin_llm.planning.planner import Planner
 from orin_llm.runtime.constraint import Constraint
-from orin_llm.runtime.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from tests.conftest import tiny_fixture
 

@@ -7,8 +7,8 @@ import shutil
 import pytest
 import torch
 
-from orin_llm.calibration_data import load_split
 from orin_llm.errors import OrinError
+from orin_llm.planning.calibration_data import load_split
 from orin_llm.runtime.engine import Engine
 from orin_llm.runtime.kv_cache import AbsmaxObserver, Int8KVCache, KVCache
 from orin_llm.runtime.kv_pool import load_scales

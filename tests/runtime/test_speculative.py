@@ -4,9 +4,9 @@ plain greedy output token for token; sampled output follows the target's distrib
 import pytest
 import torch
 
-from orin_llm.calibration_data import load_home, load_split
 from orin_llm.errors import OrinError
-from orin_llm.runtime.planner import Planner
+from orin_llm.planning.calibration_data import load_home, load_split
+from orin_llm.planning.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.runtime.speculative import AdaptiveK, LookupDrafter, verify
 from tests.conftest import tiny_fixture

@@ -10,9 +10,9 @@ import jinja2
 import pytest
 from transformers import AutoTokenizer
 
-from orin_llm.calibration_data import load_home, load_split
-from orin_llm.environment import prefix_messages, task_message
 from orin_llm.errors import OrinError
+from orin_llm.planning.calibration_data import load_home, load_split
+from orin_llm.planning.home import prefix_messages, task_message
 from orin_llm.runtime.tokenizer import LONG_TEXT, Tokenizer
 from tests.conftest import tiny_fixture
 

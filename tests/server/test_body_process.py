@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from orin_llm.environment import EXAMPLE_HOME_PATH
+from orin_llm.planning.home import EXAMPLE_HOME_PATH
 from orin_llm.server import body_process
 from orin_llm.server.bodies import MAX_NODES, BodyError
 from orin_llm.server.body_process import BodyProcess, read_reply

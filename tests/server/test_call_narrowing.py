@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
-from orin_llm.environment.world import World
-from orin_llm.runtime.feasibility import narrowed
+from orin_llm.planning.feasibility import narrowed
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.planning.home.world import World
 from orin_llm.server.call_narrowing import CallSets
 from orin_llm.server.schemas import ChatRequest
 from orin_llm.server.structured import GrammarCache, answer_of

@@ -78,7 +78,7 @@ def test_environment_show_and_push(capped_daemon, tmp_path):
     with --if-match refusing a stale version."""
     import yaml
 
-    from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+    from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
 
     sock = str(capped_daemon.socket)
     shown = run_cli("environment", "show", "--socket", sock)

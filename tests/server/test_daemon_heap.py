@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orin_llm.calibration_data import load_home, load_split
+from orin_llm.planning.calibration_data import load_home, load_split
 
 pytestmark = pytest.mark.full
 

@@ -99,7 +99,7 @@ def test_a_yaml_home_goes_in_as_is(capped_daemon, planner):
     import httpx
     import yaml
 
-    from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
+    from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
 
     text = EXAMPLE_HOME_PATH.read_text()
     with httpx.Client(transport=httpx.HTTPTransport(uds=str(capped_daemon.socket)), base_url="http://x",
@@ -179,9 +179,9 @@ def test_constrained_plans_on_held_out_homes_are_steps_of_those_homes(daemon):
     action it declares, with things of the right types), and the response's typed steps are those lines."""
     import httpx
 
-    from orin_llm.calibration_data import load_home, load_split
-    from orin_llm.environment import Step
-    from orin_llm.home.steps import UNFINISHED, check_line
+    from orin_llm.planning.calibration_data import load_home, load_split
+    from orin_llm.planning.home import Step
+    from orin_llm.planning.home.steps import UNFINISHED, check_line
 
     items = load_split("heldout")[3::7][:6]  # a slice no other test uses
     homes = sorted({it.home for it in items})

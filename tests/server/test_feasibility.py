@@ -11,9 +11,9 @@ import time
 import pytest
 
 from orin_llm.client import PlannerError
-from orin_llm.environment import EXAMPLE_HOME_PATH, Step, load_environment
-from orin_llm.environment.state import HomeState
-from orin_llm.environment.world import simulate
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, Step, load_environment
+from orin_llm.planning.home.state import HomeState
+from orin_llm.planning.home.world import simulate
 
 pytestmark = pytest.mark.full
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from orin_llm.environment import HomeState, environment_from_dict
-from orin_llm.runtime.planner import Planner
+from orin_llm.planning.home import HomeState, environment_from_dict
+from orin_llm.planning.planner import Planner
 from orin_llm.server.home_store import HomeStore
 
 from ..conftest import tiny_fixture

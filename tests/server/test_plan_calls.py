@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
-from orin_llm.environment.world import World
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.planning.home.world import World
 from orin_llm.server.jobs import PlanCheck, answer_message
 from orin_llm.server.plan_calls import CheckedCalls, checked_message, plan_tools
 from orin_llm.server.routes.chat import HeldCalls

@@ -15,14 +15,14 @@ import httpx
 import pytest
 import yaml
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
-from orin_llm.environment.state import HomeState
 from orin_llm.errors import OrinError
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.planning.home.state import HomeState
 from orin_llm.runtime.backend import Capabilities, EngineStats
 from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
 from orin_llm.server.errors import RequestError
 from orin_llm.server.worker import Worker
-from tests.environment.homes import home_dict
+from tests.planning.home.homes import home_dict
 
 LIMITS = {"max_input_len": 512, "max_seq_len": 640, "max_batch_size": 2}  # max_tokens: 640 - 512 = 128
 
@@ -349,7 +349,7 @@ def test_the_worker_constructor_returns_while_the_planner_loads():
 def test_the_feasibility_modes_are_the_planners_everywhere():
     from typing import get_args
 
-    from orin_llm.runtime.planner import FEASIBILITY
+    from orin_llm.planning.planner import FEASIBILITY
     from orin_llm.server import cli
     from orin_llm.server.schemas import ChatRequest, PlanRequest
 

@@ -1,11 +1,11 @@
-"""A streamed plan's `step` events (server/step_events.py): complete lines only, typed, and each one
+"""A streamed plan's `step` events (planning/step_events.py): complete lines only, typed, and each one
 feasible in the state simulated from the steps sent before it."""
 
 from __future__ import annotations
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
-from orin_llm.environment.world import World
-from orin_llm.server.step_events import FeasibleSteps
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.planning.home.world import World
+from orin_llm.planning.step_events import FeasibleSteps
 
 HOME = load_environment(EXAMPLE_HOME_PATH)  # robot_at hallway; the milk in the fridge, which is closed
 

@@ -1,23 +1,23 @@
 """The worker builds the planner on its own thread, so one thread does all of the engine's work; its
 constructor returns at once (tests/server/test_routes.py: /health while it loads); one loop serves both
 backends, the TensorRT-LLM one on the fake executor and on the real bindings (`eng`,
-tests/runtime/trtllm_both.py)."""
+tests/backends/trtllm/trtllm_both.py)."""
 
 import asyncio
 import threading
 
 import pytest
 
-from orin_llm.environment import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.errors import OrinError
-from orin_llm.runtime.planner import Planner
+from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
+from orin_llm.planning.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 from orin_llm.server.jobs import environment_job, plan_job
 from orin_llm.server.schemas import PlanRequest
 from orin_llm.server.worker import Job, Worker
-from tests.runtime.test_trtllm_engine import all_read, target_executor
-from tests.runtime.test_trtllm_grammar import SMALL_HOME
-from tests.runtime.trtllm_both import on_fake
+from tests.backends.trtllm.test_trtllm_engine import all_read, target_executor
+from tests.backends.trtllm.test_trtllm_grammar import SMALL_HOME
+from tests.backends.trtllm.trtllm_both import on_fake
 
 
 @pytest.mark.full

@@ -10,8 +10,8 @@ from typing import Optional
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...environment import environment_from_dict
 from ...errors import OrinError
+from ...planning.home import environment_from_dict
 from ..bodies import BodyError
 from ..content import parse_environment_body
 from ..errors import RequestError

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from ...environment.state import HomeState
+from ...planning.home.state import HomeState
 from ..content import BodyRoute
 from ..errors import RequestError
 from ..jobs import state_job

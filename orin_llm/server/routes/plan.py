@@ -7,10 +7,10 @@ import asyncio
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from ...planning.step_events import final_steps
 from ..content import BodyRoute
 from ..jobs import plan_job
 from ..schemas import PlanRequest, PlanResponse
-from ..step_events import final_steps
 from ..worker import Job
 from .common import ERRORS, arrival, check_stream, respond, sampling
 from .state import AppState, app_state

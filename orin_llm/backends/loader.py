@@ -1,0 +1,30 @@
+"""Load an engine directory with the runtime its manifest names: torch or TensorRT-LLM."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Union
+
+from ..manifest import load_manifest
+
+# Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
+# dropped for them: the engine runs on the GPU it was built for (device), its KV cache dtype is
+# compiled into the engine (kv_cache), its kernels and weights are what they are (exact, weights,
+# switches), and torch's CPU threads do not run it (threads).
+TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches", "threads")
+
+
+def load_engine(engine_dir: Union[str, Path], **kw: Any):
+    """`Engine.load(engine_dir, **kw)` for a torch engine, `TrtllmEngine.load(engine_dir, draft=...)` for
+    a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights`, `switches` and `threads` are ignored (no
+    effect, see TORCH_ONLY_OPTIONS); `draft` is honoured; anything else is a TypeError, as for Engine.load. The
+    manifest is read and verified once, here, and handed to the engine."""
+    manifest = load_manifest(engine_dir)
+    if manifest.backend == "trtllm":
+        from .trtllm.engine import TrtllmEngine
+
+        options = {k: v for k, v in kw.items() if k not in TORCH_ONLY_OPTIONS}
+        return TrtllmEngine.load(engine_dir, manifest=manifest, **options)
+    from ..runtime.engine import Engine
+
+    return Engine.load(engine_dir, manifest=manifest, **kw)
