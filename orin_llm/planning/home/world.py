@@ -13,7 +13,10 @@ Each action has a kind (model.KINDS) and each kind a rule (docs/HOMES.md):
 - say(text): always.
 
 "At p": at the place p; at a room: anywhere in it; at a device of its own (not a place): in its
-room; at an object: where the object lies. A fact that is not known never blocks a step. A
+room; at an object: where the object lies. A fact that is not known never blocks a step; where the
+robot is, when unknown, is then what the step tells: after pick(o) it is where o lay, after place,
+open, close, switch or `other` on a place at that place (a device that is not a place: in its room).
+So a step elsewhere after it needs a navigate first, as it would from a known start. A
 navigate or `other` step right after the same step changes nothing and is refused (a precondition),
 so that a decoder held to the feasible steps cannot repeat it until max_tokens; the other kinds
 cannot repeat anyway (the hand, open/closed, on/off). A World is immutable: apply() gives a new
@@ -304,8 +307,25 @@ class World:
         else:
             first = next((a for a, t in zip(args, types, strict=True) if t != "text"), "")
             done = (*done, (action, first))
+        if robot_at is None:
+            robot_at = self._where_done(kind, args, types)
         last = (action, tuple(args)) if kind in ("navigate", "other") else None
         return World(ix, robot_at, holding, object_at, open_, on, said, done, last)
+
+    def _where_done(self, kind: str, args: Sequence[str], types: Sequence[str]) -> Optional[str]:
+        """Where the robot is after a step it could only do there, when it was not known before: an
+        unknown start never blocks a step, but the step fixes where the robot is, so that a step
+        somewhere else next needs a navigate first (no teleporting between rooms)."""
+        ix = self._ix
+        if kind == "pick":
+            return self.location(args[0])  # o's place, or o's room when no place is known
+        if kind in ("place", "open", "close", "switch_on", "switch_off"):
+            thing = args[1] if kind == "place" else args[0]
+        elif kind == "other" and args and types[0] != "text" and args[0] in ix.places:
+            thing = args[0]
+        else:
+            return None  # say; an action on the object in hand tells nothing of where it is done
+        return thing if thing in ix.places or thing in ix.rooms else ix.room_of.get(thing)
 
     def feasible(self, action: str) -> Optional[list[tuple[str, ...]]]:
         """The argument tuples with which `action` can run now, in home order; [] when none can (or

@@ -97,3 +97,14 @@ def test_every_held_out_reference_goal_is_found_no_longer_than_the_reference() -
         result = search(env, world, goal, deadline_s=10)
         _runs_to(env, world, result, goal)
         assert len(result.steps) <= len(steps), item.id
+
+
+def test_from_an_unknown_start_the_search_moves_the_robot(flat) -> None:
+    """Rule 1 in the search: the robot's start unknown, a goal in two rooms is reached with a navigate
+    between them (the simulator refuses the plan that teleports)."""
+    world = World.start(flat)
+    goal = parse_goal(["at(book, sink)"], flat)
+    result = search(flat, world, goal, deadline_s=10)
+    _runs_to(flat, world, result, goal)
+    kinds = [flat.action(a).effective_kind for a, _ in result.steps]
+    assert kinds.index("navigate") < kinds.index("place"), result.steps

@@ -74,6 +74,50 @@ def test_unknown_facts_never_block(flat) -> None:
     assert why(w, "put", "mug", "sink") is not None  # the hand is always known
 
 
+def test_an_unknown_start_is_fixed_by_the_first_step_that_needs_a_place(flat) -> None:
+    """Rule 1, no teleporting (docs/HOMES.md): from an unknown start each kind of step runs, and the robot
+    is then where the step was done, so a step in another room needs a navigate first."""
+    start = World.start(flat)
+    assert start.robot_at is None
+    cases = [  # the step from the unknown start, where the robot is after it, a step it now needs a move for
+        (("grab", ["mug"]), "kitchen", ("wipe", ["sofa"])),  # mug: somewhere in the kitchen
+        (("open_up", ["cupboard"]), "cupboard", ("grab", ["mug"])),
+        (("shut", ["fridge"]), "fridge", ("wipe", ["tv_stand"])),
+        (("power_on", ["tv_stand"]), "tv_stand", ("open_up", ["fridge"])),
+        (("power_off", ["ceiling_light"]), "kitchen", ("wipe", ["sofa"])),  # a device of its own: its room
+        (("wipe", ["sofa"]), "sofa", ("grab", ["milk"])),
+    ]
+    for (action, args), where, elsewhere in cases:
+        w = start.apply(action, args)
+        assert w.robot_at == where, (action, args)
+        v = why(w, *[elsewhere[0], *elsewhere[1]])
+        assert v is not None and v[0] == "precondition" and "go there first" in v[1], (action, elsewhere, v)
+
+
+def test_an_unknown_start_is_fixed_by_a_pick_at_a_known_place_and_by_a_place(flat) -> None:
+    w = at(flat, object_at={"book": "tv_stand"}).apply("grab", ["book"])
+    assert w.robot_at == "tv_stand"
+    assert why(w, "put", "book", "counter") == (
+        "precondition", "the robot is at tv_stand, not at counter: go there first")
+    held = at(flat, holding="mug").apply("put", ["mug", "sofa"])
+    assert held.robot_at == "sofa"
+    assert why(held, "grab", "milk") == ("precondition", "the robot is at sofa, not at kitchen: go there first")
+
+
+def test_steps_that_tell_nothing_of_where_leave_the_start_unknown(flat) -> None:
+    w = at(flat, holding="mug")
+    assert w.apply("give", ["mug"]).robot_at is None  # done with the object in hand, wherever it is
+    assert w.apply("announce", ['"hi"']).robot_at is None
+
+
+def test_a_teleporting_plan_is_not_executable_from_an_unknown_start(flat) -> None:
+    steps, _ = check_steps("grab(book)\nput(book, sink)", flat)
+    _, violations = simulate(flat, steps)
+    assert [(v.index, v.kind) for v in violations] == [(1, "precondition")]
+    steps, _ = check_steps("grab(book)\nwalk_to(sink)\nput(book, sink)", flat)
+    assert simulate(flat, steps)[1] == []
+
+
 def test_place_needs_the_object_in_hand_and_the_robot_there(flat) -> None:
     empty = at(flat, robot_at="sink")
     assert why(empty, "put", "mug", "sink") == (
@@ -258,3 +302,12 @@ def test_a_navigate_or_other_step_right_after_itself_is_refused(flat) -> None:
     assert why(wiped.apply("grab", ["mug"]), "wipe", "sink") is None  # after another step: again
     assert why(w, "walk_to", "sofa") is None  # going where the robot is, as a first step: allowed
     assert wiped.key != wiped.apply("grab", ["mug"]).apply("put", ["mug", "kitchen"]).key
+
+
+def test_feasible_steps_after_an_unknown_start_are_those_of_where_the_robot_now_is(flat) -> None:
+    """Rule 1 in what the decoder may write next (the mask, the remote step loop: World.feasible)."""
+    w = World.start(flat).apply("grab", ["book"])  # the book: somewhere in the lounge
+    # in the lounge, at none of its places: the room itself (a walk to the sofa first for the sofa)
+    assert w.feasible("put") == [("book", "lounge")]
+    before = World.start(flat, HomeState(holding="book")).feasible("put")  # unknown: anywhere
+    assert before == [("book", p) for p in dict.fromkeys(flat.names("place"))]
