@@ -67,8 +67,8 @@ $(ROS_STAMP): jetson/ros2/pypi_venv.sh $(shell find jetson/ros2/orin_llm_interfa
 	bash -c 'set -o pipefail; PY=$(PY) jetson/ros2/pypi_venv.sh $(ROS_VENV) 2>&1 | tee build/ros-setup.log'
 
 lint: $(STAMP)
-	$(BIN)/ruff check orin_llm tests calibration bench
-	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench
+	$(BIN)/ruff check orin_llm tests calibration bench heldout
+	$(BIN)/vermin -t=3.10- --no-tips --violations --eval-annotations orin_llm tests calibration bench heldout
 
 # A real vLLM (CPU build) standing in for a site server in the remote tests (tests/backends/remote, jetson/GUIDE.md
 # "Site server"). Its own venv: vLLM pins its own stack. pip also pulls torchvision/torchaudio/torchcodec

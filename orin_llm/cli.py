@@ -377,6 +377,9 @@ def bench(
     llama_python: Optional[str] = typer.Option(None, help="kernels scenario: the python of a venv with "
                                                "llama-cpp-python, for llama.cpp's numbers beside ours (default: "
                                                "$ORIN_LLM_LLAMA_PYTHON; neither: skipped)."),
+    splits: str = typer.Option("heldout,hard,paraphrase", help="plan_quality scenario: the task splits, "
+                               "comma-separated: heldout (the generator's), hard (a home of its own), paraphrase "
+                               "(everyday wording, never tuned on)."),
 ) -> None:
     """Measure TTFT with the pinned prefix, INT8 KV, speculative decoding, the daemon, and the policy next
     door (the planner and a policy at its control rate side by side) on a torch or TensorRT-LLM engine,
@@ -387,7 +390,12 @@ def bench(
     unknown = [s for s in chosen if s not in SCENARIOS]
     if unknown:
         raise OrinError(f"unknown scenario {unknown[0]!r}; choose from {', '.join(SCENARIOS)} or all")
-    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz, llama_python)
+    from .bench.plan_quality import SPLITS
+
+    picked = tuple(x.strip() for x in splits.split(",") if x.strip())
+    if not picked or any(x not in SPLITS for x in picked):
+        raise OrinError(f"--splits {splits!r}: choose among {', '.join(SPLITS)}")
+    report = run_scenarios(chosen, engine, out, quick, policy, policy_rate_hz, llama_python, picked)
     typer.echo(str(report))
 
 

@@ -15,7 +15,8 @@ from typing import Optional
 
 
 def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: Optional[Path] = None,
-                  policy_rate_hz: float = 30.0, llama_python: Optional[str] = None) -> Path:
+                  policy_rate_hz: float = 30.0, llama_python: Optional[str] = None,
+                  splits: Optional[tuple[str, ...]] = None) -> Path:
     from ..manifest import load_manifest
     from .common import loaded, progress, pyplot
     from .report import write_report
@@ -57,7 +58,7 @@ def run_scenarios(names, engine_dir: Path, out: Path, quick: bool, policy_onnx: 
                              "logits post-processor, tested through the fake); skipped")
                     continue
                 with loaded(engine_dir, device="cpu") as engine:
-                    run(engine, out, quick)
+                    run(engine, out, quick, **({"splits": splits} if splits else {}))
             elif name == "daemon":
                 from .daemon import run
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from orin_llm.errors import OrinError
 from orin_llm.planning.home import Environment, load_environment
@@ -14,12 +15,14 @@ SPLITS = ("calib", "heldout")
 
 @dataclass
 class CalibrationItem:
-    """One planning task: which home, what to do, and a reference plan (action calls)."""
+    """One planning task: which home, what to do, and a reference plan (action calls); `goal`, where the
+    task's writer gave one (else the goal is what the reference plan makes true)."""
 
     id: str
     home: str
     task: str
     reference_plan: list[str] = field(default_factory=list)
+    goal: Optional[list[str]] = None
 
 
 def default_root() -> Path:
