@@ -252,9 +252,6 @@ class HedgedBackend:
         self.changed = threading.Event()
         self._model: Optional[str] = settings.model
 
-    def __getattr__(self, name: str) -> Any:  # the local engine's extras (run, ...)
-        return getattr(self.local, name)
-
     # -- the local engine's, as is
     manifest = property(lambda self: self.local.manifest)
     tokenizer = property(lambda self: self.local.tokenizer)
@@ -391,6 +388,17 @@ class HedgedBackend:
             r.advance(now)
             if r.winner is not None:
                 self.racing.remove(r)
+
+    def run(self, request: Request, /) -> Result:
+        """`request` to its end, stepping this backend (the race, and the local engine with it): its
+        result, its error raised. Not the local engine's run: that one knows only its own requests."""
+        self.submit(request)
+        while not request.done:
+            self.step()
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
 
     def abort(self, request: Request, /) -> None:
         if not isinstance(request, HedgedRequest):
