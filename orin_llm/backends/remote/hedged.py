@@ -389,17 +389,6 @@ class HedgedBackend:
             if r.winner is not None:
                 self.racing.remove(r)
 
-    def run(self, request: Request, /) -> Result:
-        """`request` to its end, stepping this backend (the race, and the local engine with it): its
-        result, its error raised. Not the local engine's run: that one knows only its own requests."""
-        self.submit(request)
-        while not request.done:
-            self.step()
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
-
     def abort(self, request: Request, /) -> None:
         if not isinstance(request, HedgedRequest):
             return self.local.abort(request)
