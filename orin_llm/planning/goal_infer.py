@@ -19,6 +19,7 @@ from typing import Optional
 from ..errors import OrinError
 from ..runtime.constraint import Grammar
 from ..runtime.sampling import SamplingParams
+from ..runtime.tasks import Steps, drive
 from .home.goal_text import (
     GOAL_MAX_TOKENS,
     MAX_FACTS,
@@ -85,9 +86,16 @@ def _grammar(engine, prompt: GoalPrompt, env, only: frozenset[str], max_facts: i
 
 
 def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: int = MAX_FACTS) -> InferredGoal:
+    """infer_goal_task driven to its end here, stepping the engine (for a caller that owns it)."""
+    return drive(engine, infer_goal_task(engine, home, task, narrow, max_facts))
+
+
+def infer_goal_task(engine, home: Home, task: str, narrow: bool = True,
+                    max_facts: int = MAX_FACTS) -> Steps[InferredGoal]:
     """The goal `task` asks for in `home`, written by the model under the goal grammar (`narrow`:
-    only the things the task mentions, when it mentions any). Runs the request here, stepping the
-    engine (requests in flight advance too). OrinError when this engine cannot constrain."""
+    only the things the task mentions, when it mentions any): a task (runtime/tasks.py) of one
+    request, which whoever steps the engine runs next to the others. OrinError when this engine
+    cannot constrain."""
     t0 = time.perf_counter()
     env = home.prefix.environment
     if env.is_text:
@@ -103,7 +111,8 @@ def infer_goal(engine, home: Home, task: str, narrow: bool = True, max_facts: in
     ids = list(prompt.ids) + engine.encode(full[len(prompt.text):]) if full.startswith(prompt.text) \
         else engine.encode(full)
     gen = engine.generate(ids, SamplingParams(max_tokens=GOAL_MAX_TOKENS), "none", constraint=grammar.constraint())
-    result = engine.run(gen)
+    yield gen
+    result = gen.result
     text = result.text
     if result.finish_reason == "length" and not text.endswith("\n"):
         text = text.rsplit("\n", 1)[0] if "\n" in text else ""  # a fact cut in half is no fact

@@ -9,6 +9,9 @@ time fits before the quarter of the budget kept for the search. When they fail, 
 (planning/home/search.py) runs from the same state for the time that is left (SEARCH_MIN_S at least:
 a model candidate cannot be cut short). The answer is the first plan that reaches the goal, or the
 first candidate with why none was found (a fact no step can make true is named).
+
+`reach_goal` is a task (runtime/tasks.py): it asks for each later candidate as a request and is
+resumed once it is done, so whoever steps the engine runs it next to every other request.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional
 
 from ..runtime.sampling import SamplingParams
+from ..runtime.tasks import Steps
 from .feasibility import plan_lines
 from .home.goals import parse_goal as parse_facts
 from .home.search import search
@@ -87,9 +91,9 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
     return world
 
 
-def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> Plan:
+def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> Steps[Plan]:
     """`first` if it reaches the goal; else the next model candidate or the search's plan that does;
-    else `first`, its search saying why none was found."""
+    else `first`, its search saying why none was found. A task: each candidate is a request it yields."""
     tried = 1
     # a plan that breaks a precondition ("report") does not count, even when its final state has the facts
     if first.goal_reached and not first.violations:
@@ -104,9 +108,10 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> P
         params = run.params
         params = replace(params, temperature=params.temperature or SAMPLE_TEMPERATURE,
                          seed=(params.seed or 0) + tried)
-        gen = planner.start(run.task, params, run.observations, run.speculation, run.constrained, home=run.home,
-                            feasibility=run.feasibility, state=run.state)
+        gen = yield from planner.start_task(run.task, params, run.observations, run.speculation, run.constrained,
+                                            home=run.home, feasibility=run.feasibility, state=run.state)
         gen.planning = replace(gen.planning, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
+        yield gen
         cand = planner.finish_one(gen, prefix)
         tried += 1
         took = time.perf_counter() - began

@@ -30,8 +30,9 @@ from ..runtime.cache import Pin
 from ..runtime.constraint import Grammar
 from ..runtime.generate import Generation
 from ..runtime.sampling import SamplingParams
+from ..runtime.tasks import Primary, Steps, Task, drive
 from .feasibility import StepSets, narrowed, whole_steps
-from .goal_infer import INFER, infer_goal
+from .goal_infer import INFER, infer_goal_task
 from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
 from .home import Environment, prefix_messages, task_message
 from .home.grammar import plan_grammar
@@ -178,7 +179,8 @@ class Planner:
         the keys it names change, null forgets a fact) or a whole HomeState. OrinError naming what to
         fix when it does not fit the home (nothing changes then). The state's part (rendered after
         the static prefix) is pinned by the returned request: a caller that steps the engine submits
-        it, `run=True` steps it here; only the state's tokens are computed."""
+        it (the daemon's worker), `run=True` drives it here (runtime/tasks.py drive: a caller that
+        owns the engine); only the state's tokens are computed."""
         h = self.home(home)
         env = h.prefix.environment
         if env.is_text:
@@ -195,11 +197,7 @@ class Planner:
         if gen is not None:
             gen.on_done = lambda: self._state_pinned(h, gen)
             if run:
-                self.engine.submit(gen)
-                while not gen.done:
-                    self.engine.step()
-                if gen.error is not None:
-                    raise gen.error
+                drive(self.engine, Task.of(gen))
         return StateChange(new, h.prefix.version, gen, h.state_version)
 
     def _state_pinned(self, h: Home, gen) -> None:
@@ -261,16 +259,28 @@ class Planner:
               conversation: Optional[Conversation] = None, home: Optional[str] = None,
               feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
               deadline_s: Optional[float] = None) -> Generation:
-        """A plan request on home `home`'s current version; `constrained`: every line it writes is a
-        step of the home (its grammar), where the engine and the home allow it. With a
-        `conversation`, the request is its next turn (finish() records it), headed by the state it starts in.
+        """start_task driven here (goal "infer": the goal's reading steps the engine), for a caller
+        that owns the engine; the daemon runs plan_task."""
+        return drive(self.engine, self.start_task(task, params, observations, speculation, constrained, conversation,
+                                                  home, feasibility, goal, state, deadline_s))
+
+    def start_task(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
+                   speculation: str = "auto", constrained: bool = True,
+                   conversation: Optional[Conversation] = None, home: Optional[str] = None,
+                   feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
+                   deadline_s: Optional[float] = None) -> Steps[Generation]:
+        """A task (runtime/tasks.py) that returns a plan request, not yet submitted, on home `home`'s
+        current version; `constrained`: every line it writes is a step of the home (its grammar),
+        where the engine and the home allow it. With a `conversation`, the request is its next turn
+        (finish() records it), headed by the state it starts in.
 
         `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
         "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
-        must make true (planning/home/goals.py), or "infer": the model reads them in the task text first
-        (goal_infer.py; the plan's goal_inferred says which); finish() searches for a plan that does, within
-        `deadline_s` of now (GOAL_BUDGET_S when None). `state`: this request's state (a partial
-        update of the home's current one, or a HomeState), the home's stays as it is."""
+        must make true (planning/home/goals.py), or "infer": the model reads them in the task text
+        first (goal_infer.py: the task's one request; the plan's goal_inferred says which);
+        finish() searches for a plan that does, within `deadline_s` of now (GOAL_BUDGET_S when
+        None). `state`: this request's state (a partial update of the home's current one, or a
+        HomeState), the home's stays as it is."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         if feasibility not in FEASIBILITY:
             raise OrinError(f"feasibility {feasibility!r}: choose enforce, report or off")
@@ -298,7 +308,7 @@ class Planner:
             if goal != INFER:
                 raise OrinError(f"goal {goal!r}: give a list of facts like [\"at(mug, sink)\"], or \"infer\" "
                                 "to have the model read them in the task text")
-            inferred = infer_goal(self.engine, h, task)
+            inferred = yield from infer_goal_task(self.engine, h, task)
             goal = inferred.facts
         goal_ = parse_goal(goal, env) if goal else None
         world = World.start(env, run_state) if feasibility != "off" else None
@@ -345,18 +355,26 @@ class Planner:
         return gen
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
+        """finish_task driven here (the request, if it has not run, and a goal's later candidates
+        step the engine), for a caller that owns the engine."""
+        return drive(self.engine, self.finish_task(generation, prefix))
+
+    def finish_task(self, generation: Generation, prefix: Prefix) -> Steps[Plan]:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran
         on; simulated from its state (feasibility), and with a goal, searched on until one is reached
-        (further model candidates run here, stepping the engine: requests in flight advance too)."""
+        (goal_search.py: further model candidates are this task's requests)."""
+        if generation.result is None:
+            yield generation
         plan = self.finish_one(generation, prefix)
         run: Optional[PlanRun] = getattr(generation, "planning", None)
         if run is not None and run.goal is not None and run.world is not None:
-            plan = reach_goal(self, plan, run, prefix)
+            plan = yield from reach_goal(self, plan, run, prefix)
         return plan
 
     def finish_one(self, generation: Generation, prefix: Prefix) -> Plan:
-        """finish() without the goal's search: this request's plan, checked and simulated."""
-        result = generation.result if generation.result is not None else self.engine.run(generation)
+        """finish() without the goal's search: this request's plan (it has run), checked and simulated."""
+        result = generation.result
+        assert result is not None, "finish_one takes a request that has run"
         constrained = generation.constraint is not None
         if constrained and result.finish_reason == "length":
             result = whole_steps(result, self.engine.tokenizer)  # never half a step
@@ -379,6 +397,20 @@ class Planner:
              speculation: str = "auto", constrained: bool = True, home: Optional[str] = None,
              feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
              deadline_s: Optional[float] = None) -> Plan:
+        """plan_task driven here, for a caller that owns the engine (the CLI, benches, tests)."""
+        return drive(self.engine, self.plan_task(task, params, observations, speculation, constrained, home=home,
+                                                 feasibility=feasibility, goal=goal, state=state,
+                                                 deadline_s=deadline_s))
+
+    def plan_task(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
+                  speculation: str = "auto", constrained: bool = True, conversation: Optional[Conversation] = None,
+                  home: Optional[str] = None, feasibility: str = "enforce", goal: Optional[list[str] | str] = None,
+                  state: Any = None, deadline_s: Optional[float] = None) -> Steps[Plan]:
+        """A plan request as a task (runtime/tasks.py): the goal's reading (goal "infer"), the plan's
+        request (its primary: the one streamed and timed), then with a goal the later candidates and
+        the search; each request runs next to the others. Returns the Plan."""
         prefix = self.home(home).prefix
-        return self.finish(self.start(task, params, observations, speculation, constrained, home=home,
-                                      feasibility=feasibility, goal=goal, state=state, deadline_s=deadline_s), prefix)
+        gen = yield from self.start_task(task, params, observations, speculation, constrained, conversation, home,
+                                         feasibility, goal, state, deadline_s)
+        yield Primary(gen)
+        return (yield from self.finish_task(gen, prefix))

@@ -180,14 +180,3 @@ class Backend(Protocol):
         """Free what the engine holds; unusable after."""
         ...
 
-
-def run_pin(engine: Backend, ids: list[int]) -> Any:
-    """`pin` for either engine: submit a pin request and step the engine until it is done (requests in
-    flight advance too); its error is raised."""
-    request = engine.pin_request(ids)
-    engine.submit(request)
-    while not request.done:
-        engine.step()
-    if request.error is not None:
-        raise request.error
-    return request.pin

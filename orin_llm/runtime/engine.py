@@ -27,7 +27,7 @@ import torch
 
 from ..errors import OrinError, PromptTooLong
 from ..manifest import Manifest, load_manifest
-from .backend import Capabilities, EngineStats, run_pin
+from .backend import Capabilities, EngineStats
 from .block_manager import NoBlocks
 from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
@@ -53,6 +53,7 @@ from .llama import Item, Llama
 from .model_runner import ModelRunner
 from .sampling import SamplingParams
 from .scheduler import Scheduler, SchedulerConfig
+from .tasks import run_pin
 from .weights import check_kernels, load_llama, release_freed_memory
 
 log = logging.getLogger(__name__)

@@ -25,6 +25,7 @@ from ..planning.planner import Plan, Planner
 from ..planning.step_events import FeasibleSteps
 from ..runtime.generate import Result
 from ..runtime.sampling import SamplingParams
+from ..runtime.tasks import Task
 from .call_narrowing import CallSets
 from .errors import RequestError
 from .plan_calls import CheckedCalls, checked_message, plan_tools
@@ -45,14 +46,18 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
         prefix = planner.home(req.environment).prefix
         conv = planner.conversation(req.conversation, req.environment) if req.conversation else None
         left_s = req.deadline_ms / 1e3 - (time.monotonic() - arrived) if req.deadline_ms else None
-        gen = planner.start(req.task, params, req.observations, req.speculation, req.constrained, conv,
-                            req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state,
-                            deadline_s=left_s)
-        # with a goal the plan may be another candidate's or the search's: its steps are sent once chosen
-        steps = FeasibleSteps(prefix.environment, gen.world, hold=bool(req.goal))
+        # the goal's reading, the plan's request, a goal's later candidates: the worker runs each
+        task = Task(planner.plan_task(req.task, params, req.observations, req.speculation, req.constrained, conv,
+                                      req.environment, feasibility=req.feasibility, goal=req.goal, state=req.state,
+                                      deadline_s=left_s))
+
+        def steps(gen) -> FeasibleSteps:
+            # with a goal the plan may be another candidate's or the search's: its steps are sent once chosen
+            return FeasibleSteps(prefix.environment, gen.world, hold=bool(req.goal))
 
         def finish(queue_s: float) -> dict:
-            plan = planner.finish(gen, prefix)
+            plan, gen = task.value, task.primary
+            assert plan is not None and gen is not None
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
@@ -63,7 +68,7 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
             if conv is not None:
                 out["conversation"] = {"id": conv.id, "turn": conv.turns}
             return out
-        return JobStart(gen, finish, steps)
+        return JobStart(None, finish, steps, task=task)
     return begin
 
 

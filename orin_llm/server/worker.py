@@ -10,6 +10,11 @@ runtime/backend.py `Backend`, either one: this loop serves both. An environment 
 too (it computes and pins the new prefix in the same steps); switches run one at a time, and a plan
 uses the version that was current when it began, so no request mixes versions.
 
+This loop is the only stepper of the engine. A job that needs more than one request (a goal plan:
+the goal's reading, its candidates) is a task (runtime/tasks.py) that asks for them one at a time;
+each is submitted next to every other request, and the task is resumed between two steps once its
+request is done, so the others keep decoding meanwhile and no step runs inside another.
+
 A job carries its inputs (a `begin` callable run on this thread, which returns a `JobStart`), a
 cancel Event (set when the client goes away), a deadline, and an asyncio queue of events that this
 thread feeds through `loop.call_soon_threadsafe`: ("start", None), ("delta", text), then ("done",
@@ -33,6 +38,7 @@ from ..planning.planner import Planner
 from ..runtime.backend import Request
 from ..runtime.block_manager import NoBlocks
 from ..runtime.cache import PinTooLarge
+from ..runtime.tasks import Task
 from .errors import RequestError
 from .metrics import Metrics
 
@@ -49,9 +55,12 @@ class JobStart:
     """What a job's `begin(planner)` started (server/jobs.py makes them)."""
 
     generation: Optional[Request]  # its request, not yet submitted; None: the job was done in begin()
-    finish: Callable[[float], dict]  # queue_s -> the response payload, once the request is done; queue_s:
-    # the job's wait from its arrival to the moment the engine began its request
-    steps: Optional[StepStream] = None  # turns a streamed plan's text into ("step", {...}) events
+    # (or it is a task's)
+    finish: Callable[[float], dict]  # queue_s -> the response payload, once the request (the task) is done;
+    # queue_s: the job's wait from its arrival to the moment the engine began its (primary) request
+    # turns a streamed plan's text into ("step", {...}) events; made once the primary request is known
+    steps: Optional[Callable[[Request], StepStream]] = None
+    task: Optional[Task] = None  # in place of `generation`: the requests it asks for, one at a time
 
 
 # `exclusive` jobs (Job.exclusive: environment switches) start only when no other exclusive job runs.
@@ -86,13 +95,24 @@ class Job:
 
 @dataclass
 class Active:
-    """A started job: its request on the engine, and what builds its answer."""
+    """A started job: its task (its request on the engine now, the primary one), what builds its answer."""
 
     job: Job
-    gen: Request
+    task: Task
     finish: Callable[[float], dict]
     began: float  # time.monotonic() when the worker started it
-    steps: Optional[StepStream] = None  # for a streamed plan
+    make_steps: Optional[Callable[[Request], StepStream]] = None
+    steps: Optional[StepStream] = None  # for a streamed plan, once its primary request is known
+
+    @property
+    def gen(self) -> Request:
+        """The request the answer reports (deltas, timings, served_by): the task's primary."""
+        return self.task.primary if self.task.primary is not None else self.task.request
+
+    @property
+    def request(self) -> Request:
+        """The request on the engine now."""
+        return self.task.request
 
 
 class Worker:
@@ -280,53 +300,81 @@ class Worker:
         self._unsaved = True  # whatever it changes is saved when the daemon is idle again
         try:
             start = job.begin(self.planner)
-            if start.generation is None:  # done in begin() (e.g. unpinning a home)
+            if start.generation is None and start.task is None:  # done in begin() (e.g. unpinning a home)
                 self._saved_home(job)
                 job.emit("done", start.finish(began - job.created))
                 self.metrics.count(job.endpoint, "ok")
                 return
-            if hasattr(start.generation, "deadline"):  # a remote race (runtime/remote) budgets by it
-                start.generation.deadline = job.deadline
-            self.planner.engine.submit(start.generation)
+            a = Active(job, start.task or Task.of(start.generation), start.finish, began, start.steps)
+            more = self._next(a)
         except Exception as e:
             return self._end(job, *self._error(job, e))
-        if job.stream:
-            job.emit("start")
-        self.active.append(Active(job, start.generation, start.finish, began, start.steps))
+        if more:
+            self.active.append(a)
+        else:
+            self._answer(a)
+
+    def _next(self, a: Active) -> bool:
+        """Resume the job's task and submit the request it asks for next (False: it has returned)."""
+        request = a.task.advance()
+        if request is None:
+            return False
+        if hasattr(request, "deadline"):  # a remote race (backends/remote) budgets by it
+            request.deadline = a.job.deadline
+        self.planner.engine.submit(request)
+        if request is a.task.primary:
+            if a.make_steps is not None:
+                a.steps = a.make_steps(request)
+            if a.job.stream:
+                a.job.emit("start")  # after the goal's reading: a goal it cannot read is still a 422
+        return True
 
     def _pump(self) -> None:
         """Each active job's news since the last step: deltas, then done, failed or stopped."""
         for a in list(self.active):
-            if a.job.stream:
-                for delta in a.gen.take():
+            request, primary = a.request, a.request is a.task.primary
+            if a.job.stream and primary:
+                for delta in request.take():
                     a.job.emit("delta", delta)
                     for step in a.steps.feed(delta) if a.steps else ():
                         a.job.emit("step", step)
-            if a.gen.error is not None:
-                self._fail(a, a.gen.error)
-            elif a.gen.done:
-                self.active.remove(a)
-                if a.job.stream and a.steps:
+            if request.error is not None:
+                self._fail(a, request.error)
+            elif request.done:
+                if a.job.stream and a.steps and primary:
                     for step in a.steps.finish():  # the last line has no newline after it
                         a.job.emit("step", step)
-                queue_s = self._queue_s(a)
                 try:
-                    payload = a.finish(queue_s)
+                    more = self._next(a)  # the task's next request runs in the next step, with the others
                 except Exception as e:
+                    self.active.remove(a)
                     self._end(a.job, *self._error(a.job, e))
                     continue
-                self._saved_home(a.job)
-                report = getattr(a.gen, "report", None) or {}  # served_by, where a remote races
-                payload.update(report)
-                self.metrics.served(a.job.endpoint, report)
-                a.job.emit("done", payload)
-                if a.gen.result is not None and a.job.endpoint != "environment":
-                    self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,
-                                         latency_s=time.monotonic() - a.job.created)
-                else:
-                    self.metrics.count(a.job.endpoint, "ok")
-            elif stop := self._why_stop(a.job):
+                if not more:
+                    self.active.remove(a)
+                    self._answer(a)
+            # the deadline ends the primary request; the task's later requests keep to the time left
+            # themselves (goal_search.py: a plan a little late beats none)
+            elif stop := self._why_stop(a.job, deadline=a.task.primary is None or not a.task.primary.done):
                 self._stop(a, stop)
+
+    def _answer(self, a: Active) -> None:
+        """The task has returned: the job's answer."""
+        queue_s = self._queue_s(a)
+        try:
+            payload = a.finish(queue_s)
+        except Exception as e:
+            return self._end(a.job, *self._error(a.job, e))
+        self._saved_home(a.job)
+        report = getattr(a.gen, "report", None) or {}  # served_by, where a remote races
+        payload.update(report)
+        self.metrics.served(a.job.endpoint, report)
+        a.job.emit("done", payload)
+        if a.gen.result is not None and a.job.endpoint != "environment":
+            self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,
+                                 latency_s=time.monotonic() - a.job.created)
+        else:
+            self.metrics.count(a.job.endpoint, "ok")
 
     @staticmethod
     def _queue_s(a: Active) -> float:
@@ -336,14 +384,16 @@ class Worker:
 
     def _stop(self, a: Active, stop: tuple[str, RequestError]) -> None:
         self.active.remove(a)
-        self.planner.engine.abort(a.gen)  # what it computed stays cached
+        self.planner.engine.abort(a.request)  # what it computed stays cached
+        a.task.close()
         self._end(a.job, *stop)
 
     def _fail(self, a: Active, error: BaseException) -> None:
         if a in self.active:
             self.active.remove(a)
-        if not a.gen.done:
-            self.planner.engine.abort(a.gen)
+        if not a.request.done:
+            self.planner.engine.abort(a.request)
+        a.task.close()
         self._end(a.job, *self._error(a.job, error))
 
     def _error(self, job: Job, e: BaseException) -> tuple[str, RequestError]:
@@ -360,9 +410,9 @@ class Worker:
         log.error("%s request failed", job.endpoint, exc_info=e)  # a bug: say so, keep serving the others
         return "error", RequestError(500, f"internal error: {type(e).__name__}: {e}")
 
-    def _why_stop(self, job: Job) -> Optional[tuple[str, RequestError]]:
+    def _why_stop(self, job: Job, deadline: bool = True) -> Optional[tuple[str, RequestError]]:
         now = time.monotonic()
-        if job.deadline is not None and now > job.deadline:
+        if deadline and job.deadline is not None and now > job.deadline:
             return "deadline", job.deadline_error()
         if job.cancel.is_set():
             return "cancelled", RequestError(499, "the client went away")

@@ -172,12 +172,13 @@ def test_reading_the_goal_is_not_counted_as_waiting_for_the_engine(planner, monk
     """goal "infer" has the model read the goal first, a request of its own (faked here, slow as the real
     engine's can be: an idle daemon said `queued 3409 ms`): the plan's queue_s stays the wait for the
     engine, and PlanRun.goal_s (the daemon's goal_reading_ms) is how long the reading took."""
-    def slow_reading(engine, home, task):
+    def slow_reading(engine, home, task):  # a task (runtime/tasks.py) that asks the engine for nothing
         t0 = time.perf_counter()
         time.sleep(1.0)
         return InferredGoal(["on(tv)"], "on(tv)\n", ["tv"], (time.perf_counter() - t0) * 1e3, 3)
+        yield
 
-    monkeypatch.setattr(planner_module, "infer_goal", slow_reading)
+    monkeypatch.setattr(planner_module, "infer_goal_task", slow_reading)
     gen = planner.start(TASKS[1], GREEDY, speculation="none", goal="infer", deadline_s=60)
     plan = planner.finish(gen, planner.prefix)
     assert plan.goal_inferred == ["on(tv)"] and plan.goal_reached is True

@@ -1,4 +1,6 @@
-"""Both engines implement runtime/backend.py's `Backend`, and their requests its `Request`.
+"""Both engines implement runtime/backend.py's `Backend`, and their requests its `Request`; so does the
+remote race that wraps either (backends/remote/hedged.py `HedgedBackend`, `serve --remote`), which
+declares what it offers: no attribute is forwarded to the engine it wraps.
 
 Checked twice: statically, on the classes (every member of the protocol is there, a property as a
 property, a classmethod as one, and each method accepts the protocol's parameters by the same names,
@@ -14,6 +16,8 @@ import inspect
 
 import pytest
 
+from orin_llm.backends.remote.hedged import HedgedBackend, HedgedRequest
+from orin_llm.backends.remote.settings import RemoteSettings
 from orin_llm.backends.trtllm.engine import TrtllmEngine
 from orin_llm.backends.trtllm.generation import TrtllmGeneration
 from orin_llm.backends.trtllm.prefix_reuse import TrtllmPin
@@ -69,12 +73,12 @@ def mismatches(protocol: type, cls: type) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("cls", [Engine, TrtllmEngine])
+@pytest.mark.parametrize("cls", [Engine, TrtllmEngine, HedgedBackend])
 def test_both_engines_implement_the_backend_protocol(cls):
     assert mismatches(Backend, cls) == []
 
 
-@pytest.mark.parametrize("cls", [Generation, TrtllmGeneration, TrtllmPin])
+@pytest.mark.parametrize("cls", [Generation, TrtllmGeneration, TrtllmPin, HedgedRequest])
 def test_their_requests_implement_the_request_protocol(cls):
     assert mismatches(Request, cls) == []
 
@@ -101,6 +105,15 @@ def test_a_loaded_torch_engine_is_a_backend_and_says_what_it_can_do(engine):
     assert caps.max_batch == engine.manifest.limits["max_batch_size"] == engine.stats().max_running
     assert caps.tunable_batch and caps.paced_prefill and caps.persistent_histories
     assert caps.kernels and caps.pins_hold and caps.grammars
+
+
+def test_the_remote_race_is_a_backend_of_its_own_and_forwards_nothing(engine):
+    hedged = HedgedBackend(engine, RemoteSettings("http://127.0.0.1:1"))
+    assert isinstance(hedged, Backend) and hedged.capabilities == engine.capabilities
+    assert "__getattr__" not in vars(HedgedBackend)  # issue #42: `run` reached the local engine with our request
+    assert not hasattr(hedged, "deltas") and not hasattr(hedged, "cache")
+    request = hedged.generate(engine.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
+    assert isinstance(request, HedgedRequest) and mismatches(Request, type(request)) == []
 
 
 def test_a_loaded_trtllm_engine_is_a_backend_and_says_what_it_can_do(eng):

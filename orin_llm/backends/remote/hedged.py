@@ -252,9 +252,6 @@ class HedgedBackend:
         self.changed = threading.Event()
         self._model: Optional[str] = settings.model
 
-    def __getattr__(self, name: str) -> Any:  # the local engine's extras (run, ...)
-        return getattr(self.local, name)
-
     # -- the local engine's, as is
     manifest = property(lambda self: self.local.manifest)
     tokenizer = property(lambda self: self.local.tokenizer)

@@ -38,13 +38,14 @@ from typing import Any, Optional
 
 from ...errors import OrinError, PromptTooLong
 from ...manifest import Manifest
-from ...runtime.backend import Capabilities, EngineStats, run_pin
+from ...runtime.backend import Capabilities, EngineStats
 from ...runtime.constraint import Constraint, Vocabulary
 from ...runtime.drafters import AUTO_SPECULATION, DEFAULT_HISTORY
 from ...runtime.engine_files import EngineText, eos_ids, lookup_seed
 from ...runtime.generate import Result
 from ...runtime.sampling import SamplingParams
 from ...runtime.speculative import LookupDrafter
+from ...runtime.tasks import run_pin
 from .generation import TrtllmGeneration
 from .grammar import GrammarProcessor
 from .kv_stats import KvStats, kv_usage

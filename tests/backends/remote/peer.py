@@ -10,6 +10,7 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Optional
 
 import uvicorn
@@ -30,6 +31,7 @@ class Peer:
         self.mode = "ok"  # ok | stall | http500 | malformed
         self.text = "go_to(fridge)\nopen(fridge)\npick(milk)"
         self.texts: list[str] = []  # answers for the next requests, one each (then `text`)
+        self.reply: Optional[Callable[[dict[str, Any]], str]] = None  # body -> answer, before `texts` and `text`
         self.stall_s = 5.0
         self.cached_tokens = 0
         self.requests: list[dict[str, Any]] = []
@@ -69,7 +71,7 @@ class Peer:
         if self.mode == "http500":
             return JSONResponse({"error": "engine died"}, status_code=500)
         mode, stall_s, cached = self.mode, self.stall_s, self.cached_tokens
-        text = self.texts.pop(0) if self.texts else self.text
+        text = self.reply(body) if self.reply else self.texts.pop(0) if self.texts else self.text
 
         async def events():
             if mode == "stall":
