@@ -283,9 +283,7 @@ class World:
             target = args[0]
             if target in ix.objects:
                 target = self.location(target) or robot_at  # type: ignore[assignment]
-            elif target not in ix.places:
-                target = ix.room_of.get(target, target)
-            robot_at = target
+            robot_at = self._spot(target)
         elif kind == "pick":
             holding = args[0]
             object_at = {o: p for o, p in object_at.items() if o != holding}
@@ -325,7 +323,12 @@ class World:
             thing = args[0]
         else:
             return None  # say; an action on the object in hand tells nothing of where it is done
-        return thing if thing in ix.places or thing in ix.rooms else ix.room_of.get(thing)
+        return self._spot(thing)
+
+    def _spot(self, thing: Optional[str]) -> Optional[str]:
+        """Where the robot stands to be at `thing`: a place itself, else its room (a room is its own)."""
+        ix = self._ix
+        return thing if thing is None or thing in ix.places else ix.room_of.get(thing, thing)
 
     def feasible(self, action: str) -> Optional[list[tuple[str, ...]]]:
         """The argument tuples with which `action` can run now, in home order; [] when none can (or
