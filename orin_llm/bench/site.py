@@ -19,12 +19,28 @@ from ..errors import OrinError
 ROOT = Path(__file__).resolve().parents[2]
 # the engine's target/ holds what vLLM must not load (our Q4_1 blocks and INT8 KV scales)
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
-FLAGS = ("--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
-         "--enable-prompt-tokens-details",
-         "--enable-scale-out")  # without it the router's token requests get 403 and all goes to the first replica
+# a replica's flags but its dtype (dtype()) and --enable-scale-out (without it the router's token requests get
+# 403 and all goes to the first replica)
+SERVE_FLAGS = ("--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details")
 ROUTING_METRICS = ("vllm_router_policy_decisions", "vllm_router_prefix_routing", "vllm_router_kv_",
                    "vllm_router_cache_", "vllm_router_processed")  # the router's samples about where it sent what
 BLOCK_SIZE = 128  # vLLM's CPU backend's default KV block (vllm/platforms/cpu.py): what its prefix cache reuses
+
+
+def dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The replicas' --dtype: bfloat16 where the CPU has bf16 instructions (x86 AVX-512 BF16 or AMX, ARM's
+    BF16 extension), else float32: elsewhere vLLM's CPU build emulates bf16, and a plan's prompt then takes
+    several times longer than the daemons' hedging budgets, so the robots' engines answer everything."""
+    try:
+        words = set(cpuinfo.read_text(errors="replace").split())
+    except OSError:
+        return "float32"
+    return "bfloat16" if words & {"avx512_bf16", "amx_bf16", "bf16"} else "float32"
+
+
+def flags(scale_out: bool = True) -> tuple[str, ...]:
+    """A replica's serving flags (the GUIDE's "Site server" command, with this CPU's dtype)."""
+    return ("--dtype", dtype(), *SERVE_FLAGS, *(("--enable-scale-out",) if scale_out else ()))
 
 
 def vllm_venv() -> Path:
@@ -126,7 +142,7 @@ class Replica(_Process):
                                                    "endpoint": f"tcp://*:{kv_events_port}"})] if kv_events_port else []
         super().__init__([str(vllm_venv() / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
                           "--model", str(model), "--served-model-name", "embedded", "--host", "127.0.0.1",
-                          "--port", str(self.port), *FLAGS, *extra], log,
+                          "--port", str(self.port), *flags(), *extra], log,
                          env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_SERVER_DEV_MODE": "1"})
 
     def ready(self, timeout_s: float = 600) -> Replica:

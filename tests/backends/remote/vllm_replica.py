@@ -16,12 +16,11 @@ from typing import Optional
 
 import pytest
 
-from orin_llm.bench.site import model_dir, vllm_venv  # noqa: F401 (model_dir: the tests' import point)
+from orin_llm.bench.site import flags, model_dir, vllm_venv  # noqa: F401 (model_dir: the tests' import point)
 
 ROOT = Path(__file__).resolve().parents[3]
 VENV = vllm_venv()
-FLAGS = ("--dtype", "bfloat16", "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
-         "--enable-prompt-tokens-details")
+FLAGS = flags(scale_out=False)  # the benchmark's, with this CPU's dtype (two_replicas adds --enable-scale-out)
 
 
 def vllm_python() -> Path:
