@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
 # a replica's flags but its dtype (dtype()) and --enable-scale-out (without it the router's token requests get
 # 403 and all goes to the first replica)
-SERVE_FLAGS = ("--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching", "--enable-prompt-tokens-details")
+SERVE_FLAGS = ("--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching",
+               "--enable-prompt-tokens-details")
 ROUTING_METRICS = ("vllm_router_policy_decisions", "vllm_router_prefix_routing", "vllm_router_kv_",
                    "vllm_router_cache_", "vllm_router_processed")  # the router's samples about where it sent what
 BLOCK_SIZE = 128  # vLLM's CPU backend's default KV block (vllm/platforms/cpu.py): what its prefix cache reuses
