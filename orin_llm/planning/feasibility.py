@@ -23,6 +23,13 @@ sampling could pick.
 Actions whose arguments are not all things of the home (a `text` argument: `say("...")`) are not
 narrowed (World.feasible says None): the grammar alone decides them, and their line is checked by
 the simulator once complete (a violation is recorded, not hidden).
+
+No loops (docs/HOMES.md, rule 2): a step that brings the world back to a state the plan has already
+been in (`World.state_key`, what is said and done included) cannot be written: picking a thing up and
+putting it back, wiping two places in turn, going and coming back with nothing done. The states a plan
+has been in travel with its constraint (`visited`), and each world's lines are filtered by them
+(`StepSets.fresh`); a plan with nothing left that changes the world can only end. With a goal, a plan
+that has reached it ends there too: no step begins once the goal's facts hold.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ from .home.grammar import MAX_STEPS, step_lark
 MAX_WORLDS = 256
 MAX_AFTER = 1024  # (world, step) -> next world, kept per home version
 MAX_TUPLES = 10_000  # argument tuples tried for an action with a text argument (its things before the text)
+MAX_FRESH = 1024  # (world, visited) -> its lines that go somewhere new, kept per home version
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class StepSets:
         self.env = env
         self._sets: OrderedDict[Any, StepSet] = OrderedDict()
         self._after: OrderedDict[tuple, Any] = OrderedDict()  # (world key, line) -> the world after it
+        self._fresh: OrderedDict[tuple, StepSet] = OrderedDict()  # (world's state, visited) -> its fresh set
 
     def of(self, world) -> StepSet:
         key = world.key
@@ -118,33 +127,103 @@ class StepSets:
             self._after.popitem(last=False)
         return nxt
 
-    def continues(self, world, partial: bytes, piece: bytes):
-        """(world, partial line) after `piece` is written on `partial` in `world`; None when that
-        leaves the feasible steps."""
+    def changes(self, line: bytes) -> bool:
+        """Whether a line is a step (CallSets: a tag around tool calls is not, and changes nothing)."""
+        return True
+
+    def fresh(self, world, visited: frozenset) -> StepSet:
+        """`world`'s set without the steps that lead back to a state in `visited` (module doc: no loops);
+        the set itself when none does."""
+        key = (world.state_key, world.key, visited)
+        s = self._fresh.get(key)
+        if s is not None:
+            self._fresh.move_to_end(key)
+            return s
+        s = full = self.of(world)
+        lines = {ln for ln in full.lines if not self.changes(ln) or self.after(world, ln).state_key not in visited}
+        heads = []
+        for h in full.open_heads:
+            every = self._every_line(h)
+            if every is None:  # a text follows: one text stands for all
+                if not self._head_loops(world, h, visited):
+                    heads.append(h)
+                continue
+            fresh = {ln for ln in every if self.after(world, ln).state_key not in visited}
+            if fresh == every:
+                heads.append(h)  # every call of it can run and goes somewhere new
+            else:
+                lines |= fresh  # written out, so that no call of it ends where the plan was
+        lines, heads = frozenset(lines), tuple(heads)
+        if lines != full.lines or heads != full.open_heads:
+            prefixes = {ln[:i] for ln in lines for i in range(len(ln) + 1)}
+            prefixes |= {h[:i] for h in heads for i in range(len(h) + 1)}
+            s = StepSet(lines, frozenset(prefixes), heads)
+        self._fresh[key] = s
+        if len(self._fresh) > MAX_FRESH:
+            self._fresh.popitem(last=False)
+        return s
+
+    def _every_line(self, head: bytes) -> Optional[set]:
+        """Every call an open head of an action without a text argument begins (every one can run: that
+        is why it is a head); None for an action with a text."""
+        action = self.env.action(head.decode().split("(", 1)[0])
+        if action is None or "text" in action.args:
+            return None
+        pools = [self.env.names(t) for t in action.args]
+        return {format_call(action.name, list(args), types=action.args).encode()
+                for args in itertools.product(*pools)}
+
+    def _head_loops(self, world, head: bytes, visited: frozenset) -> bool:
+        """Whether every step an open head can begin leads back to a visited state: its text changes
+        nothing of the world (say: only that something was said), so one text stands for all."""
+        call = parse_call(head.decode("utf-8", errors="replace").rstrip(", ") + ")")
+        action = self.env.action(call[0]) if call is not None else None
+        if action is None:
+            return False
+        args = list(call[1]) + ["…" if t == "text" else "" for t in action.args[len(call[1]):]]
+        if "" in args or world.check(action.name, args) is not None:
+            return False  # a thing still to be chosen after the text: checked once the line is complete
+        return world.apply(action.name, args).state_key in visited
+
+    def continues(self, world, partial: bytes, piece: bytes, visited: frozenset = frozenset()):
+        """(world, partial line, visited) after `piece` is written on `partial` in `world`, the plan
+        having been in the states `visited`; None when that leaves the feasible steps or comes back to
+        a visited state."""
         text = partial + piece
         while True:
             cut = text.find(b"\n")
             if cut < 0:
-                s = self.of(world)
-                if text in s.prefixes or any(text.startswith(h) for h in s.open_heads):
-                    return world, text
+                s = self.fresh(world, visited)
+                # at a boundary with no step left to begin, the plan may still end (complete())
+                if not text or text in s.prefixes or any(text.startswith(h) for h in s.open_heads):
+                    return world, text, visited
                 return None
-            world = self.after(world, text[:cut])
-            if world is None:
+            line = text[:cut]
+            nxt = self.after(world, line)
+            if nxt is None:
                 return None
-            text = text[cut + 1:]
+            if self.changes(line):
+                if nxt.state_key in visited:
+                    return None
+                visited = visited | {nxt.state_key}
+            world, text = nxt, text[cut + 1:]
 
-    def in_open(self, world, partial: bytes) -> bool:
+    def in_open(self, world, partial: bytes, visited: frozenset = frozenset()) -> bool:
         """Whether the line being written is past the head of an action the grammar alone decides."""
-        return any(partial.startswith(h) for h in self.of(world).open_heads)
+        return any(partial.startswith(h) for h in self.fresh(world, visited).open_heads)
 
-    def complete(self, world, partial: bytes) -> bool:
-        """Whether the plan may end here: at a boundary, or after a complete feasible step."""
+    def complete(self, world, partial: bytes, visited: frozenset = frozenset()) -> bool:
+        """Whether the plan may end here: at a boundary, or after a complete feasible step that does not
+        come back to a visited state."""
         if not partial:
             return True
-        s = self.of(world)
-        return partial in s.lines or (any(partial.startswith(h) for h in s.open_heads)
-                                      and self.after(world, partial) is not None)
+        s = self.fresh(world, visited)
+        if partial in s.lines:
+            return True
+        if not any(partial.startswith(h) for h in s.open_heads):
+            return False
+        nxt = self.after(world, partial)
+        return nxt is not None and (not self.changes(partial) or nxt.state_key not in visited)
 
 
 class FeasibleConstraint(Constraint):
@@ -152,13 +231,16 @@ class FeasibleConstraint(Constraint):
     the decider, the model runner's verify masks, the draft model, TensorRT-LLM's post-processor
     (which calls only accept and allowed)."""
 
-    def __init__(self, base: Constraint, sets: StepSets, world, vocab):
+    def __init__(self, base: Constraint, sets: StepSets, world, vocab, goal=None):
         super().__init__(base.m, base.vocab_size, base.what)
+        self.goal = goal  # planning/home/goals.py Goal: once it holds, the plan may only end
+        self._reached: dict[tuple, bool] = {}
         self.sets, self.token_bytes, self.special = sets, vocab.token_bytes(), vocab.special_ids()
         self.line_enders = vocab.line_enders()
-        # per accepted token, what to go back to: (world, partial line) before it
-        self._trail: list[tuple[Any, bytes]] = []
+        # per accepted token, what to go back to: (world, partial line, visited states) before it
+        self._trail: list[tuple[Any, bytes, frozenset]] = []
         self.world, self.partial = world, b""
+        self.visited = frozenset({world.state_key})  # the states the plan has been in (no loops)
         self.narrow_s = 0.0  # time spent narrowing (the grammar's own mask: mask_s)
         self.unnarrowed = 0  # masks where no feasible token was left and the grammar's stood (see allowed)
         self.lark = base.lark  # a remote engine gets the home's grammar; its answer is checked here (fork)
@@ -169,18 +251,31 @@ class FeasibleConstraint(Constraint):
         c.m, c._bits, c._trail = self.m.deep_copy(), self._bits.clone(), []
         return c
 
-    def _next(self, tok: int, world=None, partial: Optional[bytes] = None):
-        """(world, partial line) after `tok` from the current state (or the one given); None: forbidden."""
+    def _next(self, tok: int, world=None, partial: Optional[bytes] = None, visited: Optional[frozenset] = None):
+        """(world, partial line, visited) after `tok` from the current state (or the one given); None:
+        forbidden."""
         if world is None:
-            world, partial = self.world, self.partial
+            world, partial, visited = self.world, self.partial, self.visited
         if tok in self.special:  # the end of the turn: only where the plan may end
-            return (world, partial) if self.sets.complete(world, partial) else None
-        return self.sets.continues(world, partial, self.token_bytes[tok])
+            return (world, partial, visited) if self.sets.complete(world, partial, visited) else None
+        nxt = self.sets.continues(world, partial, self.token_bytes[tok], visited)
+        if nxt is not None and nxt[1] and self._goal_holds(nxt[0]):
+            return None  # a step begun after the goal was reached
+        return nxt
+
+    def _goal_holds(self, world) -> bool:
+        if self.goal is None:
+            return False
+        key = world.state_key
+        held = self._reached.get(key)
+        if held is None:
+            held = self._reached[key] = self.goal.reached(world)
+        return held
 
     def allowed(self) -> torch.Tensor:
         grammar = super().allowed()
         t0 = time.perf_counter()
-        if self.sets.in_open(self.world, self.partial):
+        if self.sets.in_open(self.world, self.partial, self.visited):
             # inside an argument the grammar alone decides (a text): only a token that ends the line
             # (a newline in it, or the end of the turn) completes a step the simulator must check
             ids = [t for t in self.line_enders if grammar[t]]
@@ -203,9 +298,9 @@ class FeasibleConstraint(Constraint):
         if nxt is None and not self.unnarrowed:
             raise RuntimeError(f"{self.what}: token {token} would write a step the state does not allow")
         super().accept(token)
-        self._trail.append((self.world, self.partial))
+        self._trail.append((self.world, self.partial, self.visited))
         if nxt is not None:
-            self.world, self.partial = nxt
+            self.world, self.partial, self.visited = nxt
         else:  # past an unnarrowed mask: follow the text, the world stays
             self.partial = (self.partial + self.token_bytes[token]).rsplit(b"\n", 1)[-1]
 
@@ -213,13 +308,13 @@ class FeasibleConstraint(Constraint):
         if n <= 0:
             return
         super().rollback(n)
-        self.world, self.partial = self._trail[-n]
+        self.world, self.partial, self.visited = self._trail[-n]
         del self._trail[-n:]
 
     def valid_prefix(self, tokens: list[int]) -> int:
         n = super().valid_prefix(tokens)
         t0 = time.perf_counter()
-        state, ok = (self.world, self.partial), 0
+        state, ok = (self.world, self.partial, self.visited), 0
         for tok in tokens[:n]:
             state = self._next(tok, *state)
             if state is None:
@@ -237,7 +332,7 @@ class FeasibleConstraint(Constraint):
         line, or for sets that narrow other things than a plan's steps (a chat's tool calls:
         server/call_narrowing.py)."""
         if type(self.sets) is StepSets and self.at_boundary and self.lark is not None:
-            return StateSteps(self.sets, self.world)
+            return StateSteps(self.sets, self.world, self.visited, self.goal)
         return None
 
 
@@ -248,21 +343,28 @@ class StateSteps:
 
     max_steps = MAX_STEPS
 
-    def __init__(self, sets: StepSets, world):
-        self.sets, self.world = sets, world
+    def __init__(self, sets: StepSets, world, visited: Optional[frozenset] = None, goal=None):
+        self.sets, self.world, self.goal = sets, world, goal
+        self.visited = frozenset({world.state_key}) if visited is None else visited
 
     def grammar(self, first: bool, last: bool) -> Optional[str]:
-        s = self.sets.of(self.world)
+        if self.goal is not None and self.goal.reached(self.world):
+            return None  # the goal holds: the plan ends here
+        s = self.sets.fresh(self.world, self.visited)
         return step_lark(self.sets.env, s.lines, s.open_heads, first, last)
 
     def advance(self, line: str) -> bool:
-        self.world = self.sets.after(self.world, line.encode())
-        return self.world is not None
+        nxt = self.sets.after(self.world, line.encode())
+        if nxt is None or nxt.state_key in self.visited:
+            return False
+        self.world, self.visited = nxt, self.visited | {nxt.state_key}
+        return True
 
 
-def narrowed(base: Constraint, sets: StepSets, world, vocab) -> FeasibleConstraint:
-    """The request's grammar constraint narrowed by `world` (a World of planning/home/world.py)."""
-    return FeasibleConstraint(base, sets, world, vocab)
+def narrowed(base: Constraint, sets: StepSets, world, vocab, goal=None) -> FeasibleConstraint:
+    """The request's grammar constraint narrowed by `world` (a World of planning/home/world.py), ending
+    once `goal` (planning/home/goals.py) holds."""
+    return FeasibleConstraint(base, sets, world, vocab, goal)
 
 
 def plan_lines(steps: list[tuple[str, tuple[str, ...]]], env: Environment) -> str:

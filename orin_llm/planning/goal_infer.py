@@ -34,6 +34,7 @@ from .plans import Home
 
 GRAMMARS_KEPT = 64
 INFER = "infer"  # the goal value that asks for the goal to be inferred
+NO_GOAL = "none"  # the goal value that asks for none: the model's plan as it decodes it
 
 
 @dataclass

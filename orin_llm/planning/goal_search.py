@@ -109,7 +109,8 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> S
         params = replace(params, temperature=params.temperature or SAMPLE_TEMPERATURE,
                          seed=(params.seed or 0) + tried)
         gen = yield from planner.start_task(run.task, params, run.observations, run.speculation, run.constrained,
-                                            home=run.home, feasibility=run.feasibility, state=run.state)
+                                            home=run.home, feasibility=run.feasibility,
+                                            goal=[str(f) for f in run.goal.facts], state=run.state)
         gen.planning = replace(gen.planning, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
         yield gen
         cand = planner.finish_one(gen, prefix)

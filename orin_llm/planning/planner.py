@@ -28,11 +28,11 @@ from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..runtime.backend import Backend
 from ..runtime.cache import Pin
 from ..runtime.constraint import Grammar
-from ..runtime.generate import Generation
+from ..runtime.generate import Generation, Result, SpecStats, Timings
 from ..runtime.sampling import SamplingParams
 from ..runtime.tasks import Primary, Steps, Task, drive
 from .feasibility import StepSets, narrowed, whole_steps
-from .goal_infer import INFER, infer_goal_task
+from .goal_infer import INFER, NO_GOAL, infer_goal_task
 from .goal_search import GOAL_BUDGET_S, PlanRun, check_plan, parse_goal, reach_goal
 from .home import Environment, prefix_messages, task_message
 from .home.grammar import plan_grammar
@@ -268,7 +268,7 @@ class Planner:
                    speculation: str = "auto", constrained: bool = True,
                    conversation: Optional[Conversation] = None, home: Optional[str] = None,
                    feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
-                   deadline_s: Optional[float] = None) -> Steps[Generation]:
+                   deadline_s: Optional[float] = None, empty_ok: bool = False) -> Steps[Generation | Plan]:
         """A task (runtime/tasks.py) that returns a plan request, not yet submitted, on home `home`'s
         current version; `constrained`: every line it writes is a step of the home (its grammar),
         where the engine and the home allow it. With a `conversation`, the request is its next turn
@@ -279,14 +279,22 @@ class Planner:
         must make true (planning/home/goals.py), or "infer": the model reads them in the task text
         first (goal_infer.py: the task's one request; the plan's goal_inferred says which);
         finish() searches for a plan that does, within `deadline_s` of now (GOAL_BUDGET_S when
-        None). `state`: this request's state (a partial update of the home's current one, or a
-        HomeState), the home's stays as it is."""
+        None); "none": no goal. None (not given) is "infer" wherever a goal can be checked
+        (reads_goals), so that the plain request gets the best path; a goal read that way which the
+        model cannot write is no goal, not an error. `state`: this request's state (a partial update
+        of the home's current one, or a HomeState), the home's stays as it is. `empty_ok`: a goal that
+        holds in the state the plan starts in is answered with an empty Plan instead of a request."""
         started = time.perf_counter()  # the request's TTFT and total include rendering and tokenizing it
         if feasibility not in FEASIBILITY:
             raise OrinError(f"feasibility {feasibility!r}: choose enforce, report or off")
         h = self.home(home)
         prefix = h.prefix
         env = prefix.environment
+        asked = goal
+        if goal is None:
+            goal = INFER if self.reads_goals(home, feasibility, constrained) else None
+        elif goal == NO_GOAL:
+            goal = None
         if env.is_text:
             if goal or state is not None:
                 raise OrinError(f"environment {env.name!r} is plain text: it has no state to "
@@ -306,17 +314,24 @@ class Planner:
         inferred = None
         if isinstance(goal, str):
             if goal != INFER:
-                raise OrinError(f"goal {goal!r}: give a list of facts like [\"at(mug, sink)\"], or \"infer\" "
-                                "to have the model read them in the task text")
-            inferred = yield from infer_goal_task(self.engine, h, task)
-            goal = inferred.facts
+                raise OrinError(f"goal {goal!r}: give a list of facts like [\"at(mug, sink)\"], \"infer\" to have "
+                                "the model read them in the task text, or \"none\"")
+            try:
+                inferred = yield from infer_goal_task(self.engine, h, task)
+                goal = inferred.facts
+            except OrinError:
+                if asked is not None:
+                    raise
+                goal = None  # the plain request: a goal the model cannot write is planned without one
         goal_ = parse_goal(goal, env) if goal else None
         world = World.start(env, run_state) if feasibility != "off" else None
+        if empty_ok and goal_ is not None and world is not None and goal_.reached(world):
+            return self._nothing_to_do(h, world, goal_, feasibility, inferred)
         extra: dict = {"history": history_key(env)}  # an engine with one history ignores it
         if constrained and prefix.grammar is not None:
             c = prefix.grammar.constraint()
             if feasibility == "enforce":
-                c = narrowed(c, prefix.steps, world, self.engine.vocabulary())
+                c = narrowed(c, prefix.steps, world, self.engine.vocabulary(), goal_)
             extra["constraint"] = c
         elif constrained and not env.is_text:
             raise OrinError(f"this {self.engine.manifest.backend} engine cannot constrain a plan to the home's "
@@ -353,6 +368,24 @@ class Planner:
         gen.planning = PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
                                world, goal_, started + budget, started, inferred)
         return gen
+
+    def reads_goals(self, home: Optional[str] = None, feasibility: str = "enforce", constrained: bool = True) -> bool:
+        """Whether a request that names no goal has the model read one in its task (goal "infer"): where a
+        goal can be checked, a home with rooms and actions simulated (feasibility enforce or report) and
+        plans kept to its grammar on an engine that constrains."""
+        env = self.home(home).prefix.environment
+        return not env.is_text and feasibility != "off" and constrained and self.constrains
+
+    def _nothing_to_do(self, h: Home, world: World, goal, feasibility: str, inferred) -> Plan:
+        """The answer to a goal that holds already: an empty plan that says so (no request runs)."""
+        result = Result("", [], "stop", Timings(), SpecStats())  # the engine took no request
+        plan = Plan("", [], result, h.prefix.version, constrained=True, final_state=world.state,
+                    goal_reached=True, feasibility=feasibility, goal_reading_s=inferred.ms / 1e3 if inferred else 0.0,
+                    search={"candidates": 0, "source": "start",
+                            "reason": f"the goal ({goal}) holds in the state the plan starts in: nothing to do"})
+        if inferred is not None:
+            plan.goal_inferred, plan.goal_dropped = list(inferred.facts), list(inferred.dropped)
+        return plan
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:
         """finish_task driven here (the request, if it has not run, and a goal's later candidates
@@ -411,6 +444,8 @@ class Planner:
         the search; each request runs next to the others. Returns the Plan."""
         prefix = self.home(home).prefix
         gen = yield from self.start_task(task, params, observations, speculation, constrained, conversation, home,
-                                         feasibility, goal, state, deadline_s)
+                                         feasibility, goal, state, deadline_s, empty_ok=True)
+        if isinstance(gen, Plan):  # the goal holds already: nothing to decode
+            return gen
         yield Primary(gen)
         return (yield from self.finish_task(gen, prefix))

@@ -39,6 +39,7 @@ class Plan:
     goal_inferred: Optional[list[str]] = None  # goal "infer": the facts the model read in the task
     # goal "infer": facts the model wrote that contradicted an earlier one, left out, each with why
     goal_dropped: list[str] = field(default_factory=list)
+    goal_reading_s: float = 0.0  # goal "infer": how long reading the goal in the task took
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class CallSets(StepSets):
         prefixes |= {h[:i] for h in heads for i in range(len(h) + 1)}
         return StepSet(frozenset(lines), frozenset(prefixes), tuple(heads))
 
+    def changes(self, line: bytes) -> bool:
+        return line not in TAGS
+
     def after(self, world, line: bytes):
         """The world after one line: a tag changes nothing; a call runs if its preconditions hold."""
         if line in TAGS:

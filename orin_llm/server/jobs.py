@@ -52,16 +52,18 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
                                       deadline_s=left_s))
 
         def steps(gen) -> FeasibleSteps:
-            # with a goal the plan may be another candidate's or the search's: its steps are sent once chosen
-            return FeasibleSteps(prefix.environment, gen.world, hold=bool(req.goal))
+            # with a goal (given, or read in the task) the plan may be another candidate's or the search's:
+            # its steps are sent once chosen
+            return FeasibleSteps(prefix.environment, gen.world, hold=gen.planning.goal is not None)
 
         def finish(queue_s: float) -> dict:
-            plan, gen = task.value, task.primary
-            assert plan is not None and gen is not None
+            plan, gen = task.value, task.primary  # no primary: the goal held already, nothing was decoded
+            assert plan is not None
+            goal_s = gen.planning.goal_s if gen is not None else plan.goal_reading_s
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
-                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s, gen.planning.goal_s),
+                   "finish_reason": plan.result.finish_reason, **stats(plan.result, queue_s, goal_s),
                    **feasibility_fields(plan)}
             if req.environment:
                 out["environment"] = req.environment

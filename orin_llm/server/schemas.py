@@ -81,17 +81,17 @@ Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9]
 HomeName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 
 
-def _infer_only(v: str) -> str:
-    if v != "infer":
-        raise ValueError(f"a list of facts like [\"at(mug, sink)\"], or \"infer\" to have the model read them in "
-                         f"the task text; got the string {json.dumps(v)[:80]}")
+def _infer_or_none(v: str) -> str:
+    if v not in ("infer", "none"):
+        raise ValueError(f"a list of facts like [\"at(mug, sink)\"], \"infer\" to have the model read them in "
+                         f"the task text (the default), or \"none\" for no goal; got the string {json.dumps(v)[:80]}")
     return v
 
 
-# "infer", or the facts; the tags hold "[" so that error messages leave them out (app.py describe)
-Goal = Annotated[Union[Annotated[str, AfterValidator(_infer_only), Tag("str[infer]")],
+# "infer", "none", or the facts; the tags hold "[" so that error messages leave them out (app.py describe)
+Goal = Annotated[Union[Annotated[str, AfterValidator(_infer_or_none), Tag("str[infer|none]")],
                        Annotated[list[Fact], Field(min_length=1, max_length=MAX_GOAL_FACTS), Tag("list[facts]")]],
-                 Discriminator(lambda v: "str[infer]" if isinstance(v, str) else "list[facts]")]
+                 Discriminator(lambda v: "str[infer|none]" if isinstance(v, str) else "list[facts]")]
 
 
 class PlanRequest(Sampling):
@@ -111,9 +111,12 @@ class PlanRequest(Sampling):
         None,
         description="Facts the plan must make true, written like steps: at(mug, coffee_table), holding(o), "
                     "robot_at(p), open(p), closed(p), on(d), off(d), done(action, p), said; or \"infer\": the "
-                    "model reads them in the task text first (the answer's goal_inferred says which). The answer "
-                    "says goal_reached and, when false, goal_missing; the planner searches for a plan that reaches "
-                    "it within the deadline.")
+                    "model reads them in the task text first (the answer's goal_inferred says which); or \"none\": "
+                    "no goal, the model's plan as it decodes it. Absent: \"infer\" wherever a goal can be "
+                    "checked (a home with rooms and actions, feasibility enforce or report, a constrained plan), "
+                    "else none. The answer says goal_reached and, when false, goal_missing; the planner searches "
+                    "for a plan that reaches it within the deadline. A goal that holds already is answered with an "
+                    "empty plan (search.source \"start\").")
     feasibility: Literal["enforce", "report", "off"] = Field(
         "enforce", description="enforce (the default): every step's preconditions hold in the state simulated "
                                "from the steps before it (the constraint allows only those); report: the grammar "

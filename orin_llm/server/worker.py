@@ -105,7 +105,7 @@ class Active:
     steps: Optional[StepStream] = None  # for a streamed plan, once its primary request is known
 
     @property
-    def gen(self) -> Request:
+    def gen(self) -> Optional[Request]:
         """The request the answer reports (deltas, timings, served_by): the task's primary."""
         return self.task.primary if self.task.primary is not None else self.task.request
 
@@ -359,18 +359,22 @@ class Worker:
                 self._stop(a, stop)
 
     def _answer(self, a: Active) -> None:
-        """The task has returned: the job's answer."""
+        """The task has returned: the job's answer (a task may return without a primary request: a
+        plan whose goal held already)."""
         queue_s = self._queue_s(a)
         try:
             payload = a.finish(queue_s)
         except Exception as e:
             return self._end(a.job, *self._error(a.job, e))
         self._saved_home(a.job)
-        report = getattr(a.gen, "report", None) or {}  # served_by, where a remote races
+        gen = a.gen
+        report = getattr(gen, "report", None) or {}  # served_by, where a remote races
         payload.update(report)
         self.metrics.served(a.job.endpoint, report)
+        if a.job.stream and a.task.primary is None:
+            a.job.emit("start")  # a stream answered without decoding is still a stream
         a.job.emit("done", payload)
-        if a.gen.result is not None and a.job.endpoint != "environment":
+        if gen is not None and gen.result is not None and a.job.endpoint != "environment":
             self.metrics.observe(a.job.endpoint, a.gen.result, queue_wait_s=queue_s,
                                  latency_s=time.monotonic() - a.job.created)
         else:
@@ -380,7 +384,7 @@ class Worker:
     def _queue_s(a: Active) -> float:
         """Arrival to the engine taking the request: the wait for this thread, then for a place in
         the running batch (the generation's own queue_s)."""
-        return (a.began - a.job.created) + a.gen.timings.queue_s
+        return (a.began - a.job.created) + (a.gen.timings.queue_s if a.gen is not None else 0.0)
 
     def _stop(self, a: Active, stop: tuple[str, RequestError]) -> None:
         self.active.remove(a)

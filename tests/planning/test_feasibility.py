@@ -49,8 +49,8 @@ def planner(engine):
 
 @pytest.fixture(scope="module")
 def greedy(planner):
-    """The greedy enforce plan of each task, plainly decoded."""
-    return {task: planner.plan(task, GREEDY, speculation="none") for task in TASKS}
+    """The greedy enforce plan of each task, plainly decoded (goal "none": the model's plan as it decodes it)."""
+    return {task: planner.plan(task, GREEDY, speculation="none", goal="none") for task in TASKS}
 
 
 def test_enforced_plans_are_feasible_where_report_lists_violations(planner, greedy):
@@ -58,13 +58,13 @@ def test_enforced_plans_are_feasible_where_report_lists_violations(planner, gree
     reported = 0
     for i, task in enumerate(TASKS):
         sampled = SamplingParams(max_tokens=32, temperature=1.0, seed=i)
-        for plan in (greedy[task], planner.plan(task, sampled, speculation="none")):
+        for plan in (greedy[task], planner.plan(task, sampled, speculation="none", goal="none")):
             assert plan.feasibility == "enforce" and plan.steps, plan.text
             _, violations = simulate(env, plan.steps, env.state)
             assert violations == [] and plan.violations == [], (task, plan.text, violations)
             assert plan.final_state is not None
             assert not plan.rejected, plan.rejected
-        report = planner.plan(task, GREEDY, speculation="none", feasibility="report")
+        report = planner.plan(task, GREEDY, speculation="none", feasibility="report", goal="none")
         _, violations = simulate(env, report.steps, env.state)
         assert report.violations == violations  # report lists exactly what the simulator finds
         reported += len(violations)
@@ -80,7 +80,7 @@ def test_speculation_is_lossless_under_the_narrowed_constraint(planner, greedy, 
     drafted = 0
     for task in TASKS:
         plain = greedy[task].result
-        spec = planner.plan(task, GREEDY, speculation=mode).result
+        spec = planner.plan(task, GREEDY, speculation=mode, goal="none").result
         assert spec.token_ids == plain.token_ids, (mode, task)
         drafted += spec.speculation.drafted
     assert drafted > 0
@@ -130,7 +130,7 @@ def test_drafts_and_verify_masks_follow_the_simulated_state(planner):
 def test_max_tokens_ends_a_plan_at_a_step_boundary(planner):
     cut = 0
     for n in (5, 9, 13):
-        plan = planner.plan(TASKS[0], SamplingParams(max_tokens=n), speculation="none")
+        plan = planner.plan(TASKS[0], SamplingParams(max_tokens=n), speculation="none", goal="none")
         lines = plan.text.splitlines()
         assert all(parse_call(line) is not None for line in lines), (n, plan.text)
         assert len(plan.steps) == len(lines) and not plan.rejected

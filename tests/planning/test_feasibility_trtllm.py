@@ -34,11 +34,12 @@ def test_enforce_narrows_the_post_processors_mask(eng, monkeypatch):
     reported = 0
     for seed in range(3):
         params = SamplingParams(max_tokens=24, temperature=1.0, seed=seed)
-        plan = planner.plan("Put the book in the fridge.", params)
+        plan = planner.plan("Put the book in the fridge.", params, goal="none")
         assert plan.feasibility == "enforce" and plan.steps, plan.text
         _, violations = simulate(HOME, plan.steps, HOME.state)
         assert violations == [] and plan.violations == [], (plan.text, violations)
-        reported += len(planner.plan("Put the book in the fridge.", params, feasibility="report").violations)
+        reported += len(planner.plan("Put the book in the fridge.", params, feasibility="report",
+                                     goal="none").violations)
     assert seen  # the executor's post-processor asked the narrowed constraint
     if on_fake(eng) is not None:  # a real model may plan only what can run; the random weights do not
         assert reported > 0  # the grammar alone, on the same random weights, writes steps that cannot run

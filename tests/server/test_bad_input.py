@@ -75,7 +75,7 @@ CASES = [  # (id, method, path, body: dict (JSON) or bytes (raw), status, words 
     ("goal-without-simulation", "POST", PLAN, {"task": "x", "goal": ["said"], "feasibility": "off"}, 422,
      'feasibility "off" simulates nothing'),
     ("goal-infer-misspelt", "POST", PLAN, {"task": "x", "goal": "infer it"}, 422,
-     'goal: a list of facts like ["at(mug, sink)"], or "infer" to have the model read them in the task text'),
+     'goal: a list of facts like ["at(mug, sink)"], "infer" to have the model read them in the task text'),
     ("goal-infer-without-simulation", "POST", PLAN, {"task": "x", "goal": "infer", "feasibility": "off"}, 422,
      'feasibility "off" simulates nothing'),
     ("plan-state-unknown-object", "POST", PLAN, {"task": "x", "state": {"holding": "unicorn"}}, 422,

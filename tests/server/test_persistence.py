@@ -52,7 +52,8 @@ def seed_plans(engine_dir: Path) -> int:
 
 
 def plan(c) -> None:
-    c.post("/v1/plan", json={"task": "Bring the mug to the sofa.", "max_tokens": 6}).raise_for_status()
+    """One request (goal "none": no goal read first), which adds one plan to the home's history."""
+    c.post("/v1/plan", json={"task": "Bring the mug to the sofa.", "max_tokens": 6, "goal": "none"}).raise_for_status()
 
 
 def test_an_idle_daemon_has_saved_before_a_sigkill_and_the_next_pins_the_homes_again(start_daemon,  # noqa: F811

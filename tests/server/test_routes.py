@@ -135,9 +135,10 @@ def test_a_failed_load_is_reported_by_health_and_the_gate():
     ({"task": "x", "colour": "red"}, "colour: unknown field (allowed: "),
     ([1], "the body must be a JSON object, got a list"),
     ({"task": "x", "feasibility": "strict"}, "feasibility: Input should be 'enforce', 'report' or 'off'"),
-    ({"task": "x", "goal": "at(mug, sink)"}, 'goal: a list of facts like ["at(mug, sink)"], or "infer" to have the '
-                                             'model read them in the task text; got the string "at(mug, sink)"'),
-    ({"task": "x", "goal": "Infer"}, 'or "infer" to have the model read them in the task text; got the string "Infer"'),
+    ({"task": "x", "goal": "at(mug, sink)"}, 'goal: a list of facts like ["at(mug, sink)"], "infer" to have the '
+                                             'model read them in the task text (the default), or "none" for no '
+                                             'goal; got the string "at(mug, sink)"'),
+    ({"task": "x", "goal": "Infer"}, 'or "none" for no goal; got the string "Infer"'),
     ({"task": "x", "goal": 5}, "goal: Input should be a valid list, got 5 (a number)"),
     ({"task": "x", "goal": []}, "goal: List should have at least 1 item"),
     ({"task": "x", "goal": [""]}, "goal.0: String should have at least 1 character"),

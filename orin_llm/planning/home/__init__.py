@@ -20,11 +20,11 @@ from .model import ARG_TYPES, BUILTIN_KINDS, KINDS, Action, Environment, Example
 from .parse import EXAMPLE_HOME_PATH, environment_from_dict, load_environment
 from .render import SYSTEM_PROMPT, prefix_messages, system_message, task_message
 from .state import HomeState, apply_update, state_from_dict
-from .world import Violation, World, simulate
+from .world import Violation, World, loops, simulate
 
 __all__ = [
     "ARG_TYPES", "BUILTIN_KINDS", "EXAMPLE_HOME_PATH", "KINDS", "SYSTEM_PROMPT", "Action", "Environment", "Example",
     "HomeState", "Room", "Step", "Violation", "World", "apply_update", "environment_from_dict", "format_call",
-    "load_environment", "parse_call", "prefix_messages", "simulate", "state_from_dict", "system_message",
+    "load_environment", "loops", "parse_call", "prefix_messages", "simulate", "state_from_dict", "system_message",
     "task_message", "version_key",
 ]

@@ -172,6 +172,16 @@ class World:
                          on=dict(self._on), said=self.said, done=list(self.done))
 
     @property
+    def state_key(self) -> tuple:
+        """Hashable; equal for worlds in the same state (not the last step): the facts, whether something
+        was said, and which `other` actions were done (wiped, fed: work that leaves no fact behind; an
+        opened door or a switched lamp is its fact). A plan that comes back to one has undone its own
+        work or done nothing new (docs/HOMES.md, rule 2: no loops)."""
+        actions = self._ix.actions
+        work = frozenset(d for d in self.done if actions.get(d[0], ("",))[0] == "other")
+        return (*self.key[:-1], self.said, work)
+
+    @property
     def facts_key(self) -> tuple:
         """Hashable; equal for worlds with the same facts (what is said or done is left out)."""
         return self.key[:-1]
@@ -385,6 +395,23 @@ def simulate(env: Environment, steps: Sequence[Step],
         else:
             world = world.apply(step.action, step.args)
     return world, violations
+
+
+def loops(env: Environment, steps: Sequence[Step], state: Optional[HomeState] = None) -> list[int]:
+    """The positions of the steps that bring the world back to a state the plan had already been in
+    (docs/HOMES.md, rule 2: no loops), from `state`; a step that cannot run changes nothing and is
+    not counted here (simulate() reports it)."""
+    world = World.start(env, state)
+    seen = {world.state_key}
+    out = []
+    for i, step in enumerate(steps):
+        if world.check(step.action, step.args) is not None:
+            continue
+        world = world.apply(step.action, step.args)
+        if world.state_key in seen:
+            out.append(i)
+        seen.add(world.state_key)
+    return out
 
 
 def check_examples(env: Environment) -> None:

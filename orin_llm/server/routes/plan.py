@@ -30,6 +30,7 @@ async def plan(req: PlanRequest, request: Request, state: AppState = Depends(app
               stream=req.stream, deadline_ms=req.deadline_ms, created=arrived)
 
     def on_done(answer: dict) -> list[dict]:
-        held = [{"step": s} for s in final_steps(answer)] if req.goal else []  # step events held back
+        # with a goal (given, or read in the task) the step events were held back until the plan was chosen
+        held = [{"step": s} for s in final_steps(answer)] if answer.get("goal_reached") is not None else []
         return [*held, answer]
     return await respond(state, job, request, JSONResponse, on_done=on_done)

@@ -39,8 +39,8 @@ def daemon(tiny_engine_dir, peer):
 def test_plan_and_stream_say_they_were_served_remotely(daemon, peer):
     peer.mode = "ok"
     with daemon.client() as c:
-        out = c.plan(TASK, max_tokens=16)
-        events = list(c.plan_stream(TASK, max_tokens=16))
+        out = c.plan(TASK, max_tokens=16, goal="none")
+        events = list(c.plan_stream(TASK, max_tokens=16, goal="none"))
     assert out["served_by"] == "remote" and [s["action"] for s in out["steps"]] == ["go_to", "open", "pick"]
     assert out["remote"]["url"] == peer.url
     steps = [e["step"]["action"] for e in events if "step" in e]
@@ -58,7 +58,7 @@ def test_a_stalled_remote_gives_a_local_plan_within_the_deadline(daemon, peer):
     peer.mode, peer.stall_s = "stall", 60.0
     try:
         with daemon.client() as c:
-            out = c.plan(TASK, max_tokens=8, deadline_ms=30_000)
+            out = c.plan(TASK, max_tokens=8, deadline_ms=30_000, goal="none")
     finally:
         peer.mode = "ok"
     assert out["served_by"] == "local" and "no first token" in out["fallback"], out

@@ -9,18 +9,12 @@ candidates with `engine.run`, which HedgedBackend forwarded to the local engine 
 
 from __future__ import annotations
 
-import asyncio
-
-import httpx
 import pytest
 
 from orin_llm.backends.remote.hedged import HedgedBackend
 from orin_llm.backends.remote.settings import RemoteSettings
-from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
-from orin_llm.planning.planner import Planner
-from orin_llm.server.app import AppState, ServerConfig, create_app, open_app
-from orin_llm.server.worker import Worker
 from tests.conftest import tiny_fixture
+from tests.server.inproc import serve
 
 from .peer import free_port
 
@@ -33,30 +27,6 @@ GOALS = {"facts": ["at(milk, coffee_table)"], "infer": "infer"}
 # what the answer says of the plan and the goal (timings and who served it differ by design)
 SAME = ("plan", "steps", "rejected_lines", "constrained", "feasibility", "violations", "final_state",
         "goal_reached", "goal_missing", "goal_inferred", "goal_dropped", "environment_version")
-
-
-def serve(engine, payloads: list[dict]) -> list[httpx.Response]:
-    """POST each payload to /v1/plan of an app on `engine` (the worker on its own thread, as in a daemon)."""
-    worker = Worker(lambda: Planner(engine, load_environment(EXAMPLE_HOME_PATH)), queue_size=4)
-    try:
-        worker.wait_loaded(120)
-        worker.start()
-        state = AppState(ServerConfig(), worker)
-        app = create_app(state)
-        open_app(app)
-
-        async def go() -> list[httpx.Response]:
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://orin-llm",
-                                         timeout=120) as c:
-                return [await c.post("/v1/plan", json=p) for p in payloads]
-        return asyncio.run(go())
-    finally:
-        worker.stop()
-        if worker.loaded:
-            for home in worker.planner.homes.values():
-                engine.unpin(home.pin)
-                if home.state_pin is not None:
-                    engine.unpin(home.state_pin)
 
 
 def plans() -> list[dict]:

@@ -81,11 +81,12 @@ def test_a_stop_cancels_without_waiting(eng):
 def test_constrained_plans_speculate_and_plan_as_plain_decoding(eng):
     planner = Planner(eng, HOME)
     task, params = "Bring the mug to the sofa.", SamplingParams(max_tokens=48)
-    plain = planner.plan(task, params, speculation="none")
+    plain = planner.plan(task, params, speculation="none", goal="none")
     assert plain.constrained
     for mode in [m for m in eng.speculation_modes if m not in ("auto", "none")]:
         for _ in range(2):  # the second run can look the first up
-            assert planner.plan(task, params, speculation=mode).result.token_ids == plain.result.token_ids, mode
+            spec = planner.plan(task, params, speculation=mode, goal="none")
+            assert spec.result.token_ids == plain.result.token_ids, mode
 
 
 def test_a_grammar_step_it_cannot_place_is_an_error_in_the_answer(eng, monkeypatch):
@@ -100,7 +101,7 @@ def test_a_grammar_step_it_cannot_place_is_an_error_in_the_answer(eng, monkeypat
     monkeypatch.setattr(eng, "request", without_client)
     monkeypatch.setattr(eng.grammar, "bind", lambda client, request_id: None)
     with pytest.raises(OrinError, match="grammar could not be applied"):
-        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="none")
+        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="none", goal="none")
 
 
 def test_kv_figures_come_from_the_executor(eng):

@@ -32,12 +32,12 @@ def test_a_constrained_plan_is_masked_by_the_post_processor_on_every_step(eng):
     planner = Planner(eng, SMALL_HOME)
     assert planner.prefix.grammar is not None  # compiled once for the version, on this engine too
     rows = eng.grammar.rows
-    plan = planner.plan("Bring the mug to the sofa.", SamplingParams(max_tokens=40))
+    plan = planner.plan("Bring the mug to the sofa.", SamplingParams(max_tokens=40), goal="none")
     assert plan.constrained and plan.steps  # every line a step of the home
     lines = [ln for ln in plan.text.splitlines() if ln.strip()]
     assert len(plan.steps) >= len(lines) - (plan.result.finish_reason == "length")
     assert eng.grammar.rows - rows >= len(plan.result.token_ids)  # the executor masked every token it decided
-    free = planner.plan("Bring the mug to the sofa.", SamplingParams(max_tokens=40), constrained=False)
+    free = planner.plan("Bring the mug to the sofa.", SamplingParams(max_tokens=40), constrained=False, goal="none")
     assert not free.constrained
     assert eng.grammar._requests == {}  # every request's grammar state was released
     fake = on_fake(eng)
@@ -61,10 +61,10 @@ def test_constrained_plans_speculate_and_plan_what_plain_decoding_plans(eng, mod
     # the grammar alone ("report"): the fake's scripted draft engine continues the grammar's plan, which
     # the state-narrowed one (the default, enforce) cuts at its first token; the narrowed constraint on
     # this backend is tested in test_feasibility_trtllm.py
-    plain = planner.plan(task, params, speculation="none", feasibility="report")
+    plain = planner.plan(task, params, speculation="none", feasibility="report", goal="none")
     fake = on_fake(eng)
     before = len(target_executor(fake).requests) if fake is not None else 0
-    runs = [planner.plan(task, params, speculation=mode, feasibility="report")
+    runs = [planner.plan(task, params, speculation=mode, feasibility="report", goal="none")
             for _ in range(2)]  # the 2nd looks up the 1st
     assert all(spec.result.token_ids == plain.result.token_ids and spec.text == plain.text for spec in runs)
     s = runs[1].result.speculation
@@ -101,10 +101,10 @@ def test_positions_decided_unmasked_are_dropped_on_the_host(eng, fake, monkeypat
     forbids is dropped on the host and decoding goes on from the valid prefix: the same plan."""
     planner = Planner(eng, SMALL_HOME)
     task, params = "Put the book on the sofa.", SamplingParams(max_tokens=40)
-    plain = planner.plan(task, params, speculation="none")
+    plain = planner.plan(task, params, speculation="none", goal="none")
     monkeypatch.setattr(fake, "PROCESS_DRAFT_ROWS", False)
     for _ in range(2):  # the second looks up the first: drafts the grammar allows
-        spec = planner.plan(task, params, speculation="lookup")
+        spec = planner.plan(task, params, speculation="lookup", goal="none")
         assert spec.result.token_ids == plain.result.token_ids
     assert "the grammar forbids (its logits were not post-processed)" in caplog.text  # it did happen
 
@@ -122,19 +122,20 @@ def test_a_step_the_post_processor_cannot_place_fails_the_request(eng, monkeypat
     monkeypatch.setattr(eng, "request", without_client)
     monkeypatch.setattr(eng.grammar, "bind", lambda client, request_id: None)
     with pytest.raises(OrinError, match="grammar could not be applied to this request: .*without a client_id"):
-        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="none")
+        planner.plan("Open the fridge.", SamplingParams(max_tokens=8), speculation="none", goal="none")
     fake = on_fake(eng)
     if fake is not None:
         target = target_executor(fake)
         assert target.idle()
         assert target.runs[max(target.runs)].output in ([], [eng.end_id])  # ended at once: only end_id allowed
     monkeypatch.undo()
-    assert planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none").steps  # serves on
+    again = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none", goal="none")
+    assert again.steps  # serves on
 
 
 def test_a_call_without_client_id_is_placed_by_request_id(eng, monkeypatch):
     planner = Planner(eng, SMALL_HOME)
-    plain = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none")
+    plain = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none", goal="none")
     real_request = eng.request
 
     def without_client(*args, **kwargs):
@@ -143,7 +144,7 @@ def test_a_call_without_client_id_is_placed_by_request_id(eng, monkeypatch):
         return req
 
     monkeypatch.setattr(eng, "request", without_client)
-    again = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none")
+    again = planner.plan("Open the fridge.", SamplingParams(max_tokens=16), speculation="none", goal="none")
     assert again.result.token_ids == plain.result.token_ids
 
 

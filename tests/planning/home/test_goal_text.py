@@ -200,7 +200,7 @@ def test_an_inferred_goal_is_the_homes_and_the_plan_aims_at_it(planner):
 
 
 def test_infer_is_refused_where_it_cannot_run(planner, engine):
-    with pytest.raises(OrinError, match='or "infer" to have the model read them'):
+    with pytest.raises(OrinError, match='"infer" to have the model read them in the task text, or "none"'):
         planner.plan("Open the fridge.", SamplingParams(max_tokens=8), goal="guess")
     with pytest.raises(OrinError, match='feasibility "off" simulates nothing'):
         planner.plan("Open the fridge.", SamplingParams(max_tokens=8), goal="infer", feasibility="off")
