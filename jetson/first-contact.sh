@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # jetson/first-contact.sh — everything a new Jetson AGX Orin needs, in order, and one tarball to attach
 # to a bug report:
-#   1. checks     JetPack 6.1 (L4T R36.4.0), power mode, clocks, disk swap, free disk
+#   1. checks     before any install: L4T R36.4.x (JetPack 6.1/6.2.x; a JetPack 7 board is told what to do
+#                 instead), the Python, free disk where the checkpoints and engines go (computed from the
+#                 profile), disk swap, power mode and clocks, the checkpoints (or the login and download)
 #   2. installs   jetson/setup.sh: apt packages, TensorRT-LLM v0.12.0-jetson, orin-llm, all under
 #                 jetson/constraints-0.12-jetson.txt; then the doctor (JSON), MAXN and pinned clocks
 #   3. build      the memory plan (JSON), then orin-llm build --profile P: NVIDIA's documented path
@@ -31,13 +33,7 @@ OUT=""
 SWAP_GB=""
 DRY_RUN=0
 SKIP_INSTALL=0
-# What a fresh Orin needs free: the TensorRT-LLM source tree and its C++ build (ccache included), the two
-# Hugging Face checkpoints (~6.4 + 2.5 GB for the 3B and 1B), their converted checkpoints, links with the
-# lm_head copies and engines. An estimate: the tarball records `df` so the first run can correct it.
-MIN_DISK_GIB=60
-MIN_SWAP_GIB=8  # jetson/setup.sh's own advice for building the engines
-
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -127,31 +123,18 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 STAGE="1/6 checks"
-say "$STAGE: JetPack, power mode, clocks, swap, disk"
+say "$STAGE: JetPack, Python, disk, swap, power, checkpoints: before anything is installed"
+# The Orin's own Python and the standard library only (doctor/first_checks.py): nothing is installed yet.
+checks=("$PYTHON" -m orin_llm.doctor.first_checks --profile "$PROFILE" --engine "$ENGINE")
+[[ -z "$SWAP_GB" ]] || checks+=(--swap "$SWAP_GB")
+show "${checks[*]}"
 if [[ $DRY_RUN -eq 1 ]]; then
-    note "check: /etc/nv_tegra_release says L4T R36.4.0 (JetPack 6.1, what TensorRT-LLM v0.12.0-jetson is made for)"
-    note "check: nvpmodel -q (MAXN wanted; stage 2 sets it) and jetson_clocks --show (pinned; stage 2 pins them)"
-    note "check: disk swap >= $MIN_SWAP_GIB GiB in /proc/swaps, or --swap GB (stage 2 makes it)"
-    note "check: >= $MIN_DISK_GIB GiB free on the repository's disk and on /opt"
+    "${checks[@]}" --dry-run | sed 's/^/   /'
 else
-    release="$(head -n 1 /etc/nv_tegra_release 2>/dev/null || true)"
-    [[ -n "$release" ]] || fail "this is not a Jetson (no /etc/nv_tegra_release): run first-contact on the Orin, or --dry-run here"
-    note "$release"
-    if [[ "$release" != *"R36 (release), REVISION: 4."* ]]; then
-        fail "flash JetPack 6.1 (L4T R36.4.0) with NVIDIA SDK Manager: TensorRT-LLM v0.12.0-jetson is built for it"
-    fi
-    [[ "$release" == *"REVISION: 4.0,"* ]] || note "warning: newer than JetPack 6.1 (L4T R36.4.0): same CUDA 12.6 / TensorRT 10.3 line, unverified"
-    note "power mode: $(nvpmodel -q 2>/dev/null | sed -n 's/^NV Power Mode: *//p' | head -n 1)"
-    disk_swap_kib="$(awk 'NR > 1 && $1 !~ /zram/ {s += $3} END {print s + 0}' /proc/swaps)"
-    note "disk swap: $((disk_swap_kib / 1048576)) GiB"
-    if (( disk_swap_kib < MIN_SWAP_GIB * 1048576 )) && [[ -z "$SWAP_GB" ]]; then
-        fail "less than $MIN_SWAP_GIB GiB of disk swap (zram does not help a build): rerun with --swap 16"
-    fi
-    for dir in "$REPO" /opt; do
-        free_gib="$(( $(df -Pk "$dir" | awk 'NR == 2 {print $4}') / 1048576 ))"
-        note "free on $dir: $free_gib GiB"
-        (( free_gib >= MIN_DISK_GIB )) || fail "only $free_gib GiB free on $dir; free at least $MIN_DISK_GIB GiB (or put the repo and /opt/TensorRT-LLM on an NVMe drive)"
-    done
+    code=0
+    "${checks[@]}" >"$OUT/checks.txt" || code=$?
+    sed 's/^/   /' "$OUT/checks.txt"
+    (( code == 0 )) || fail "$(sed -n 's/^next: //p' "$OUT/checks.txt" | tail -n 1)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -246,8 +229,9 @@ TESTS=(tests/backends/trtllm/test_trtllm_contract.py tests/backends/trtllm/test_
        tests/backends/trtllm/test_trtllm_homes.py tests/planning/test_feasibility_trtllm.py tests/runtime/test_backend.py
        tests/backends/test_loader.py tests/server/test_worker.py tests/bench/test_bench_trtllm.py
        tests/build/test_shipped_profiles.py)
+# tests/server/conftest.py imports httpx (pyproject's dev extra): nothing on the device path brings it
 step tests.log env PIP_CONSTRAINT=jetson/constraints-0.12-jetson.txt "$PYTHON" -m pip install --quiet "pytest>=8" \
-    || fail "pytest did not install: $OUT/logs/tests.log"
+    "httpx>=0.27" || fail "pytest and httpx did not install: $OUT/logs/tests.log"
 step tests.log env ORIN_LLM_TEST_TRTLLM_ENGINE="$ENGINE" "$PYTHON" -m pytest "${TESTS[@]}" -k real -rA \
     --junitxml "$OUT/tests.xml" \
     || fail "a TensorRT-LLM test failed on the real bindings ($OUT/logs/tests.log, $OUT/tests.xml): the fake is kinder than 0.12 there; attach the tarball to an issue"

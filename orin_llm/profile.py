@@ -62,6 +62,9 @@ class ModelSpec(_Strict):
     # config.json to plan memory from when `model` is not on this machine (e.g. planning an Orin
     # build on a laptop); relative to the profile. Default: <model>/config.json.
     config: Optional[str] = None
+    # The Hugging Face repository `model` is downloaded from: first contact's checks print the download
+    # command for a checkpoint that is not there yet (doctor/first_checks.py).
+    hf_repo: Optional[str] = None
     weights: Weights = "fp16"
     kv_cache: KvDtype = "fp16"
     dtype: Literal["float32", "float16", "bfloat16"] = "float16"  # compute dtype
