@@ -8,13 +8,16 @@
 #                 jetson/constraints-0.12-jetson.txt; then the doctor (JSON), MAXN and pinned clocks
 #   3. build      the memory plan (JSON), then orin-llm build --profile P: NVIDIA's documented path
 #                 (convert_checkpoint.py weight-only INT4, trtllm-build), each step's log kept
-#   4. smoke      orin-llm serve on the engine; health, a plan, a streamed plan, a cancelled stream
-#                 (python -m orin_llm.doctor.smoke)
+#   4. ladder     the feature ladder: plain, block reuse, chunked context, grammar post-processor, lookup,
+#                 the 1B draft, one more per rung (the plain and reuse engines built from the profile's
+#                 siblings); each rung a daemon with --trtllm-features and its smoke test (health, a plan,
+#                 a streamed plan, a cancelled stream); it stops at the first rung that fails
 #   5. bench      orin-llm bench --quick on the engine; the grammar post-processor's per-token cost on the GPU
 #   6. tests      the TensorRT-LLM backend's tests on the real bindings and this engine (the cases the fake
 #                 passes on any machine; ORIN_LLM_TEST_TRTLLM_ENGINE=the engine), a JUnit XML of them
 # It stops at the first failure and says the next thing to try. Whatever happened, the run's folder
-# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, smoke and bench JSON,
+# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, each ladder rung's
+# build and serve logs and smoke JSON, the bench JSON,
 # the tests' XML)
 # is packed into <out>.tar.gz.
 #
@@ -33,7 +36,7 @@ OUT=""
 SWAP_GB=""
 DRY_RUN=0
 SKIP_INSTALL=0
-usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -n 's/^# \{0,1\}//p'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -60,9 +63,6 @@ if [[ -z "$PYTHON" ]]; then
     if [[ -x "$VENV/bin/python" ]]; then PYTHON="$VENV/bin/python"; else PYTHON="python3"; fi
 fi
 ORIN_LLM=("$PYTHON" -m orin_llm.cli)
-SOCKET="/tmp/orin-first-contact-$$.sock"  # a socket path must stay under 108 bytes
-[[ $DRY_RUN -eq 0 ]] || SOCKET="/tmp/orin-first-contact-<pid>.sock"
-SERVE_PID=""
 STAGE="start"
 
 say() { printf '\n== %s\n' "$*"; }
@@ -90,11 +90,6 @@ step() {
 
 pack() {
     local code=$?
-    if [[ -n "$SERVE_PID" ]] && kill -0 "$SERVE_PID" 2>/dev/null; then
-        kill -TERM "$SERVE_PID" 2>/dev/null || true
-        wait "$SERVE_PID" 2>/dev/null || true
-    fi
-    rm -f "$SOCKET"
     [[ $DRY_RUN -eq 1 || ! -d "$OUT" ]] && return
     {
         echo "# first-contact $(date -u +%FT%TZ), exit $code, last stage: $STAGE"
@@ -196,17 +191,18 @@ if [[ $DRY_RUN -eq 0 ]]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="4/6 smoke"
-say "$STAGE: the daemon on $ENGINE: health, plan, stream, cancel"
-show "orin-llm serve --engine $ENGINE --socket $SOCKET > $OUT/logs/serve.log &"
-show "python -m orin_llm.doctor.smoke --socket $SOCKET --out $OUT/smoke.json"
-if [[ $DRY_RUN -eq 0 ]]; then
-    "${ORIN_LLM[@]}" serve --engine "$ENGINE" --socket "$SOCKET" >"$OUT/logs/serve.log" 2>&1 &
-    SERVE_PID=$!
-    "$PYTHON" -m orin_llm.doctor.smoke --socket "$SOCKET" --out "$OUT/smoke.json" \
-        || fail "the smoke test failed (above; the daemon's log is $OUT/logs/serve.log)"
-    kill -TERM "$SERVE_PID" && wait "$SERVE_PID" || true
-    SERVE_PID=""
+STAGE="4/6 ladder"
+say "$STAGE: one feature at a time, each rung a daemon on its engine: health, plan, stream, cancel"
+# plain -> block reuse -> chunked context -> grammar post-processor -> lookup -> the 1B draft
+# (orin_llm/backends/trtllm/features.py); it stops at the first rung that fails, whose logs go in the bundle
+ladder=("$PYTHON" -m orin_llm.doctor.ladder --profile "$PROFILE" --engine "$ENGINE" --out "$OUT")
+show "${ladder[*]}"
+if [[ $DRY_RUN -eq 1 ]]; then
+    "${ladder[@]}" --dry-run | sed 's/^/   /'
+else
+    code=0
+    "${ladder[@]}" | tee "$OUT/logs/ladder.log" || code=$?
+    (( code == 0 )) || fail "$(sed -n 's/^next: //p' "$OUT/logs/ladder.log" | tail -n 1) (the failing rung's logs: $OUT/ladder/)"
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -107,6 +107,10 @@ class Profile(_Strict):
     # Prefix tokens to keep cached beyond the running sequences: with prefix reuse, the KV pool is also
     # where homes and conversations stay warm between requests, so the plan sizes it for both.
     cached_prefix_tokens: int = Field(default=0, ge=0)
+    # TensorRT-LLM: requests in flight and no response for this long means the executor hangs (0.12's cancel
+    # race); the daemon fails them, restarts the executor and goes on (backends/trtllm/watchdog.py). Well
+    # above a step's time: the longest is a whole prompt of max_num_tokens prefilled at once.
+    executor_stall_s: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _cached_needs_reuse(self) -> Profile:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..errors import OrinError, PromptTooLong
+from ..errors import EngineRestarted, OrinError, PromptTooLong
 from ..planning.planner import Planner
 from ..runtime.backend import Request
 from ..runtime.block_manager import NoBlocks
@@ -403,6 +403,8 @@ class Worker:
             return "invalid", RequestError(413, str(e))
         if isinstance(e, NoBlocks):  # the KV pool is full right now: come back shortly
             return "rejected", RequestError(503, str(e), retry_after=1)
+        if isinstance(e, EngineRestarted):  # the engine stalled and was restarted under it: send it again
+            return "error", RequestError(503, str(e), retry_after=1)
         if isinstance(e, PinTooLarge):  # the pins would leave no room for a request: not now, not later
             return "invalid", RequestError(507, str(e))
         if isinstance(e, OrinError):  # bad input the runtime caught (speculation, grammar, ...)

@@ -36,7 +36,7 @@ def test_the_dry_run_prints_every_stage_and_exits_0(tmp_path):
     assert proc.stdout == GOLDEN.read_text(), "the dry run changed; regenerate (module docstring) and review"
     stages = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
     assert [s.split(":")[0] for s in stages] == ["== 1/6 checks", "== 2/6 installs", "== 3/6 build",
-                                                 "== 4/6 smoke", "== 5/6 bench", "== 6/6 tests", "== done"]
+                                                 "== 4/6 ladder", "== 5/6 bench", "== 6/6 tests", "== done"]
     assert not (tmp_path / "first-contact-golden").exists() and not list(ROOT.glob("first-contact-golden*"))
 
 
