@@ -111,6 +111,11 @@ class Profile(_Strict):
     # race); the daemon fails them, restarts the executor and goes on (backends/trtllm/watchdog.py). Well
     # above a step's time: the longest is a whole prompt of max_num_tokens prefilled at once.
     executor_stall_s: float = Field(default=30.0, gt=0)
+    # TensorRT-LLM: ExecutorConfig(extended_runtime_perf_knob_config=ExtendedRuntimePerfKnobConfig(
+    # multi_block_mode=True)) (R cpp/tensorrt_llm/pybind/executor/bindings.cpp L451-458, executor.h L468: off by
+    # default at 0.12, on from 0.13): attention of a long context split over more thread blocks. Off until the
+    # Orin's bench says it pays.
+    multi_block_mode: bool = False
 
     @model_validator(mode="after")
     def _cached_needs_reuse(self) -> Profile:

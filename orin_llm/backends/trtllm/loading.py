@@ -99,13 +99,15 @@ def _engine_setup(role: str, kv_cache: str, cfg: dict, block_reuse: bool, chunke
 
 
 def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int,
-                   grammar: Optional[GrammarProcessor] = None) -> Any:
+                   grammar: Optional[GrammarProcessor] = None, multi_block: bool = False) -> Any:
     # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
     # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...,
     # logits_post_processor_map=None, ...) (R≡J L518-547; J model_runner_cpp.py from_dir sets
     # enable_chunked_context the same way). The grammar's post-processor: backends/trtllm/grammar.py.
     kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
     extra = {"logits_post_processor_map": processor_map(grammar)} if grammar is not None else {}
+    if multi_block:  # ExtendedRuntimePerfKnobConfig(multi_block_mode=False, ...) (R bindings.cpp L451-458)
+        extra["extended_runtime_perf_knob_config"] = module.ExtendedRuntimePerfKnobConfig(multi_block_mode=True)
     config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context,
                                    **extra)
     try:
@@ -162,12 +164,14 @@ def load_engine_dir(make: Callable[..., Any], engine_dir: str | Path, draft: boo
     # the target's: constrained plans (backends/trtllm/grammar.py); without it none is registered at all
     grammar = GrammarProcessor(end_id=0) if wanted(features, GRAMMAR) else None
 
+    multi_block = bool(manifest.profile.get("multi_block_mode", False))
+
     def make_executors() -> dict[str, Any]:  # at load, and again when the watchdog restarts them
         made: dict[str, Any] = {}
         try:
             for role, entry in roles.items():
                 made[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
-                                            grammar if role == "target" else None)
+                                            grammar if role == "target" else None, multi_block)
         except BaseException:
             for ex in made.values():
                 ex.shutdown()

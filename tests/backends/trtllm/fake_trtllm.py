@@ -126,6 +126,14 @@ class ExecutorConfig(_Bound):  # bindings.cpp L518-547
     def _check(self):
         if self.kv_cache_config is not None and not isinstance(self.kv_cache_config, KvCacheConfig):
             raise TypeError("ExecutorConfig(): kv_cache_config must be a KvCacheConfig")
+        knobs = self.extended_runtime_perf_knob_config
+        if knobs is not None and not isinstance(knobs, ExtendedRuntimePerfKnobConfig):
+            raise TypeError("ExecutorConfig(): extended_runtime_perf_knob_config must be an "
+                            "ExtendedRuntimePerfKnobConfig")
+
+
+class ExtendedRuntimePerfKnobConfig(_Bound):  # R bindings.cpp L451-458 (py::init<bool, bool>)
+    PARAMS = (("multi_block_mode", False), ("enable_context_fmha_fp32_acc", False))
 
 
 class SamplingConfig(_Bound):  # bindings.cpp L161-196; checks as executor/samplingConfig.cpp

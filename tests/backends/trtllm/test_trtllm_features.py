@@ -127,3 +127,20 @@ def test_the_ladders_profiles_differ_from_the_profile_in_their_features_only(suf
     main = load_profile(PROFILE).model_dump()
     sibling = load_profile(PROFILE.with_name(f"{PROFILE.stem}{suffix}.toml")).model_dump()
     assert {k for k in main if main[k] != sibling[k]} == differs
+
+
+def test_multi_block_mode_from_the_profile(tmp_path, engine_dir, fake):
+    """profile multi_block_mode = true: ExtendedRuntimePerfKnobConfig(multi_block_mode=True) on every executor
+    (0.12's binding: R bindings.cpp L451-458, off by default); without the key, no knob config is passed."""
+    import json
+
+    path = make_engine_dir(engine_dir, tmp_path / "mb")
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["profile"]["multi_block_mode"] = True
+    (path / "manifest.json").write_text(json.dumps(manifest))
+    TrtllmEngine.load(path).close()
+    configs = fake.calls("ExecutorConfig")
+    assert len(configs) == 2 and all(c["extended_runtime_perf_knob_config"].multi_block_mode for c in configs)
+    assert fake.calls("ExtendedRuntimePerfKnobConfig") == [{"multi_block_mode": True}] * 2
+    TrtllmEngine.load(make_engine_dir(engine_dir, tmp_path / "plain")).close()
+    assert "extended_runtime_perf_knob_config" not in fake.calls("ExecutorConfig")[-1]
