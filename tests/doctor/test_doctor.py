@@ -138,6 +138,8 @@ def test_unreadable_power_mode_and_clocks(tmp_path):
     ("# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic", "warn", "L4T R36.4.3 (JetPack 6.2): newer than"),
     ("# R36 (release), REVISION: 3.0, GCID: 1, BOARD: generic", "error", "L4T R36.3.0 (JetPack 6.0): TensorRT-LLM"),
     ("# R35 (release), REVISION: 4.1, GCID: 1, BOARD: t186ref", "error", "L4T R35.4.1: TensorRT-LLM v0.12.0-jetson"),
+    ("# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic", "error",
+     "L4T R38.2.0: JetPack 7 (CUDA 13) cannot run TensorRT-LLM v0.12.0-jetson; serve the torch engine"),
     ("not a release line", "warn", "cannot read the L4T version"),
 ])
 def test_other_jetpacks(tmp_path, release, status, words):
