@@ -102,7 +102,12 @@ pack() {
         echo "## pip freeze"; "$PYTHON" -m pip freeze 2>/dev/null || true
     } >"$OUT/versions.txt" 2>&1
     cp "$PROFILE" "$OUT/profile.toml" 2>/dev/null || true
-    if [[ -d "$ENGINE/logs" ]]; then mkdir -p "$OUT/logs/build" && cp "$ENGINE"/logs/*.log "$OUT/logs/build/" 2>/dev/null || true; fi
+    # the profile's engine's build logs, and the ladder's plain and reuse engines' (doctor/ladder.py)
+    for built in "$ENGINE" "$ENGINE-plain" "$ENGINE-reuse"; do
+        if [[ -d "$built/logs" ]]; then
+            mkdir -p "$OUT/logs/build/$(basename "$built")" && cp "$built"/logs/*.log "$OUT/logs/build/$(basename "$built")/" 2>/dev/null || true
+        fi
+    done
     [[ -f "$ENGINE/manifest.json" ]] && cp "$ENGINE/manifest.json" "$OUT/manifest.json"
     tar czf "$OUT.tar.gz" "$OUT"
     echo "packed: $OUT.tar.gz (attach it to the bug report)"
@@ -181,7 +186,7 @@ if [[ $DRY_RUN -eq 0 && -f "$ENGINE/manifest.json" ]]; then
     note "$ENGINE is built already: using it (delete it to build again)"
 else
     step build.log "${ORIN_LLM[@]}" build --profile "$PROFILE" --out "$ENGINE" \
-        || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
+        || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/$(basename "$ENGINE")/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
 fi
 # the plan again with the engine files' real sizes (measured) in place of the estimates
 show "orin-llm memory --profile $PROFILE --engine $ENGINE --json > $OUT/memory-plan-measured.json"

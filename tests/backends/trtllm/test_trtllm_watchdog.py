@@ -136,6 +136,7 @@ def test_the_daemon_answers_503_for_a_stalled_request_then_keeps_serving(hanging
         assert kind == "error" and error.status == 503 and error.retry_after == 1
         assert "made no progress" in str(error)
         assert eng.kv_usage()["executor"]["restarts"] == 1
+        assert "orin_llm_executor_restarts 1.0" in worker.metrics.render().decode()  # what /metrics serves
         from tests.server.test_worker import run_job
 
         again = run_job(worker, "plan", plan_job(req.model_copy(update={"max_tokens": 8}),
