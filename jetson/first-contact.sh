@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # jetson/first-contact.sh — everything a new Jetson AGX Orin needs, in order, and one tarball to attach
 # to a bug report:
-#   1. checks     JetPack 6.1 (L4T R36.4.0), power mode, clocks, disk swap, free disk
+#   1. checks     before any install: L4T R36.4.x (JetPack 6.1/6.2.x; a JetPack 7 board is told what to do
+#                 instead), the Python, free disk where the checkpoints and engines go (computed from the
+#                 profile), disk swap, power mode and clocks, the checkpoints (or the login and download)
 #   2. installs   jetson/setup.sh: apt packages, TensorRT-LLM v0.12.0-jetson, orin-llm, all under
 #                 jetson/constraints-0.12-jetson.txt; then the doctor (JSON), MAXN and pinned clocks
 #   3. build      the memory plan (JSON), then orin-llm build --profile P: NVIDIA's documented path
 #                 (convert_checkpoint.py weight-only INT4, trtllm-build), each step's log kept
-#   4. smoke      orin-llm serve on the engine; health, a plan, a streamed plan, a cancelled stream
-#                 (python -m orin_llm.doctor.smoke)
+#   4. ladder     the feature ladder: plain, block reuse, chunked context, grammar post-processor, lookup,
+#                 the 1B draft, one more per rung (the plain and reuse engines built from the profile's
+#                 siblings); each rung a daemon with --trtllm-features and its smoke test (health, a plan,
+#                 a streamed plan, a cancelled stream); it stops at the first rung that fails
 #   5. bench      orin-llm bench --quick on the engine; the grammar post-processor's per-token cost on the GPU
 #   6. tests      the TensorRT-LLM backend's tests on the real bindings and this engine (the cases the fake
 #                 passes on any machine; ORIN_LLM_TEST_TRTLLM_ENGINE=the engine), a JUnit XML of them
 # It stops at the first failure and says the next thing to try. Whatever happened, the run's folder
-# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, smoke and bench JSON,
+# (versions, logs, doctor JSON, the profile, the memory plan, the build commands, each ladder rung's
+# build and serve logs and smoke JSON, the bench JSON,
 # the tests' XML)
 # is packed into <out>.tar.gz.
 #
@@ -31,13 +36,7 @@ OUT=""
 SWAP_GB=""
 DRY_RUN=0
 SKIP_INSTALL=0
-# What a fresh Orin needs free: the TensorRT-LLM source tree and its C++ build (ccache included), the two
-# Hugging Face checkpoints (~6.4 + 2.5 GB for the 3B and 1B), their converted checkpoints, links with the
-# lm_head copies and engines. An estimate: the tarball records `df` so the first run can correct it.
-MIN_DISK_GIB=60
-MIN_SWAP_GIB=8  # jetson/setup.sh's own advice for building the engines
-
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -n 's/^# \{0,1\}//p'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -64,9 +63,6 @@ if [[ -z "$PYTHON" ]]; then
     if [[ -x "$VENV/bin/python" ]]; then PYTHON="$VENV/bin/python"; else PYTHON="python3"; fi
 fi
 ORIN_LLM=("$PYTHON" -m orin_llm.cli)
-SOCKET="/tmp/orin-first-contact-$$.sock"  # a socket path must stay under 108 bytes
-[[ $DRY_RUN -eq 0 ]] || SOCKET="/tmp/orin-first-contact-<pid>.sock"
-SERVE_PID=""
 STAGE="start"
 
 say() { printf '\n== %s\n' "$*"; }
@@ -94,11 +90,6 @@ step() {
 
 pack() {
     local code=$?
-    if [[ -n "$SERVE_PID" ]] && kill -0 "$SERVE_PID" 2>/dev/null; then
-        kill -TERM "$SERVE_PID" 2>/dev/null || true
-        wait "$SERVE_PID" 2>/dev/null || true
-    fi
-    rm -f "$SOCKET"
     [[ $DRY_RUN -eq 1 || ! -d "$OUT" ]] && return
     {
         echo "# first-contact $(date -u +%FT%TZ), exit $code, last stage: $STAGE"
@@ -111,7 +102,12 @@ pack() {
         echo "## pip freeze"; "$PYTHON" -m pip freeze 2>/dev/null || true
     } >"$OUT/versions.txt" 2>&1
     cp "$PROFILE" "$OUT/profile.toml" 2>/dev/null || true
-    if [[ -d "$ENGINE/logs" ]]; then mkdir -p "$OUT/logs/build" && cp "$ENGINE"/logs/*.log "$OUT/logs/build/" 2>/dev/null || true; fi
+    # the profile's engine's build logs, and the ladder's plain and reuse engines' (doctor/ladder.py)
+    for built in "$ENGINE" "$ENGINE-plain" "$ENGINE-reuse"; do
+        if [[ -d "$built/logs" ]]; then
+            mkdir -p "$OUT/logs/build/$(basename "$built")" && cp "$built"/logs/*.log "$OUT/logs/build/$(basename "$built")/" 2>/dev/null || true
+        fi
+    done
     [[ -f "$ENGINE/manifest.json" ]] && cp "$ENGINE/manifest.json" "$OUT/manifest.json"
     tar czf "$OUT.tar.gz" "$OUT"
     echo "packed: $OUT.tar.gz (attach it to the bug report)"
@@ -127,31 +123,18 @@ fi
 
 # ---------------------------------------------------------------------------------------------
 STAGE="1/6 checks"
-say "$STAGE: JetPack, power mode, clocks, swap, disk"
+say "$STAGE: JetPack, Python, disk, swap, power, checkpoints: before anything is installed"
+# The Orin's own Python and the standard library only (doctor/first_checks.py): nothing is installed yet.
+checks=("$PYTHON" -m orin_llm.doctor.first_checks --profile "$PROFILE" --engine "$ENGINE")
+[[ -z "$SWAP_GB" ]] || checks+=(--swap "$SWAP_GB")
+show "${checks[*]}"
 if [[ $DRY_RUN -eq 1 ]]; then
-    note "check: /etc/nv_tegra_release says L4T R36.4.0 (JetPack 6.1, what TensorRT-LLM v0.12.0-jetson is made for)"
-    note "check: nvpmodel -q (MAXN wanted; stage 2 sets it) and jetson_clocks --show (pinned; stage 2 pins them)"
-    note "check: disk swap >= $MIN_SWAP_GIB GiB in /proc/swaps, or --swap GB (stage 2 makes it)"
-    note "check: >= $MIN_DISK_GIB GiB free on the repository's disk and on /opt"
+    "${checks[@]}" --dry-run | sed 's/^/   /'
 else
-    release="$(head -n 1 /etc/nv_tegra_release 2>/dev/null || true)"
-    [[ -n "$release" ]] || fail "this is not a Jetson (no /etc/nv_tegra_release): run first-contact on the Orin, or --dry-run here"
-    note "$release"
-    if [[ "$release" != *"R36 (release), REVISION: 4."* ]]; then
-        fail "flash JetPack 6.1 (L4T R36.4.0) with NVIDIA SDK Manager: TensorRT-LLM v0.12.0-jetson is built for it"
-    fi
-    [[ "$release" == *"REVISION: 4.0,"* ]] || note "warning: newer than JetPack 6.1 (L4T R36.4.0): same CUDA 12.6 / TensorRT 10.3 line, unverified"
-    note "power mode: $(nvpmodel -q 2>/dev/null | sed -n 's/^NV Power Mode: *//p' | head -n 1)"
-    disk_swap_kib="$(awk 'NR > 1 && $1 !~ /zram/ {s += $3} END {print s + 0}' /proc/swaps)"
-    note "disk swap: $((disk_swap_kib / 1048576)) GiB"
-    if (( disk_swap_kib < MIN_SWAP_GIB * 1048576 )) && [[ -z "$SWAP_GB" ]]; then
-        fail "less than $MIN_SWAP_GIB GiB of disk swap (zram does not help a build): rerun with --swap 16"
-    fi
-    for dir in "$REPO" /opt; do
-        free_gib="$(( $(df -Pk "$dir" | awk 'NR == 2 {print $4}') / 1048576 ))"
-        note "free on $dir: $free_gib GiB"
-        (( free_gib >= MIN_DISK_GIB )) || fail "only $free_gib GiB free on $dir; free at least $MIN_DISK_GIB GiB (or put the repo and /opt/TensorRT-LLM on an NVMe drive)"
-    done
+    code=0
+    "${checks[@]}" >"$OUT/checks.txt" || code=$?
+    sed 's/^/   /' "$OUT/checks.txt"
+    (( code == 0 )) || fail "$(sed -n 's/^next: //p' "$OUT/checks.txt" | tail -n 1)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -203,7 +186,7 @@ if [[ $DRY_RUN -eq 0 && -f "$ENGINE/manifest.json" ]]; then
     note "$ENGINE is built already: using it (delete it to build again)"
 else
     step build.log "${ORIN_LLM[@]}" build --profile "$PROFILE" --out "$ENGINE" \
-        || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
+        || fail "the build stopped: the failing step's log is in $ENGINE/logs/ (copied to $OUT/logs/build/$(basename "$ENGINE")/); docs/trtllm-0.12-jetson.md §7 lists what only the Orin settles"
 fi
 # the plan again with the engine files' real sizes (measured) in place of the estimates
 show "orin-llm memory --profile $PROFILE --engine $ENGINE --json > $OUT/memory-plan-measured.json"
@@ -213,17 +196,18 @@ if [[ $DRY_RUN -eq 0 ]]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-STAGE="4/6 smoke"
-say "$STAGE: the daemon on $ENGINE: health, plan, stream, cancel"
-show "orin-llm serve --engine $ENGINE --socket $SOCKET > $OUT/logs/serve.log &"
-show "python -m orin_llm.doctor.smoke --socket $SOCKET --out $OUT/smoke.json"
-if [[ $DRY_RUN -eq 0 ]]; then
-    "${ORIN_LLM[@]}" serve --engine "$ENGINE" --socket "$SOCKET" >"$OUT/logs/serve.log" 2>&1 &
-    SERVE_PID=$!
-    "$PYTHON" -m orin_llm.doctor.smoke --socket "$SOCKET" --out "$OUT/smoke.json" \
-        || fail "the smoke test failed (above; the daemon's log is $OUT/logs/serve.log)"
-    kill -TERM "$SERVE_PID" && wait "$SERVE_PID" || true
-    SERVE_PID=""
+STAGE="4/6 ladder"
+say "$STAGE: one feature at a time, each rung a daemon on its engine: health, plan, stream, cancel"
+# plain -> block reuse -> chunked context -> grammar post-processor -> lookup -> the 1B draft
+# (orin_llm/backends/trtllm/features.py); it stops at the first rung that fails, whose logs go in the bundle
+ladder=("$PYTHON" -m orin_llm.doctor.ladder --profile "$PROFILE" --engine "$ENGINE" --out "$OUT")
+show "${ladder[*]}"
+if [[ $DRY_RUN -eq 1 ]]; then
+    "${ladder[@]}" --dry-run | sed 's/^/   /'
+else
+    code=0
+    "${ladder[@]}" | tee "$OUT/logs/ladder.log" || code=$?
+    (( code == 0 )) || fail "$(sed -n 's/^next: //p' "$OUT/logs/ladder.log" | tail -n 1) (the failing rung's logs: $OUT/ladder/)"
 fi
 
 # ---------------------------------------------------------------------------------------------
@@ -246,8 +230,9 @@ TESTS=(tests/backends/trtllm/test_trtllm_contract.py tests/backends/trtllm/test_
        tests/backends/trtllm/test_trtllm_homes.py tests/planning/test_feasibility_trtllm.py tests/runtime/test_backend.py
        tests/backends/test_loader.py tests/server/test_worker.py tests/bench/test_bench_trtllm.py
        tests/build/test_shipped_profiles.py)
+# tests/server/conftest.py imports httpx (pyproject's dev extra): nothing on the device path brings it
 step tests.log env PIP_CONSTRAINT=jetson/constraints-0.12-jetson.txt "$PYTHON" -m pip install --quiet "pytest>=8" \
-    || fail "pytest did not install: $OUT/logs/tests.log"
+    "httpx>=0.27" || fail "pytest and httpx did not install: $OUT/logs/tests.log"
 step tests.log env ORIN_LLM_TEST_TRTLLM_ENGINE="$ENGINE" "$PYTHON" -m pytest "${TESTS[@]}" -k real -rA \
     --junitxml "$OUT/tests.xml" \
     || fail "a TensorRT-LLM test failed on the real bindings ($OUT/logs/tests.log, $OUT/tests.xml): the fake is kinder than 0.12 there; attach the tarball to an issue"

@@ -14,6 +14,7 @@
 #      transformers 4.43.4, tensorrt_llm 0.12.0, ... (the file says where each pin comes from)
 #   5. TensorRT-LLM v0.12.0-jetson built from source exactly as README4Jetson §1.3 says:
 #        git clone -b v0.12.0-jetson https://github.com/NVIDIA/TensorRT-LLM.git; git lfs pull
+#      (shallow here: --depth 1 --recurse-submodules --shallow-submodules)
 #        python3 scripts/build_wheel.py --clean --cuda_architectures 87 -DENABLE_MULTI_DEVICE=0 \
 #            --build_type Release --benchmarks --use_ccache
 #        pip install build/tensorrt_llm-*.whl
@@ -137,6 +138,8 @@ if [[ -r /etc/nv_tegra_release ]]; then
         note "JetPack 6.1: the release TensorRT-LLM v0.12.0-jetson is made for"
     elif [[ "$major" == "36" && "$revision" == 4.* ]]; then
         warn "L4T R36.$revision is newer than JetPack 6.1 (R36.4.0); same CUDA 12.6 / TensorRT 10.3 line, unverified"
+    elif [[ -n "$major" && "$major" -ge 38 && $FORCE -eq 0 ]]; then
+        die "L4T R$major.$revision is JetPack 7 (CUDA 13): TensorRT-LLM v0.12.0-jetson does not run on it; serve the torch engine (jetson/profiles/agx-orin-64gb-torch.toml) or reflash JetPack 6.1/6.2.x (L4T R36.4.x)"
     elif [[ $FORCE -eq 1 ]]; then
         warn "L4T R$major.$revision is not JetPack 6.1; going on because of --force"
     else
@@ -219,7 +222,10 @@ else
             run "${SUDO[@]}" mkdir -p "$TRTLLM_DIR"
             run "${SUDO[@]}" chown "$(id -u):$(id -g)" "$TRTLLM_DIR"
         fi
-        run git clone -b "$TRTLLM_REF" "$TRTLLM_URL" "$TRTLLM_DIR"
+        # Shallow, submodules included: the build needs the tree at the tag, not its history (build_wheel.py
+        # runs `git submodule update --init --recursive` only when 3rdparty/cutlass/.git is missing: J
+        # scripts/build_wheel.py main()).
+        run git clone --depth 1 --recurse-submodules --shallow-submodules -b "$TRTLLM_REF" "$TRTLLM_URL" "$TRTLLM_DIR"
     fi
     run git -C "$TRTLLM_DIR" lfs install --local
     run git -C "$TRTLLM_DIR" lfs pull

@@ -12,6 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import OrinError
+from .weight_sizes import hf_fields, param_count
 
 
 class Arch(BaseModel):
@@ -36,38 +37,11 @@ class Arch(BaseModel):
         return int(2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_element)
 
     def param_count(self) -> int:
-        h, i, d = self.hidden_size, self.intermediate_size, self.head_dim
-        attn = h * d * (self.num_heads * 2 + self.num_kv_heads * 2)
-        per_layer = attn + 3 * h * i + 2 * h
-        embed = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_layers * per_layer + embed + h
+        return param_count(self)
 
 
 def arch_from_hf(cfg: dict[str, Any], source: str = "config.json") -> Arch:
-    if cfg.get("model_type") != "llama":
-        raise OrinError(f"{source}: model_type {cfg.get('model_type')!r}; only 'llama' is supported")
-    try:
-        heads = int(cfg["num_attention_heads"])
-        # transformers 5 nests rope settings in rope_parameters; 4.x keeps rope_theta/rope_scaling.
-        rope = dict(cfg.get("rope_parameters") or {})
-        scaling = cfg.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
-        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        return Arch(
-            num_layers=cfg["num_hidden_layers"],
-            hidden_size=cfg["hidden_size"],
-            intermediate_size=cfg["intermediate_size"],
-            num_heads=heads,
-            num_kv_heads=cfg.get("num_key_value_heads", heads),
-            head_dim=cfg.get("head_dim") or cfg["hidden_size"] // heads,
-            vocab_size=cfg["vocab_size"],
-            tie_word_embeddings=cfg.get("tie_word_embeddings", False),
-            max_position_embeddings=cfg.get("max_position_embeddings", 2048),
-            rms_norm_eps=cfg.get("rms_norm_eps", 1e-6),
-            rope_theta=theta,
-            rope_scaling=({k: v for k, v in scaling.items() if k != "rope_theta"} if scaling else None),
-        )
-    except KeyError as e:
-        raise OrinError(f"{source}: missing key {e.args[0]!r}; is this a Llama config.json?") from None
+    return Arch(**hf_fields(cfg, source))
 
 
 def arch_from_config_file(path: str | Path) -> Arch:

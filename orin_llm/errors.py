@@ -27,3 +27,8 @@ class EnvironmentTooLong(PromptTooLong):
                          "task (it needs at least 1): describe the home more briefly (fewer rooms, objects or "
                          "examples), or build the engine with a larger max_input_len")
         self.name = name
+
+
+class EngineRestarted(OrinError):
+    """The engine ended a request because it had to restart (a stalled TensorRT-LLM executor:
+    backends/trtllm/watchdog.py); the same request may succeed if sent again."""

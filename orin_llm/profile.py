@@ -62,6 +62,9 @@ class ModelSpec(_Strict):
     # config.json to plan memory from when `model` is not on this machine (e.g. planning an Orin
     # build on a laptop); relative to the profile. Default: <model>/config.json.
     config: Optional[str] = None
+    # The Hugging Face repository `model` is downloaded from: first contact's checks print the download
+    # command for a checkpoint that is not there yet (doctor/first_checks.py).
+    hf_repo: Optional[str] = None
     weights: Weights = "fp16"
     kv_cache: KvDtype = "fp16"
     dtype: Literal["float32", "float16", "bfloat16"] = "float16"  # compute dtype
@@ -104,6 +107,15 @@ class Profile(_Strict):
     # Prefix tokens to keep cached beyond the running sequences: with prefix reuse, the KV pool is also
     # where homes and conversations stay warm between requests, so the plan sizes it for both.
     cached_prefix_tokens: int = Field(default=0, ge=0)
+    # TensorRT-LLM: requests in flight and no response for this long means the executor hangs (0.12's cancel
+    # race); the daemon fails them, restarts the executor and goes on (backends/trtllm/watchdog.py). Well
+    # above a step's time: the longest is a whole prompt of max_num_tokens prefilled at once.
+    executor_stall_s: float = Field(default=30.0, gt=0)
+    # TensorRT-LLM: ExecutorConfig(extended_runtime_perf_knob_config=ExtendedRuntimePerfKnobConfig(
+    # multi_block_mode=True)) (R cpp/tensorrt_llm/pybind/executor/bindings.cpp L451-458, executor.h L468: off by
+    # default at 0.12, on from 0.13): attention of a long context split over more thread blocks. Off until the
+    # Orin's bench says it pays.
+    multi_block_mode: bool = False
 
     @model_validator(mode="after")
     def _cached_needs_reuse(self) -> Profile:

@@ -175,6 +175,11 @@ def hf_model(engine_dir):
     return AutoModelForCausalLM.from_pretrained(str(engine_dir / "target"), dtype=torch.float32).eval()
 
 
+# ORIN_LLM_FAKE_STRICT=1: every test's fake loads holding the GIL this long (an Orin load takes far longer: the
+# switch is about the daemon's threads stopping, not about the figure).
+STRICT_LOAD_HOLDS_GIL_S = 0.2
+
+
 @pytest.fixture
 def fake():
     """TensorRT-LLM's executor bindings replaced by the fake at the import boundary
@@ -183,6 +188,10 @@ def fake():
     from tests.backends.trtllm import fake_trtllm
 
     fake_trtllm.reset()
+    if os.environ.get("ORIN_LLM_FAKE_STRICT") == "1":  # as slow and as fragile as 0.12 (the fake's switches)
+        fake_trtllm.ITERATION_S = fake_trtllm.SLOW_ITERATION_S
+        fake_trtllm.FULL_BLOCKS_ONLY = True
+        fake_trtllm.LOAD_HOLDS_GIL_S = STRICT_LOAD_HOLDS_GIL_S
     previous = set_executor_module(fake_trtllm)
     yield fake_trtllm
     set_executor_module(previous)

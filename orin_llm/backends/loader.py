@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Union
 
+from ..errors import OrinError
 from ..manifest import load_manifest
 
 # Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
@@ -17,9 +18,14 @@ TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches", "thr
 def load_engine(engine_dir: Union[str, Path], **kw: Any):
     """`Engine.load(engine_dir, **kw)` for a torch engine, `TrtllmEngine.load(engine_dir, draft=...)` for
     a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights`, `switches` and `threads` are ignored (no
-    effect, see TORCH_ONLY_OPTIONS); `draft` is honoured; anything else is a TypeError, as for Engine.load. The
+    effect, see TORCH_ONLY_OPTIONS); `draft` and `features` are honoured (a torch engine refuses `features`
+    unless it is None); anything else is a TypeError, as for Engine.load. The
     manifest is read and verified once, here, and handed to the engine."""
     manifest = load_manifest(engine_dir)
+    if kw.get("features") is not None and manifest.backend != "trtllm":
+        raise OrinError(f"--trtllm-features: {engine_dir} is a {manifest.backend} engine; the switches are "
+                        "TensorRT-LLM's (backends/trtllm/features.py)")
+    kw = {k: v for k, v in kw.items() if not (k == "features" and v is None)}
     if manifest.backend == "trtllm":
         from .trtllm.engine import TrtllmEngine
 

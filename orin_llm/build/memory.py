@@ -22,11 +22,13 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
+from .. import weight_sizes as sizes
 from ..arch import Arch
 from ..backends.trtllm.rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from ..errors import OrinError
 from ..policy.onnx_size import onnx_initializer_bytes
 from ..profile import ModelSpec, Profile
+from ..weight_sizes import DTYPE_BYTES
 from .source import load_arch, profile_path, resolve_config
 
 GIB = 1024**3
@@ -35,12 +37,6 @@ GIB = 1024**3
 # hundred bytes for the whole model, nothing per token, so they are left out of the per-token size.
 KV_BYTES = {"int8": 1, "fp16": 2, "bf16": 2, "fp32": 4}
 
-# Bytes per element of the tensors a quantized format leaves unquantized (embeddings, lm_head,
-# norms): the compute dtype.
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
-
-# Bytes per parameter of the unquantized formats: every tensor is stored at this width.
-FLOAT_WEIGHT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 # Activation workspace, when the profile does not state one (device.workspace_gib = 0): per token
 # in flight (limits.max_num_tokens tokens in one engine step) the widest point of a Llama layer
@@ -83,13 +79,6 @@ HEAD_CHECK_TEMPORARIES = 3
 # ------------------------------------------------------------------------------------ weights
 
 
-def _linears(a: Arch) -> list[tuple[int, int]]:
-    """(in_features, out_features) of one decoder layer's linear layers."""
-    h, q, kv, i = a.hidden_size, a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim, a.intermediate_size
-    return [(h, q), (h, kv), (h, kv), (q, h),  # q, k, v, o
-            (h, i), (h, i), (i, h)]  # gate, up, down
-
-
 def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = False) -> int:
     """Weight bytes at the quantized size the engine holds in memory.
 
@@ -109,32 +98,7 @@ def weights_bytes(a: Arch, spec: ModelSpec, backend: str, packed_head: bool = Fa
       its float32 linears for oneDNN on a CPU (`packed_head`; kernels/packed.py): the packed lm_head
       is a copy.
     """
-    per_layer_linear_params = sum(i * o for i, o in _linears(a))
-    norm_params = a.num_layers * 2 * a.hidden_size + a.hidden_size  # 2 RMSNorms per layer + final
-    embed_params = a.vocab_size * a.hidden_size
-    head_params = embed_params if (not a.tie_word_embeddings or backend == "trtllm" or packed_head) else 0
-    rest_params = embed_params + head_params + norm_params
-
-    if spec.weights in FLOAT_WEIGHT_BYTES:
-        width = FLOAT_WEIGHT_BYTES[spec.weights]
-        return (a.num_layers * per_layer_linear_params + rest_params) * width
-
-    rest = rest_params * DTYPE_BYTES[spec.dtype]
-    if spec.weights == "q4_1":  # torch, kernels/quant.py: int4 codes + a bf16 scale and zero per 32
-        layer = sum(math.ceil(i * o / 2) + math.ceil(i / 32) * o * 4 for i, o in _linears(a))
-        # the lm_head in float32 (oneDNN's packed copy on CPUs), the embedding as Q8_0 for lookups
-        # (1 B/param + a float32 scale per 32: quant.Q8Embedding)
-        head = embed_params * 4 + embed_params + embed_params // 32 * 4
-        return a.num_layers * layer + head + norm_params * DTYPE_BYTES[spec.dtype]
-    scale = 2  # fp16 scales
-    if spec.weights == "int8_wo":
-        layer = sum(i * o + o * scale for i, o in _linears(a))
-    else:  # int4_wo, int4_awq
-        g = spec.int4_group_size
-        layer = sum(math.ceil(i * o / 2) + math.ceil(i / g) * o * scale for i, o in _linears(a))
-        if spec.weights == "int4_awq":
-            layer += sum(i * scale for i, _ in _linears(a))
-    return a.num_layers * layer + rest
+    return sizes.weights_bytes(a, spec.weights, spec.dtype, spec.int4_group_size, backend, packed_head)
 
 
 def activation_bytes(a: Arch, spec: ModelSpec, max_num_tokens: int) -> int:

@@ -35,7 +35,8 @@ lookups), so tests run them on fixture files.
 
 host.py reads the machine (`Probe`), preflight.py holds the build's warnings, report.py the report,
 machine.py the device, software, power and memory sections, engine.py the engine and policy ones,
-diagnose.py runs them all, __main__.py is `python -m orin_llm.doctor`; smoke.py is first contact's test
+diagnose.py runs them all, pins.py and device_imports.py hold the constraints' checks,
+__main__.py is `python -m orin_llm.doctor`; smoke.py is first contact's test
 of a running daemon (`python -m orin_llm.doctor.smoke`).
 """
 

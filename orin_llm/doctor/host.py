@@ -72,8 +72,16 @@ def _module_found(name: str) -> bool:
         return False
 
 
+CUDART_HINT = ("cuda-python 13 has no cuda.cudart, which TensorRT-LLM 0.12 imports: pip install "
+               "cuda-python==12.6.2.post1 (pinned in jetson/constraints-0.12-jetson.txt)")
 # What a failed `import tensorrt_llm` most often means on an Orin, and the next thing to try.
 IMPORT_HINTS = (
+    # cuda-python 13 has no cuda.cudart ("cannot import name 'cudart' from 'cuda'"), which 0.12 imports at
+    # package load; J requirements-jetson.txt leaves it unpinned (jetson/constraints-0.12-jetson.txt says more).
+    ("cannot import name 'cudart' from 'cuda'", CUDART_HINT),
+    ("No module named 'cuda.cudart'", CUDART_HINT),
+    ("No module named 'cuda'", "cuda-python is missing: pip install cuda-python==12.6.2.post1 (pinned in "
+                               "jetson/constraints-0.12-jetson.txt)"),
     ("libnvinfer", "TensorRT's libraries are missing: sudo apt install nvidia-jetpack"),
     ("libcusparseLt", "cuSPARSELt is missing: jetson/setup.sh installs it (README4Jetson §1.2)"),
     ("NumPy", "a numpy 2 next to modules built for numpy 1: jetson/setup.sh pins numpy==1.26.1"),

@@ -56,6 +56,10 @@ def check_device(report: Report, p: Probe, release: Optional[str], mem_total: Op
             report.add("device", WARN, f"{named}: newer than the JetPack 6.1 (L4T R36.4.0) that TensorRT-LLM "
                                        "v0.12.0-jetson is made for; same CUDA 12.6 / TensorRT 10.3 line, but "
                                        "unverified with it")
+        elif l4t[0] >= 38:  # JetPack 7: CUDA 13; no TensorRT-LLM after 0.12-jetson supports Jetson
+            report.add("device", ERROR, f"{named}: JetPack 7 (CUDA 13) cannot run TensorRT-LLM v0.12.0-jetson; serve "
+                                        "the torch engine (jetson/profiles/agx-orin-64gb-torch.toml) or reflash "
+                                        "JetPack 6.1/6.2.x (L4T R36.4.x) with SDK Manager")
         else:
             report.add("device", ERROR, f"{named}: TensorRT-LLM v0.12.0-jetson needs JetPack 6.1 (L4T R36.4.0; "
                                         "CUDA 12.6, TensorRT 10.3); flash JetPack 6.1 with SDK Manager")

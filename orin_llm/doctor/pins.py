@@ -7,6 +7,7 @@ A constraint only fixes a version where pip installs a package; one installed be
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import OrinError
+from .device_imports import DEVICE_IMPORTS, DeviceImport
 
 CONSTRAINTS = Path(__file__).resolve().parents[2] / "jetson" / "constraints-0.12-jetson.txt"
 
@@ -60,8 +62,20 @@ def check_pins(path: Path, dist_version: Callable[[str], Optional[str]]) -> list
     return [Pin(name, spec, dist_version(name)) for name, spec in read_pins(path)]
 
 
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503: how pip compares names
+
+
+def unpinned(path: Path) -> list[DeviceImport]:
+    """The distributions the device path imports (device_imports.py) that the constraints file does not pin
+    to one version (`==` or `~=`): pip would take whatever is newest on the day."""
+    pinned = {_normal(name) for name, spec in read_pins(path) if spec.startswith(("==", "~="))}
+    return [d for d in DEVICE_IMPORTS if _normal(d.distribution) not in pinned]
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    """`python -m orin_llm.doctor.pins [FILE]`: each pin and what is installed; exit 1 if any differs."""
+    """`python -m orin_llm.doctor.pins [FILE]`: each pin and what is installed; exit 1 if any differs, or if
+    a package the device path imports has no pin."""
     from .host import Probe
 
     args = sys.argv[1:] if argv is None else argv
@@ -73,7 +87,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     for pin in pins:
         print(pin.describe())
-    return 0 if all(p.ok for p in pins) else 1
+    missing = unpinned(path)
+    for d in missing:
+        print(f"{d.distribution}: the device path needs it ({d.where}) but {path} does not pin it")
+    return 0 if all(p.ok for p in pins) and not missing else 1
 
 
 if __name__ == "__main__":

@@ -63,16 +63,16 @@ def _health(c: PlannerClient, wait_s: float) -> str:
     return "ready: " + ", ".join(f"{k} {h[k]}" for k in ("status", "backend") if k in h)
 
 
-def _plan(c: PlannerClient) -> str:
-    r = c.plan(TASK, max_tokens=64)
+def _plan(c: PlannerClient, opts: dict) -> str:
+    r = c.plan(TASK, max_tokens=64, **opts)
     if not r.get("plan", "").strip():
         raise PlannerError(None, f"an empty plan: {json.dumps(r)[:300]}")
     return f"{len(r.get('steps') or [])} steps, finish_reason {r.get('finish_reason')}: {r['plan'].strip()[:80]!r}"
 
 
-def _stream(c: PlannerClient) -> str:
+def _stream(c: PlannerClient, opts: dict) -> str:
     deltas, final = 0, None
-    for event in c.plan_stream(TASK, max_tokens=64):
+    for event in c.plan_stream(TASK, max_tokens=64, **opts):
         if "delta" in event:
             deltas += 1
         elif "plan" in event:
@@ -82,9 +82,9 @@ def _stream(c: PlannerClient) -> str:
     return f"{deltas} delta events, then the response"
 
 
-def _cancel(c: PlannerClient) -> str:
+def _cancel(c: PlannerClient, opts: dict) -> str:
     before = cancelled_count(c.metrics())
-    stream = c.plan_stream(TASK, max_tokens=LONG, temperature=0)
+    stream = c.plan_stream(TASK, max_tokens=LONG, temperature=0, **opts)
     first = next(stream)  # the request is running
     stream.close()  # the client goes away: the daemon must cancel it
     t0 = time.monotonic()
@@ -94,7 +94,7 @@ def _cancel(c: PlannerClient) -> str:
                                      "a stream (orin_llm_requests_total{outcome=\"cancelled\"})")
         time.sleep(0.05)
     seen = time.monotonic() - t0
-    c.plan(TASK, max_tokens=8)  # and it still serves
+    c.plan(TASK, max_tokens=8, **opts)  # and it still serves
     return f"first event {sorted(first)}; cancelled {seen * 1000:.0f} ms after the client left; next plan served"
 
 
@@ -107,10 +107,17 @@ NEXT = {
 
 
 def run_smoke(socket: str | Path, wait_s: float = 600.0, timeout_s: float = 300.0,
-              say: Callable[[str], Any] = print) -> Smoke:
+              say: Callable[[str], Any] = print, constrained: bool = True,
+              speculation: Optional[str] = None) -> Smoke:
+    """constrained=False: free-text plans (a daemon without the grammar post-processor, the feature ladder's
+    lower rungs); speculation: the plans' mode (None: the daemon's default)."""
     smoke = Smoke(str(socket))
+    opts: dict[str, Any] = {"constrained": constrained}
+    if speculation is not None:
+        opts["speculation"] = speculation
     steps: list[tuple[str, Callable[[PlannerClient], str]]] = [
-        ("health", lambda c: _health(c, wait_s)), ("plan", _plan), ("stream", _stream), ("cancel", _cancel)]
+        ("health", lambda c: _health(c, wait_s)), ("plan", lambda c: _plan(c, opts)),
+        ("stream", lambda c: _stream(c, opts)), ("cancel", lambda c: _cancel(c, opts))]
     for name, fn in steps:
         t0 = time.monotonic()
         try:
@@ -131,8 +138,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--socket", required=True)
     ap.add_argument("--out", help="write the checks as JSON here")
     ap.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for /health to say ready")
+    ap.add_argument("--unconstrained", action="store_true", help="free-text plans (no grammar post-processor)")
+    ap.add_argument("--speculation", help="the plans' speculation mode (default: the daemon's)")
     a = ap.parse_args(argv)
-    smoke = run_smoke(a.socket, a.wait_s)
+    smoke = run_smoke(a.socket, a.wait_s, constrained=not a.unconstrained, speculation=a.speculation)
     if a.out:
         Path(a.out).write_text(json.dumps(smoke.as_dict(), indent=2) + "\n")
     return 0 if smoke.ok else 1

@@ -70,6 +70,10 @@ class DaemonConfig:
                                 "long; also every 5 s while busy, and at SIGTERM.", minimum=0)
     weights: Optional[str] = option(None, "fp32: run a q4_1 engine's float32 export instead of its Q4_1 blocks "
                                     "(torch; default: the engine's own).")
+    trtllm_features: Optional[str] = option(None, "TensorRT-LLM only: turn on just these of the features the engine "
+                                            "was built for, a comma list of block_reuse, chunked_context, grammar, "
+                                            "lookup, draft_model, or none (default: all; jetson/GUIDE.md, the "
+                                            "feature ladder).")
     remote: Optional[str] = option(None, "Generate on this OpenAI-compatible engine (vLLM), e.g. "
                                    "https://site-server:8000; the local engine answers when it cannot "
                                    "(jetson/GUIDE.md, \"Site server\"). https + a token beyond loopback.")

@@ -211,6 +211,7 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir
     """The worker, loading the engine on its thread (this returns at once). Imports the runtime (torch).
     `state_dir`: where the histories and homes are kept (None: nothing is)."""
     from ..backends.loader import load_engine
+    from ..backends.trtllm.features import parse_features
     from ..planning.home import EXAMPLE_HOME_PATH, load_environment
     from ..planning.planner import Planner
     from .worker import Worker
@@ -221,6 +222,8 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
         options = {"weights": config.weights} if config.weights else {}
+        if config.trtllm_features is not None:  # the feature ladder (backends/trtllm/features.py)
+            options["features"] = parse_features(config.trtllm_features)
         # torch or TensorRT-LLM, by the manifest
         engine = load_engine(config.engine, device=config.device, threads=threads, **options)
         kept.histories = tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, kept.path)

@@ -97,7 +97,9 @@ class Metrics:
             ("kv_pool_blocks_free", "KV blocks never used or evicted"),
             ("prefix_hit_tokens", "Prompt tokens served from the KV cache since the start (all requests)"),
             ("kv_pool_evictions", "Cached KV blocks evicted since the start"),
-            ("preemptions", "Requests preempted (their blocks taken back) since the start"))}
+            ("preemptions", "Requests preempted (their blocks taken back) since the start"),
+            ("executor_restarts", "TensorRT-LLM executors restarted by the watchdog since the start (no progress "
+                                  "with requests in flight)"))}
 
     def watch(self, worker: Watched) -> None:
         """Gauges read on scrape: an int read from the worker's objects is atomic enough."""
@@ -121,6 +123,7 @@ class Metrics:
             g[gauge].set_function(pool(key))
         g["batch_size"].set_function(lambda: engine.kv_usage().get("batch", 0))
         g["preemptions"].set_function(lambda: engine.kv_usage().get("preemptions", 0))
+        g["executor_restarts"].set_function(lambda: engine.kv_usage().get("executor", {}).get("restarts", 0))
 
     def count(self, endpoint: str, outcome: str) -> None:
         self.requests.labels(endpoint, outcome).inc()

@@ -33,13 +33,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..errors import OrinError, PromptTooLong
+from ..errors import EngineRestarted, OrinError, PromptTooLong
 from ..planning.planner import Planner
 from ..runtime.backend import Request
 from ..runtime.block_manager import NoBlocks
 from ..runtime.cache import PinTooLarge
 from ..runtime.tasks import Task
 from .errors import RequestError
+from .load_meter import LoadMeter
 from .metrics import Metrics
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("orin_llm.server")
 
+STALL_WARN_S = 1.0  # a load that stopped the daemon's threads longer than this is logged
 SAVE_BUSY_S = 5.0  # while requests keep coming, what changed is saved at most this often (and when idle, at the end)
 
 
@@ -143,6 +145,7 @@ class Worker:
         self._go = threading.Event()  # set by start() (or stop()): the thread may take jobs
         self._built = threading.Event()  # make_planner has returned or raised
         self.load_error: Optional[BaseException] = None
+        self.load_report: Optional[dict] = None  # load_meter.py: how long the load took, the longest stall
         self._stopping = False
         self._saved_at = time.monotonic()
         self._thread = threading.Thread(target=self._main, args=(make_planner,), name="orin-llm-engine",
@@ -217,7 +220,13 @@ class Worker:
 
     def _main(self, make_planner: Callable[[], Planner]) -> None:
         try:
-            self.planner = make_planner()
+            with LoadMeter() as meter:
+                self.planner = make_planner()
+            self.load_report = meter.report()
+            if meter.longest_stall_s > STALL_WARN_S:
+                log.warning("loading the engine kept the daemon's Python from running for up to %.1f s at a time "
+                            "(TensorRT-LLM's Executor holds the GIL while it loads): /health could not answer "
+                            "meanwhile", meter.longest_stall_s)
             self.metrics.watch(self)
         except BaseException as e:  # raised by wait_loaded()
             self.load_error = e
@@ -407,6 +416,8 @@ class Worker:
             return "invalid", RequestError(413, str(e))
         if isinstance(e, NoBlocks):  # the KV pool is full right now: come back shortly
             return "rejected", RequestError(503, str(e), retry_after=1)
+        if isinstance(e, EngineRestarted):  # the engine stalled and was restarted under it: send it again
+            return "error", RequestError(503, str(e), retry_after=1)
         if isinstance(e, PinTooLarge):  # the pins would leave no room for a request: not now, not later
             return "invalid", RequestError(507, str(e))
         if isinstance(e, OrinError):  # bad input the runtime caught (speculation, grammar, ...)

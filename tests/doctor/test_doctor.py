@@ -138,6 +138,8 @@ def test_unreadable_power_mode_and_clocks(tmp_path):
     ("# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic", "warn", "L4T R36.4.3 (JetPack 6.2): newer than"),
     ("# R36 (release), REVISION: 3.0, GCID: 1, BOARD: generic", "error", "L4T R36.3.0 (JetPack 6.0): TensorRT-LLM"),
     ("# R35 (release), REVISION: 4.1, GCID: 1, BOARD: t186ref", "error", "L4T R35.4.1: TensorRT-LLM v0.12.0-jetson"),
+    ("# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic", "error",
+     "L4T R38.2.0: JetPack 7 (CUDA 13) cannot run TensorRT-LLM v0.12.0-jetson; serve the torch engine"),
     ("not a release line", "warn", "cannot read the L4T version"),
 ])
 def test_other_jetpacks(tmp_path, release, status, words):
@@ -321,6 +323,12 @@ def test_stand_in_and_cpu_measurements_are_labelled_and_bad_files_are_errors(tmp
     ("ImportError: libnvinfer.so.10: cannot open shared object file: No such file or directory", "nvidia-jetpack"),
     ("ImportError: libcusparseLt.so.0: cannot open shared object file", "cuSPARSELt"),
     ("ImportError: A module that was compiled using NumPy 1.x cannot be run in NumPy 2.1.0", "numpy==1.26.1"),
+    # cuda-python 13.4.4's own words (a namespace package `cuda` without cudart), and its submodule form
+    ("ImportError: cannot import name 'cudart' from 'cuda' (unknown location)", "cuda-python==12.6.2.post1"),
+    ("ModuleNotFoundError: No module named 'cuda.cudart'", "cuda-python==12.6.2.post1"),
+    ("ModuleNotFoundError: No module named 'cuda'", "cuda-python==12.6.2.post1"),
+    # CUDA's own library, not the Python bindings: still JetPack
+    ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory", "nvidia-jetpack"),
 ])
 def test_a_tensorrt_llm_that_does_not_import_is_an_error_with_the_next_step(tmp_path, error, hint):
     """The metadata says 0.12.0, the import fails: the import's error and what to try, not "0.12.0 OK"."""
@@ -328,6 +336,21 @@ def test_a_tensorrt_llm_that_does_not_import_is_an_error_with_the_next_step(tmp_
     line = next(ln for ln in report.lines() if "import tensorrt_llm" in ln)
     assert line.strip().startswith("ERROR") and error in line and hint in line
     assert report.exit_code == 2 and not any("TensorRT-LLM 0.12.0 (imports)" in ln for ln in report.lines())
+
+
+def test_a_cuda_python_without_cudart_is_named_with_its_fix(tmp_path, monkeypatch):
+    """cuda-python 13 installs `cuda` as a namespace package without `cudart`; TensorRT-LLM 0.12 runs
+    `from cuda import cudart` at package load. The same layout here, imported by a real child Python, gives
+    the doctor the error the Orin gives and the doctor names the pin."""
+    from orin_llm.doctor.host import import_hint, import_version
+
+    (tmp_path / "cuda" / "bindings").mkdir(parents=True)  # 13.x: cuda/bindings/..., no cuda/__init__.py
+    (tmp_path / "cuda" / "bindings" / "__init__.py").write_text("")
+    (tmp_path / "trtllm_like.py").write_text("from cuda import cudart\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    version, error = import_version("trtllm_like")
+    assert version is None and error.startswith("ImportError: cannot import name 'cudart' from 'cuda'")
+    assert "pip install cuda-python==12.6.2.post1" in import_hint(error)
 
 
 def test_the_imported_version_is_the_one_reported(tmp_path):

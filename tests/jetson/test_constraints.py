@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orin_llm.doctor.pins import CONSTRAINTS, Pin, check_pins, main, read_pins
+from orin_llm.doctor.device_imports import DEVICE_IMPORTS, PACKAGE_LOAD
+from orin_llm.doctor.pins import CONSTRAINTS, Pin, check_pins, main, read_pins, unpinned
 from orin_llm.errors import OrinError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +24,32 @@ def test_the_pins_the_issue_asks_for():
     assert pins["tensorrt_llm"] == "==0.12.0"
     assert pins["transformers"] == "==4.43.4"  # the first line that reads Llama 3.2's rope_scaling
     assert pins["torch"] == "==2.5.0a0+872d972e41.nv24.08.17622132"  # J requirements-jetson.txt's wheel
-    assert pins["tokenizers"] == "<0.20,>=0.19"
+    assert pins["tokenizers"] == "==0.19.1"  # transformers 4.43.4's range, <0.20
+
+
+def test_every_package_the_device_imports_is_pinned():
+    """The device path's imports (device_imports.py: `import tensorrt_llm`'s package-load imports, J
+    requirements-jetson.txt's lines, the source build's tools, orin-llm's device extra) each have one version."""
+    assert unpinned(CONSTRAINTS) == []
+    pins = dict(read_pins(CONSTRAINTS))
+    assert pins["cuda-python"] == "==12.6.2.post1"  # 13.x has no cuda.cudart
+    assert pins["pybind11"].startswith("==2.")  # the bindings are compiled against pip's pybind11: 2.x only
+    assert {"cuda-python", "pandas", "pulp", "StrEnum", "janus"} <= {d.distribution for d in PACKAGE_LOAD}
+
+
+def test_an_unpinned_device_import_is_found(tmp_path):
+    """A constraints file without cuda-python, or with only a floor for pandas, fails the check, and
+    `python -m orin_llm.doctor.pins` exits 1 naming the package and the line that imports it."""
+    lines = CONSTRAINTS.read_text().splitlines()
+    f = tmp_path / "c.txt"
+    f.write_text("\n".join(ln.replace("pandas==2.2.2", "pandas>=2") for ln in lines
+                           if not ln.startswith("cuda-python")) + "\n")
+    assert [d.distribution for d in unpinned(f)] == ["cuda-python", "pandas"]
+    proc = subprocess.run([sys.executable, "-m", "orin_llm.doctor.pins", str(f)], capture_output=True, text=True)
+    assert proc.returncode == 1
+    assert "cuda-python: the device path needs it (J tensorrt_llm/auto_parallel/cluster_info.py L8" in proc.stdout
+    assert "pandas: the device path needs it" in proc.stdout
+    assert len({d.distribution for d in DEVICE_IMPORTS}) == len(DEVICE_IMPORTS)  # each listed once
 
 
 def test_every_pin_says_where_it_comes_from():
@@ -76,11 +102,15 @@ def test_a_bad_line_names_its_line(tmp_path):
 
 
 def test_the_module_exits_1_on_a_difference(tmp_path, capsys):
+    from orin_llm.doctor.host import Probe
+
+    here = Probe().dist_version  # every device import pinned to what this machine has (or has not)
+    device = "".join(f"{d.distribution}=={here(d.distribution) or '0'}\n" for d in DEVICE_IMPORTS)
     f = tmp_path / "c.txt"
-    f.write_text(f"pytest=={__import__('pytest').__version__}\n")
+    f.write_text(f"{device}pytest=={__import__('pytest').__version__}\n")
     assert main([str(f)]) == 0
-    f.write_text("pytest==0.0.1\n")
-    assert main([str(f)]) == 1 and "(differs)" in capsys.readouterr().out
+    f.write_text(f"{device}pytest==0.0.1\n")
+    assert main([str(f)]) == 1 and "pytest==0.0.1: " in capsys.readouterr().out
     proc = subprocess.run([sys.executable, "-m", "orin_llm.doctor.pins", str(tmp_path / "missing.txt")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "cannot read the constraints file" in proc.stderr

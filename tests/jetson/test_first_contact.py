@@ -36,7 +36,7 @@ def test_the_dry_run_prints_every_stage_and_exits_0(tmp_path):
     assert proc.stdout == GOLDEN.read_text(), "the dry run changed; regenerate (module docstring) and review"
     stages = [ln for ln in proc.stdout.splitlines() if ln.startswith("== ")]
     assert [s.split(":")[0] for s in stages] == ["== 1/6 checks", "== 2/6 installs", "== 3/6 build",
-                                                 "== 4/6 smoke", "== 5/6 bench", "== 6/6 tests", "== done"]
+                                                 "== 4/6 ladder", "== 5/6 bench", "== 6/6 tests", "== done"]
     assert not (tmp_path / "first-contact-golden").exists() and not list(ROOT.glob("first-contact-golden*"))
 
 
@@ -97,3 +97,20 @@ def test_the_tests_stage_runs_the_real_bindings_cases_of_every_file_that_has_the
                                env={**os.environ, "PYTHONPATH": str(ROOT)})
     ids = [ln for ln in collected.stdout.splitlines() if "::" in ln]
     assert len(ids) >= 45 and all(i.endswith("[real]") or "[real-" in i or "-real]" in i for i in ids), ids
+
+
+def test_checkpoints_downloaded_into_the_clone_are_not_committed():
+    """GUIDE's downloads may land in models/ inside the clone: git must ignore them (gigabytes of weights)."""
+    proc = subprocess.run(["git", "check-ignore", "-q", "models/Llama-3.2-3B-Instruct/model.safetensors"], cwd=ROOT)
+    assert proc.returncode == 0
+    assert subprocess.run(["git", "check-ignore", "-q", "jetson/models/llama-3.2-3b-instruct/config.json"],
+                          cwd=ROOT).returncode == 1  # the shipped configs stay tracked
+
+
+def test_the_source_build_clones_shallow(tmp_path):
+    proc = subprocess.run(["bash", str(ROOT / "jetson" / "setup.sh"), "--dry-run", "--no-power", "--venv",
+                           str(tmp_path / "venv"), "--trtllm-dir", str(tmp_path / "trtllm")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert ("+ git clone --depth 1 --recurse-submodules --shallow-submodules -b v0.12.0-jetson "
+            f"https://github.com/NVIDIA/TensorRT-LLM.git {tmp_path / 'trtllm'}") in proc.stdout

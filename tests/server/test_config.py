@@ -53,8 +53,11 @@ def test_both_front_ends_fill_the_same_config(monkeypatch):
 
 def test_every_field_is_an_option_with_help():
     names = {f.name for f in dataclasses.fields(DaemonConfig) if not f.metadata.get("edge")}
-    assert names == daemon_config.OPTION_NAMES and len(names) == 27
+    assert names == daemon_config.OPTION_NAMES and len(names) == 28
     assert all(f.metadata["help"] for f in daemon_config.options())
+    # the feature ladder's switch (backends/trtllm/features.py), from both front ends
+    argv = ["--engine", "e", "--trtllm-features", "block_reuse,grammar"]
+    assert from_argparse(argv, {}).trtllm_features == "block_reuse,grammar" == from_typer(argv[2:], {}).trtllm_features
 
 
 def test_threads_from_the_option_else_the_environment_else_one_per_cpu():

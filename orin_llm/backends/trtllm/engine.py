@@ -30,9 +30,10 @@ backends/trtllm/generation.py's; what a request knows of the engine, backends/tr
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -54,6 +55,9 @@ from .prefix_reuse import TrtllmPin
 from .request import greedy_config, make_request, sampled_config
 from .responses import STEP_WAIT, Mailbox, enqueue_request, follow
 from .stepped import Stepped
+from .watchdog import SHUTDOWN_WAIT_S, ExecutorStalled, Watchdog, shut_down
+
+log = logging.getLogger(__name__)
 
 
 class TrtllmEngine(EngineText):
@@ -63,13 +67,14 @@ class TrtllmEngine(EngineText):
 
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, module: Any, target: Any,
                  draft: Optional[Any] = None, *, block_reuse: bool, tokens_per_block: int, draft_len: int,
-                 chunked_context: bool = False, max_running: int = DEFAULT_MAX_BATCH):
+                 chunked_context: bool = False, max_running: int = DEFAULT_MAX_BATCH, lookup: bool = True):
         self.dir, self.manifest, self.tokenizer, self.module = engine_dir, manifest, tokenizer, module
         self.target_executor, self.draft_executor = target, draft
         self.block_reuse, self.tokens_per_block = block_reuse, tokens_per_block
         self.chunked_context = chunked_context
         self.kv_stats = KvStats(target)  # the target's KvCacheStats as last read (kv_stats.py)
         self.draft_len = draft_len  # 0: the target engine takes no external draft tokens
+        self.lookup_on = lookup  # --trtllm-features: the lookup drafter may propose (features.py)
         self.max_input_len = manifest.limits["max_input_len"]
         self.max_seq_len = manifest.limits["max_seq_len"]
         # generation_config.json (Llama 3's <|eot_id|>) is copied into <engine>/tokenizer by the build
@@ -95,12 +100,17 @@ class TrtllmEngine(EngineText):
         self.max_running = max_running  # the target engine's max_batch_size (module doc)
         self._mailboxes: dict[int, Mailbox] = {}  # id(executor) -> its responses, sorted by request
         self.target_enqueues = 0  # requests enqueued on the target since load (prefix_reuse.py's measurement)
+        # set by load(): new executors from the same engine files, and what watches the ones running (watchdog.py)
+        self.make_executors: Optional[Callable[[], dict[str, Any]]] = None
+        self.watchdog = Watchdog()
 
     @classmethod
-    def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None) -> TrtllmEngine:
+    def load(cls, engine_dir: str | Path, draft: bool = True, manifest: Optional[Manifest] = None,
+             features: Optional[frozenset[str]] = None) -> TrtllmEngine:
         """draft=False leaves the draft engine unloaded (no draft_model/combined speculation). manifest: the
-        directory's manifest, read and verified already (backends/loader.py); else read here. How: loading.py."""
-        return load_engine_dir(cls, engine_dir, draft, manifest)
+        directory's manifest, read and verified already (backends/loader.py); else read here. features: the
+        ones turned on (features.py; None: all the engine was built for). How: loading.py."""
+        return load_engine_dir(cls, engine_dir, draft, manifest, features)
 
     # ------------------------------------------------------------------ the Engine surface
 
@@ -115,7 +125,8 @@ class TrtllmEngine(EngineText):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(backend="trtllm", max_batch=self.max_running, tunable_batch=False, paced_prefill=False,
-                            persistent_histories=False, grammars=True, kernels=False, pins_hold=False,
+                            persistent_histories=False, grammars=self.grammar is not None, kernels=False,
+                            pins_hold=False,
                             speculation=tuple(self.speculation_modes),
                             constrained_speculation=tuple(self.speculation_modes))
 
@@ -140,9 +151,38 @@ class TrtllmEngine(EngineText):
                 ended = True
         if ran and not moved:
             self.mailbox(self.target_executor).pump(STEP_WAIT)
+        stalled = self.watchdog.check(len(self.running), moved)
+        if stalled is not None:
+            self.restart(f"TensorRT-LLM's executor made no progress for {stalled:.0f} s with {len(self.running)} "
+                         f"request(s) in flight (over the profile's executor_stall_s, {self.watchdog.stall_s:g} s: "
+                         "0.12's cancel race, docs/trtllm-0.12-jetson.md §13); it was restarted, send the request "
+                         "again")
+            return ran
         if ended or (ran and self.kv_stats.due()):
             self.reused_blocks(read=True)  # the KV figures kv_usage reports
         return ran
+
+    def restart(self, reason: str) -> None:
+        """Fail the requests in flight with `reason`, replace the executors with new ones from the same
+        engine files and keep the waiting requests for them (watchdog.py says why and what it cannot do)."""
+        if self.make_executors is None:
+            raise OrinError(f"{reason}; this engine cannot make new executors")
+        log.error("%s", reason)
+        for request in self.running:
+            request.fail(ExecutorStalled(reason))
+        self.running.clear()
+        left = shut_down(self.executors)
+        if left:
+            log.error("%d old executor(s) did not shut down in %.0f s: their engine and KV memory stay held until "
+                      "the daemon restarts", left, SHUTDOWN_WAIT_S)
+        made = self.make_executors()
+        self.target_executor, self.draft_executor = made["target"], made.get("draft")
+        self._mailboxes.clear()
+        self.kv_stats = KvStats(self.target_executor)
+        self.pins.clear()  # the stored prefix blocks went with the old executor's pool
+        self.watchdog.restarted(reason, left)
+        log.warning("TensorRT-LLM executors restarted (%d so far); %d waiting request(s) go on", self.watchdog.restarts,
+                    len(self.waiting))
 
     def abort(self, request: Stepped) -> None:
         """End a request early: the executor's request in flight is cancelled."""
@@ -211,9 +251,10 @@ class TrtllmEngine(EngineText):
     def speculation_modes(self) -> list[str]:
         modes = ["auto", "none"]
         if self.draft_len > 0:  # the target was built with --speculative_decoding_mode draft_tokens_external
-            modes.append("lookup")
+            if self.lookup_on:
+                modes.append("lookup")
             if self.draft_executor is not None:
-                modes += ["draft_model", "combined"]
+                modes += ["draft_model", "combined"] if self.lookup_on else ["draft_model"]
         return modes
 
     def resolve_speculation(self, speculation: str, params: SamplingParams) -> str:
@@ -276,7 +317,8 @@ class TrtllmEngine(EngineText):
 
     def kv_usage(self) -> dict:
         """The target executor's KV pool as its KvCacheStats last said (kv_stats.py's kv_usage)."""
-        return kv_usage(self.manifest, self.kv_stats.latest, self.tokens_per_block, self.pins, len(self.running))
+        return {**kv_usage(self.manifest, self.kv_stats.latest, self.tokens_per_block, self.pins, len(self.running)),
+                "executor": self.watchdog.report()}
 
     def close(self) -> None:
         """Shut the executors down (frees their engines and KV caches); the engine is unusable after."""

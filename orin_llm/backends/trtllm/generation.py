@@ -251,6 +251,9 @@ class TrtllmGeneration(Stepped):
                     self._cached.measure()
             yield item
 
+    def forget(self) -> None:
+        self._active = None  # the executor is being replaced: nothing to cancel on it
+
     def _cancel(self) -> None:
         if self._active is not None:
             executor, request_id = self._active

@@ -23,9 +23,11 @@ from ...errors import OrinError
 from ...manifest import Manifest, load_manifest, read_json_object
 from ...runtime.engine_files import load_tokenizer
 from .bindings import executor_module
+from .features import BLOCK_REUSE, CHUNKED_CONTEXT, DRAFT_MODEL, GRAMMAR, LOOKUP, wanted
 from .grammar import GrammarProcessor, processor_map
 from .responses import first_line
 from .rules import TOKENS_PER_BLOCK, EngineSetup, broken_rules
+from .watchdog import DEFAULT_STALL_S, Watchdog
 
 DEFAULT_MAX_BATCH = 1  # an engine whose config.json and manifest name no max_batch_size
 
@@ -97,13 +99,15 @@ def _engine_setup(role: str, kv_cache: str, cfg: dict, block_reuse: bool, chunke
 
 
 def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_kv_tokens: int,
-                   grammar: Optional[GrammarProcessor] = None) -> Any:
+                   grammar: Optional[GrammarProcessor] = None, multi_block: bool = False) -> Any:
     # KvCacheConfig(enable_block_reuse=False, max_tokens=None, ...) (R≡J bindings.cpp L323-340);
     # ExecutorConfig(max_beam_width=1, ..., kv_cache_config=KvCacheConfig(), enable_chunked_context=False, ...,
     # logits_post_processor_map=None, ...) (R≡J L518-547; J model_runner_cpp.py from_dir sets
     # enable_chunked_context the same way). The grammar's post-processor: backends/trtllm/grammar.py.
     kv = module.KvCacheConfig(enable_block_reuse=setup.block_reuse, max_tokens=max_kv_tokens)
     extra = {"logits_post_processor_map": processor_map(grammar)} if grammar is not None else {}
+    if multi_block:  # ExtendedRuntimePerfKnobConfig(multi_block_mode=False, ...) (R bindings.cpp L451-458)
+        extra["extended_runtime_perf_knob_config"] = module.ExtendedRuntimePerfKnobConfig(multi_block_mode=True)
     config = module.ExecutorConfig(max_beam_width=1, kv_cache_config=kv, enable_chunked_context=setup.chunked_context,
                                    **extra)
     try:
@@ -117,10 +121,11 @@ def _make_executor(module: Any, path: Path, role: str, setup: EngineSetup, max_k
 
 
 def load_engine_dir(make: Callable[..., Any], engine_dir: str | Path, draft: bool = True,
-                    manifest: Optional[Manifest] = None) -> Any:
+                    manifest: Optional[Manifest] = None, features: Optional[frozenset[str]] = None) -> Any:
     """The engine `make` (TrtllmEngine) builds on the executors of `engine_dir`, loaded and checked.
     draft=False leaves the draft engine unloaded (no draft_model/combined speculation). manifest: the
-    directory's manifest, read and verified already (backends/loader.py); else read here."""
+    directory's manifest, read and verified already (backends/loader.py); else read here. features: the
+    ones to turn on among those the engine was built for (features.py; None: all)."""
     engine_dir = Path(engine_dir)
     manifest = manifest if manifest is not None else load_manifest(engine_dir)
     if manifest.backend != "trtllm":
@@ -128,15 +133,15 @@ def load_engine_dir(make: Callable[..., Any], engine_dir: str | Path, draft: boo
                         "runtime loads trtllm engines only (runtime.loader.load_engine picks either)")
     module = executor_module()
     roles = {"target": manifest.target}
-    if draft and manifest.draft is not None:
+    if draft and manifest.draft is not None and wanted(features, DRAFT_MODEL):
         roles["draft"] = manifest.draft
     configs = {role: _engine_config(engine_dir / entry.dir, role) for role, entry in roles.items()}
     kv_tokens = {role: _max_kv_tokens(manifest, role, engine_dir) for role in roles}
     # The build turns prefix reuse and chunked context on with paged context FMHA
     # (trtllm_rules.engine_setups); a profile without a key means the Profile default of the time it
     # was built: prefix_reuse True, chunked_context False.
-    block_reuse = bool(manifest.profile.get("prefix_reuse", True))
-    chunked = bool(manifest.profile.get("chunked_context", False))
+    block_reuse = bool(manifest.profile.get("prefix_reuse", True)) and wanted(features, BLOCK_REUSE)
+    chunked = bool(manifest.profile.get("chunked_context", False)) and wanted(features, CHUNKED_CONTEXT)
     setups = {role: _engine_setup(role, entry.kv_cache.dtype, configs[role], block_reuse, chunked)
               for role, entry in roles.items()}
     for role, setup in setups.items():  # what 0.12 would refuse at Executor(...), said before trying
@@ -150,19 +155,40 @@ def load_engine_dir(make: Callable[..., Any], engine_dir: str | Path, draft: boo
     max_draft = max_draft if isinstance(max_draft, int) and max_draft > 0 else 0
     if not setups["target"].draft_tokens_external:
         max_draft = 0
+    # lookup and the draft model both send drafts; without either the engine decodes plainly (draft_len 0)
+    if not (wanted(features, LOOKUP) or "draft" in roles):
+        max_draft = 0
     draft_len = min(manifest.limits.get("draft_len", max_draft), max_draft)
     tokenizer = load_tokenizer(engine_dir / "tokenizer")
     executors: dict[str, Any] = {}
-    grammar = GrammarProcessor(end_id=0)  # the target's: constrained plans (backends/trtllm/grammar.py)
+    # the target's: constrained plans (backends/trtllm/grammar.py); without it none is registered at all
+    grammar = GrammarProcessor(end_id=0) if wanted(features, GRAMMAR) else None
+
+    multi_block = bool(manifest.profile.get("multi_block_mode", False))
+
+    def make_executors() -> dict[str, Any]:  # at load, and again when the watchdog restarts them
+        made: dict[str, Any] = {}
+        try:
+            for role, entry in roles.items():
+                made[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
+                                            grammar if role == "target" else None, multi_block)
+        except BaseException:
+            for ex in made.values():
+                ex.shutdown()
+            raise
+        return made
+
     try:
-        for role, entry in roles.items():
-            executors[role] = _make_executor(module, engine_dir / entry.dir, role, setups[role], kv_tokens[role],
-                                             grammar if role == "target" else None)
+        executors = make_executors()
         engine = make(engine_dir, manifest, tokenizer, module, executors["target"], executors.get("draft"),
                       block_reuse=block_reuse, tokens_per_block=_tokens_per_block(configs["target"]),
                       draft_len=draft_len, chunked_context=chunked,
-                      max_running=_max_batch(configs["target"], manifest))
-        grammar.end_id = engine.end_id
+                      max_running=_max_batch(configs["target"], manifest),
+                      lookup=wanted(features, LOOKUP))
+        engine.make_executors = make_executors
+        engine.watchdog = Watchdog(float(manifest.profile.get("executor_stall_s", DEFAULT_STALL_S)))
+        if grammar is not None:
+            grammar.end_id = engine.end_id
         engine.grammar = grammar
         return engine
     except BaseException:

@@ -113,6 +113,16 @@ class Stepped:
             self.pending.append(delta)
         return True
 
+    def fail(self, error: BaseException) -> None:
+        """End it with `error`, leaving the executor alone (a stalled one: watchdog.py)."""
+        self.forget()
+        if self._it is not None:
+            self._it.close()
+        self.error, self._over = error, True
+
+    def forget(self) -> None:
+        """Drop what closing would cancel on the executor (a request's: TrtllmGeneration's)."""
+
     def close(self) -> None:
         """End it early (engine.abort calls it): the request in flight is cancelled."""
         if self._it is not None:

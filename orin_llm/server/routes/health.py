@@ -47,6 +47,10 @@ async def health(state: AppState = Depends(app_state)) -> Any:
         "kv_cache": {**{k: kv[k] for k in ("tokens", "capacity_tokens", "bytes")},
                      **({"pool": kv["pool"]} if "pool" in kv else {})},
         "scheduler": scheduler_info(engine),
+        # how long the engine's load took and the longest it kept the daemon's Python from running (load_meter.py)
+        **({"load": worker.load_report} if getattr(worker, "load_report", None) else {}),
+        # TensorRT-LLM: the executor watchdog's restarts and why (backends/trtllm/watchdog.py)
+        **({"executor": kv["executor"]} if "executor" in kv else {}),
         # the torch backend's CPU fast paths: true, or why not (TensorRT-LLM's engine has its own kernels)
         **({"kernels": engine.kernels()} if engine.capabilities.kernels else {}),
         "limits": {"max_input_len": engine.manifest.limits["max_input_len"], "max_tokens": state.limit,

@@ -50,7 +50,8 @@ INCLUDE_STOP_WORDS = True  # whether an output ends with the stop word that ende
 
 
 def reset() -> None:
-    global INCLUDE_END_ID, INCLUDE_STOP_WORDS, CANCEL_SENDS_FINAL, PROCESS_DRAFT_ROWS
+    global INCLUDE_END_ID, INCLUDE_STOP_WORDS, CANCEL_SENDS_FINAL, PROCESS_DRAFT_ROWS, ITERATION_S
+    global LOAD_HOLDS_GIL_S, HANG_AFTER_CANCEL, FULL_BLOCKS_ONLY
     for executor in EXECUTORS:
         executor.shutdown()  # its thread ends
     CALLS.clear()
@@ -61,6 +62,10 @@ def reset() -> None:
     INCLUDE_STOP_WORDS = True
     CANCEL_SENDS_FINAL = False
     PROCESS_DRAFT_ROWS = True
+    ITERATION_S = 0.0005
+    LOAD_HOLDS_GIL_S = 0.0
+    HANG_AFTER_CANCEL = False
+    FULL_BLOCKS_ONLY = False
 
 
 def calls(name: str) -> list[dict]:
@@ -121,6 +126,14 @@ class ExecutorConfig(_Bound):  # bindings.cpp L518-547
     def _check(self):
         if self.kv_cache_config is not None and not isinstance(self.kv_cache_config, KvCacheConfig):
             raise TypeError("ExecutorConfig(): kv_cache_config must be a KvCacheConfig")
+        knobs = self.extended_runtime_perf_knob_config
+        if knobs is not None and not isinstance(knobs, ExtendedRuntimePerfKnobConfig):
+            raise TypeError("ExecutorConfig(): extended_runtime_perf_knob_config must be an "
+                            "ExtendedRuntimePerfKnobConfig")
+
+
+class ExtendedRuntimePerfKnobConfig(_Bound):  # R bindings.cpp L451-458 (py::init<bool, bool>)
+    PARAMS = (("multi_block_mode", False), ("enable_context_fmha_fp32_acc", False))
 
 
 class SamplingConfig(_Bound):  # bindings.cpp L161-196; checks as executor/samplingConfig.cpp
@@ -321,7 +334,24 @@ class ScriptedModel:
 # * Every iteration is recorded as an IterationStats (kv_cache_stats: the BlockManager's counters as they
 #   stand; reused_blocks cumulative); get_latest_iteration_stats() returns the ones since its last call.
 
-ITERATION_S = 0.0005  # the time one fake iteration takes
+ITERATION_S = 0.0005  # the time one fake iteration takes; SLOW_ITERATION_S: the device's order of magnitude
+# Switches that make the fake as slow and as fragile as 0.12 (issue #45), off by default; reset() turns them off.
+# * A decode step of the 3B on the Orin takes several to tens of ms (README4Jetson §4: ~35 tok/s for an 8B INT4).
+SLOW_ITERATION_S = 0.03
+# * Executor(...) holds the GIL for the whole load: 0.12 binds its constructors with plain py::init, no
+#   gil_scoped_release (J cpp/tensorrt_llm/pybind/executor/executor.cpp initBindings), and reads and
+#   deserializes the engine inside. LOAD_HOLDS_GIL_S > 0: the constructor keeps the GIL that long (the
+#   interpreter's switch interval raised meanwhile, so no other Python thread runs).
+LOAD_HOLDS_GIL_S = 0.0
+# * The executor hangs after a cancel: "Fixed the hang caused by race condition when canceling requests"
+#   (v0.13.0 release notes). HANG_AFTER_CANCEL: after a cancel_request, no iteration runs and no response
+#   comes for any request until shutdown; the cancel call itself returns (the watchdog's assumption:
+#   orin_llm/backends/trtllm/watchdog.py).
+HANG_AFTER_CANCEL = False
+# * Only full blocks are shared: "Only full blocks can be shared by multiple requests" (R
+#   docs/source/kv_cache_reuse.md L52). FULL_BLOCKS_ONLY: a stored partial block is never matched (the
+#   BlockManager copy of the code index matches one by its tokens: the kinder reading).
+FULL_BLOCKS_ONLY = False
 CANCEL_SENDS_FINAL = False  # see above: 0.12 does not say, so the worse case
 DEFAULT_MAX_BATCH = 256
 DEFAULT_MAX_NUM_TOKENS = 8192
@@ -370,6 +400,20 @@ class Run:
         return [t for it in self.iterations for t in it]
 
 
+def _hold_gil(seconds: float) -> None:
+    """Keep the GIL for `seconds`, as C++ that never releases it would: no other Python thread runs."""
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 1.0)
+    try:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+    finally:
+        sys.setswitchinterval(interval)
+
+
 class Executor:
     """Executor(model_path, model_type, executor_config[, use_mmap]) (executor.cpp, jetson overload)."""
 
@@ -388,6 +432,8 @@ class Executor:
                                                                               ExecutorConfig):
             raise TypeError("Executor(): incompatible constructor arguments")
         CALLS.append(("Executor", dict(passed)))
+        if LOAD_HOLDS_GIL_S > 0:
+            _hold_gil(LOAD_HOLDS_GIL_S)
         self.path = Path(passed["model_path"])
         if self.path.name in LOAD_ERRORS:
             raise RuntimeError(LOAD_ERRORS[self.path.name])
@@ -419,6 +465,7 @@ class Executor:
         self.timeouts: list[Any] = []
         self.fail_next: Optional[str] = None
         self.is_shut_down = False
+        self.hung = False  # HANG_AFTER_CANCEL, once a request was cancelled
         self.processor_threads: set[int] = set()  # threads the logits post-processor was called on
         self.max_running_seen = 0  # the most requests one iteration ran
         self.polls_of_cancelled = 0  # await_responses calls naming a cancelled request
@@ -541,6 +588,7 @@ class Executor:
     def cancel_request(self, id: int) -> None:  # noqa: A002 (the binding's keyword name)
         with self._cond:
             self.cancelled.append(id)
+            self.hung = self.hung or HANG_AFTER_CANCEL
             run = self.runs.get(id)
             if run is not None and not run.done:
                 run.cancelled = True
@@ -573,7 +621,7 @@ class Executor:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self.is_shut_down or self._queue or self._active)
+                self._cond.wait_for(lambda: self.is_shut_down or (not self.hung and (self._queue or self._active)))
                 if self.is_shut_down:
                     return
                 for run in [r for r in self._active if r.cancelled]:
@@ -768,7 +816,8 @@ class Executor:
             blocked.append(())  # "Add empty block if last token is separated"
         matched, node = 0, self.root
         for tokens in blocked:
-            found = node.children.get(tokens) if (self.block_reuse and node is not None and tokens) else None
+            shareable = tokens and (len(tokens) == self.tokens_per_block or not FULL_BLOCKS_ONLY)
+            found = node.children.get(tokens) if (self.block_reuse and node is not None and shareable) else None
             if found is not None:
                 if len(tokens) < self.tokens_per_block:
                     self._detach(found)  # claimLeafBlock: a matched partial block becomes the request's own
