@@ -16,8 +16,10 @@
 # the tests' XML)
 # is packed into <out>.tar.gz.
 #
-# Usage: jetson/first-contact.sh [--dry-run] [--profile TOML] [--engine DIR] [--out DIR] [--swap GB]
-#                                [--skip-install]
+# Usage: jetson/first-contact.sh [--dry-run] [--jetpack 6|7] [--profile TOML] [--engine DIR] [--out DIR]
+#                                [--swap GB] [--skip-install]
+# --jetpack 7: a JetPack 7 (L4T R38) Orin on TensorRT Edge-LLM 0.11 instead (jetson/first-contact-jetpack7.sh:
+# its checks, installs, the export and the build on the device, the server, a served plan, the bench).
 # --dry-run prints every stage and its commands and exits 0, on any machine (it needs orin-llm's Python
 # dependencies only to print the build commands: set PYTHON=/path/to/python if python3 lacks them).
 set -euo pipefail
@@ -31,13 +33,14 @@ OUT=""
 SWAP_GB=""
 DRY_RUN=0
 SKIP_INSTALL=0
+JETPACK=6
 # What a fresh Orin needs free: the TensorRT-LLM source tree and its C++ build (ccache included), the two
 # Hugging Face checkpoints (~6.4 + 2.5 GB for the 3B and 1B), their converted checkpoints, links with the
 # lm_head copies and engines. An estimate: the tarball records `df` so the first run can correct it.
 MIN_DISK_GIB=60
 MIN_SWAP_GIB=8  # jetson/setup.sh's own advice for building the engines
 
-usage() { sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -47,11 +50,17 @@ while [[ $# -gt 0 ]]; do
         --out) OUT="${2:?--out needs a directory}"; shift ;;
         --swap) SWAP_GB="${2:?--swap needs a size in GiB}"; shift ;;
         --skip-install) SKIP_INSTALL=1 ;;
+        --jetpack) JETPACK="${2:?--jetpack needs 6 or 7}"; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "first-contact.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$JETPACK" in
+    6) ;;
+    7) [[ "$PROFILE" != "jetson/profiles/agx-orin-64gb.toml" ]] || PROFILE="jetson/profiles/agx-orin-64gb-edgellm.toml" ;;
+    *) echo "first-contact.sh: --jetpack takes 6 or 7" >&2; exit 2 ;;
+esac
 [[ -f "$PROFILE" ]] || { echo "first-contact.sh: no profile $PROFILE" >&2; exit 2; }
 if [[ -n "$SWAP_GB" && ! "$SWAP_GB" =~ ^[0-9]+$ ]]; then
     echo "first-contact.sh: --swap takes a whole number of GiB, e.g. --swap 16" >&2; exit 2
@@ -123,6 +132,12 @@ if [[ $DRY_RUN -eq 1 ]]; then
 else
     mkdir -p "$OUT/logs"
     echo "first-contact: profile $PROFILE, engine $ENGINE, everything into $OUT/ and $OUT.tar.gz"
+fi
+
+if [[ $JETPACK -eq 7 ]]; then
+    # shellcheck source=jetson/first-contact-jetpack7.sh
+    source "$REPO/jetson/first-contact-jetpack7.sh"
+    exit 0
 fi
 
 # ---------------------------------------------------------------------------------------------

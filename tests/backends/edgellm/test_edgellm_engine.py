@@ -60,7 +60,7 @@ def server(edge_dir):
 
 
 @pytest.fixture
-def eng(edge_dir, server):
+def edge(edge_dir, server):
     e = EdgellmEngine.load(edge_dir, url=server.url)
     yield e
     e.close()
@@ -76,39 +76,39 @@ def drive(engine, request, limit_s: float = 30.0) -> list[str]:
     return deltas + request.take()
 
 
-def test_it_is_a_backend_and_says_what_it_can_and_cannot_do(eng, edge_dir, server):
-    assert isinstance(eng, Backend)
-    caps = eng.capabilities
-    assert caps.backend == "edgellm" and caps.max_batch == 2 == eng.stats().max_running
+def test_it_is_a_backend_and_says_what_it_can_and_cannot_do(edge, edge_dir, server):
+    assert isinstance(edge, Backend)
+    caps = edge.capabilities
+    assert caps.backend == "edgellm" and caps.max_batch == 2 == edge.stats().max_running
     assert caps.grammars and caps.speculation == ("auto", "none") == caps.constrained_speculation
     assert not (caps.tunable_batch or caps.paced_prefill or caps.persistent_histories or caps.kernels
                 or caps.pins_hold)
     assert isinstance(load_engine(edge_dir, url=server.url, threads=2, device="cpu"), EdgellmEngine)
     with pytest.raises(OrinError, match="batches and paces prompts inside its server"):
-        eng.tune(max_running=1)
+        edge.tune(max_running=1)
     with pytest.raises(OrinError, match="no lookup history"):
-        eng.persist_histories(edge_dir / "lookup")
-    assert eng.kv_usage()["dtype"] == "fp16" and eng.kv_usage()["reported_by_server"] is False
+        edge.persist_histories(edge_dir / "lookup")
+    assert edge.kv_usage()["dtype"] == "fp16" and edge.kv_usage()["reported_by_server"] is False
 
 
-def test_a_plain_request_streams_its_text_and_is_timed(eng, server):
-    ids = eng.chat_ids([{"role": "user", "content": "Where is the milk?"}])
-    gen = eng.generate(ids, SamplingParams(max_tokens=64, temperature=0.0))
-    deltas = drive(eng, gen)
+def test_a_plain_request_streams_its_text_and_is_timed(edge, server):
+    ids = edge.chat_ids([{"role": "user", "content": "Where is the milk?"}])
+    gen = edge.generate(ids, SamplingParams(max_tokens=64, temperature=0.0))
+    deltas = drive(edge, gen)
     assert len(deltas) > 1 and "".join(deltas) == gen.result.text == server.script
     t = gen.result.timings
     assert t.prompt_tokens == len(ids) == server.seen[-1].prompt_tokens and t.completion_tokens > 1
     assert 0 < t.ttft_s < t.total_s and t.cached_prompt_tokens == 0  # the server reports no cached tokens
     body = server.seen[-1].body
-    assert body["apply_chat_template"] is False and body["messages"][0]["content"] == eng.tokenizer.decode(
+    assert body["apply_chat_template"] is False and body["messages"][0]["content"] == edge.tokenizer.decode(
         ids, skip_special_tokens=False)
 
 
-def test_other_speculation_is_refused_never_dropped(eng):
-    ids = eng.encode("Go to the kitchen.")
+def test_other_speculation_is_refused_never_dropped(edge):
+    ids = edge.encode("Go to the kitchen.")
     for mode in ("lookup", "draft_model", "combined"):
         with pytest.raises(OrinError, match="no external draft tokens"):
-            eng.generate(ids, SamplingParams(max_tokens=2), speculation=mode)
+            edge.generate(ids, SamplingParams(max_tokens=2), speculation=mode)
 
 
 @pytest.fixture(scope="module")
@@ -241,7 +241,7 @@ def test_no_server_and_a_server_elsewhere_are_refused(edge_dir):
         EdgellmEngine.load(edge_dir, url="http://10.0.0.5:8000")
 
 
-def test_the_fake_refuses_what_the_server_refuses(edge_dir, server, eng):
+def test_the_fake_refuses_what_the_server_refuses(edge_dir, server, edge):
     import urllib.error
     import urllib.request
 
