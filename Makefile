@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all test-full test-strict-fake lint engine clean ros vllm sglang
+.PHONY: install native demo test test-all test-full test-strict-fake lint engine clean ros vllm sglang edgellm
 
 install: $(STAMP) native
 
@@ -45,6 +45,7 @@ test: $(STAMP) native
 test-all: $(STAMP) native
 	-$(MAKE) ros
 	$(MAKE) sglang
+	$(MAKE) edgellm
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 	$(MAKE) test-strict-fake
 
@@ -52,6 +53,7 @@ test-all: $(STAMP) native
 test-full: $(STAMP) native
 	-$(MAKE) ros
 	$(MAKE) sglang
+	$(MAKE) edgellm
 	$(BIN)/python -m pytest -q -m full $(PYTEST_ARGS)
 	$(MAKE) test-strict-fake
 
@@ -102,5 +104,20 @@ $(SGLANG_VENV)/.installed:
 	$(SGLANG_VENV)/bin/pip install -q sglang-router==0.3.2
 	touch $@
 
+# TensorRT Edge-LLM 0.11 (the JetPack 7 backend) in a venv of its own: its `export` extra pins torch, transformers
+# and onnx versions that are not ours. Only the export runs here (tensorrt-edgellm-export, build/edgellm.py); the
+# full tier's tests/build/test_edgellm_export.py runs it. On x86 the CPU torch is installed first, as in `install`,
+# so that no CUDA torch is pulled.
+EDGELLM_VENV ?= .venv-edgellm
+edgellm: $(EDGELLM_VENV)/.installed
+
+$(EDGELLM_VENV)/.installed:
+	test -x $(EDGELLM_VENV)/bin/python || $(PY) -m venv $(EDGELLM_VENV)
+	$(EDGELLM_VENV)/bin/pip install -q --upgrade pip
+	if [ "$$(uname -m)" = x86_64 ] && ! command -v nvidia-smi >/dev/null; then \
+		$(EDGELLM_VENV)/bin/pip install -q torch==2.13.0; fi
+	$(EDGELLM_VENV)/bin/pip install -q "tensorrt-edgellm[export]==0.11.0"
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(SGLANG_VENV) $(ENGINE) orin_llm/kernels/_native build/ros
+	rm -rf $(VENV) $(ROS_VENV) $(VLLM_VENV) $(SGLANG_VENV) $(EDGELLM_VENV) $(ENGINE) orin_llm/kernels/_native build/ros

@@ -21,8 +21,10 @@
 # the tests' XML)
 # is packed into <out>.tar.gz.
 #
-# Usage: jetson/first-contact.sh [--dry-run] [--profile TOML] [--engine DIR] [--out DIR] [--swap GB]
-#                                [--skip-install]
+# Usage: jetson/first-contact.sh [--dry-run] [--jetpack 6|7] [--profile TOML] [--engine DIR] [--out DIR]
+#                                [--swap GB] [--skip-install]
+# --jetpack 7: a JetPack 7 (L4T R38) Orin on TensorRT Edge-LLM 0.11 instead (jetson/first-contact-jetpack7.sh:
+# its checks, installs, the export and the build on the device, the server, a served plan, the bench).
 # --dry-run prints every stage and its commands and exits 0, on any machine (it needs orin-llm's Python
 # dependencies only to print the build commands: set PYTHON=/path/to/python if python3 lacks them).
 set -euo pipefail
@@ -36,6 +38,7 @@ OUT=""
 SWAP_GB=""
 DRY_RUN=0
 SKIP_INSTALL=0
+JETPACK=6
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed -n 's/^# \{0,1\}//p'; }
 
 while [[ $# -gt 0 ]]; do
@@ -46,11 +49,17 @@ while [[ $# -gt 0 ]]; do
         --out) OUT="${2:?--out needs a directory}"; shift ;;
         --swap) SWAP_GB="${2:?--swap needs a size in GiB}"; shift ;;
         --skip-install) SKIP_INSTALL=1 ;;
+        --jetpack) JETPACK="${2:?--jetpack needs 6 or 7}"; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "first-contact.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
+case "$JETPACK" in
+    6) ;;
+    7) [[ "$PROFILE" != "jetson/profiles/agx-orin-64gb.toml" ]] || PROFILE="jetson/profiles/agx-orin-64gb-edgellm.toml" ;;
+    *) echo "first-contact.sh: --jetpack takes 6 or 7" >&2; exit 2 ;;
+esac
 [[ -f "$PROFILE" ]] || { echo "first-contact.sh: no profile $PROFILE" >&2; exit 2; }
 if [[ -n "$SWAP_GB" && ! "$SWAP_GB" =~ ^[0-9]+$ ]]; then
     echo "first-contact.sh: --swap takes a whole number of GiB, e.g. --swap 16" >&2; exit 2
@@ -119,6 +128,12 @@ if [[ $DRY_RUN -eq 1 ]]; then
 else
     mkdir -p "$OUT/logs"
     echo "first-contact: profile $PROFILE, engine $ENGINE, everything into $OUT/ and $OUT.tar.gz"
+fi
+
+if [[ $JETPACK -eq 7 ]]; then
+    # shellcheck source=jetson/first-contact-jetpack7.sh
+    source "$REPO/jetson/first-contact-jetpack7.sh"
+    exit 0
 fi
 
 # ---------------------------------------------------------------------------------------------

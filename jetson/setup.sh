@@ -139,7 +139,7 @@ if [[ -r /etc/nv_tegra_release ]]; then
     elif [[ "$major" == "36" && "$revision" == 4.* ]]; then
         warn "L4T R36.$revision is newer than JetPack 6.1 (R36.4.0); same CUDA 12.6 / TensorRT 10.3 line, unverified"
     elif [[ -n "$major" && "$major" -ge 38 && $FORCE -eq 0 ]]; then
-        die "L4T R$major.$revision is JetPack 7 (CUDA 13): TensorRT-LLM v0.12.0-jetson does not run on it; serve the torch engine (jetson/profiles/agx-orin-64gb-torch.toml) or reflash JetPack 6.1/6.2.x (L4T R36.4.x)"
+        die "L4T R$major.$revision is JetPack 7 (CUDA 13): TensorRT-LLM v0.12.0-jetson does not run on it; run jetson/first-contact.sh --jetpack 7 (TensorRT Edge-LLM), serve the torch engine (jetson/profiles/agx-orin-64gb-torch.toml), or reflash JetPack 6.1/6.2.x (L4T R36.4.x)"
     elif [[ $FORCE -eq 1 ]]; then
         warn "L4T R$major.$revision is not JetPack 6.1; going on because of --force"
     else

@@ -64,6 +64,9 @@ class Manifest(_Strict):
     profile: dict[str, Any]
     memory_plan: Optional[dict[str, Any]] = None
     lookup_seed: Optional[FileEntry] = None  # plans seeding the lookup drafter's history (build/lookup_seed.py)
+    # backend "edgellm": the export's runtime config, the device's commands with their sources, the server's
+    # command line (build/edgellm.py)
+    edgellm: Optional[dict[str, Any]] = None
 
     def files(self) -> list[FileEntry]:
         models = [self.target] + ([self.draft] if self.draft else [])

@@ -23,7 +23,7 @@ else:  # JetPack 6 ships Python 3.10
 # int4_gptq: a GPTQ checkpoint, converted as it is (TensorRT-LLM only: build/trtllm.py)
 Weights = Literal["fp32", "fp16", "bf16", "int8_wo", "int4_wo", "int4_awq", "int4_gptq", "q4_1"]
 KvDtype = Literal["fp32", "fp16", "bf16", "int8"]
-Backend = Literal["torch", "trtllm"]
+Backend = Literal["torch", "trtllm", "edgellm"]  # edgellm: TensorRT Edge-LLM 0.11 (JetPack 7)
 
 
 class _Strict(BaseModel):

@@ -82,7 +82,8 @@ def weights_bytes(a: Shape, weights: str, dtype: str, int4_group_size: int, back
     per_layer_linear_params = sum(i * o for i, o in linears(a))
     norm_params = a.num_layers * 2 * a.hidden_size + a.hidden_size  # 2 RMSNorms per layer + final
     embed_params = a.vocab_size * a.hidden_size
-    head_params = embed_params if (not a.tie_word_embeddings or backend == "trtllm" or packed_head) else 0
+    # TensorRT-LLM and Edge-LLM keep the lm_head in the engine and the embedding beside it
+    head_params = embed_params if (not a.tie_word_embeddings or backend in ("trtllm", "edgellm") or packed_head) else 0
     rest_params = embed_params + head_params + norm_params
 
     if weights in FLOAT_WEIGHT_BYTES:

@@ -1,4 +1,4 @@
-"""Load an engine directory with the runtime its manifest names: torch or TensorRT-LLM."""
+"""Load an engine directory with the runtime its manifest names: torch, TensorRT-LLM or TensorRT Edge-LLM."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def load_engine(engine_dir: Union[str, Path], **kw: Any):
         raise OrinError(f"--trtllm-features: {engine_dir} is a {manifest.backend} engine; the switches are "
                         "TensorRT-LLM's (backends/trtllm/features.py)")
     kw = {k: v for k, v in kw.items() if not (k == "features" and v is None)}
+    if manifest.backend == "edgellm":  # its server on loopback serves it: no torch option means anything there
+        from .edgellm.engine import EdgellmEngine
+
+        options = {k: v for k, v in kw.items() if k not in TORCH_ONLY_OPTIONS + ("draft",)}
+        return EdgellmEngine.load(engine_dir, manifest=manifest, **options)
     if manifest.backend == "trtllm":
         from .trtllm.engine import TrtllmEngine
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import weight_sizes as sizes
 from ..arch import Arch
+from ..backends.edgellm.rules import PAGE_TOKENS, edgellm_deployment, kv_capacity
 from ..backends.trtllm.rules import Deployment, EngineSetup, format_deployment, trtllm_deployment
 from ..errors import OrinError
 from ..policy.onnx_size import onnx_initializer_bytes
@@ -236,7 +237,7 @@ def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
     """What loading holds for a moment on top of what the engines keep (the HEAD_CHECK_ROWS comment), and
     how it was figured. models: (arch, plan) of the target (first) and the draft. file_sizes: a trtllm
     build's engine files (role -> bytes), else estimated from the weights."""
-    if profile.backend == "trtllm":
+    if profile.backend in ("trtllm", "edgellm"):  # Edge-LLM: TensorRT deserializes its engine file the same way
         if file_sizes:
             role, size = max(file_sizes.items(), key=lambda kv_: kv_[1])
             return size, f"measured: the {role} engine file ({size:,} B), read whole before it is deserialized"
@@ -256,6 +257,8 @@ def load_extra_bytes(profile: Profile, models: list[tuple[Arch, ModelPlan]],
 
 
 def deployment(profile: Profile) -> Deployment:
+    if profile.backend == "edgellm":
+        return edgellm_deployment(profile)
     return trtllm_deployment(profile) if profile.backend == "trtllm" else torch_deployment(profile)
 
 
@@ -313,6 +316,8 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None,
     cached = profile.cached_prefix_tokens
     useful = running + cached
     tokens = min(budget // bpt, useful) if budget > 0 else 0
+    if profile.backend == "edgellm" and tokens:  # its pool: FP16 pages of PAGE_TOKENS, capacity per batch slot
+        tokens = _edgellm_pool(profile, tokens, budget // bpt, notes)
     for m in models:
         m.max_kv_tokens = tokens
         m.kv_bytes = tokens * m.kv_bytes_per_token
@@ -368,6 +373,21 @@ def plan_memory(profile: Profile, profile_dir: Path | None = None,
         load_peak_bytes=total + load_extra, headroom_bytes=device - total,
         feasible=not problems, problems=problems, notes=notes, deployment=dep.as_dict(),
     )
+
+
+def _edgellm_pool(profile: Profile, wanted: int, fits: int, notes: list[str]) -> int:
+    """Edge-LLM's KV pool for `wanted` tokens: its builder takes a capacity (--maxKVCacheCapacity, whole pages
+    of PAGE_TOKENS) that the plan counts once per batch slot (backends/edgellm/rules.py kv_capacity: the
+    docs do not say whether it is per slot or for the pool, so the plan takes the larger reading). The
+    context cache keeps homes in the same pages as the running requests."""
+    slots = profile.limits.max_batch_size
+    capacity = kv_capacity(profile, wanted)
+    while capacity * slots > fits and capacity > PAGE_TOKENS:
+        capacity -= PAGE_TOKENS
+    notes.append(f"Edge-LLM KV pool: FP16 pages of {PAGE_TOKENS} tokens, --maxKVCacheCapacity {capacity:,} counted "
+                 f"for each of {slots} batch slot(s) = {capacity * slots:,} tokens; the context cache keeps homes in "
+                 "these pages, evicted least-recently-used (nothing pinned)")
+    return min(capacity * slots, fits)
 
 
 def check_feasible(plan: MemoryPlan) -> MemoryPlan:

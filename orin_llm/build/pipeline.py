@@ -2,6 +2,8 @@
 
 torch: convert the target, quantize the draft, calibrate INT8 KV scales, write the manifest.
 trtllm: the same memory plan, then TensorRT-LLM's own tools as subprocesses (build/trtllm.py).
+edgellm: the same memory plan, then TensorRT Edge-LLM's export here and its engine build on the Orin
+(build/edgellm.py, build/edgellm_pipeline.py).
 Written into a temp dir beside the target and renamed at the end, so a failed build never leaves
 a half-engine where a good one is expected.
 """
@@ -12,9 +14,6 @@ import datetime as dt
 import platform
 import shutil
 import sys
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +25,7 @@ from ..profile import ModelSpec, Profile
 from ..progress import Steps
 from .memory import MemoryPlan, check_feasible, engine_file_sizes, format_plan, plan_memory
 from .source import Source, load_arch, resolve_source
+from .staged import staged
 
 
 def tool_versions() -> dict[str, str]:
@@ -73,6 +73,10 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
     plan = check_feasible(plan_memory(profile, profile_dir))  # infeasible: refused with the numbers
     if profile.backend == "trtllm":
         return _build_trtllm(profile, out, profile_dir, plan, quiet, force, dry_run)
+    if profile.backend == "edgellm":
+        from .edgellm_pipeline import build_edgellm
+
+        return build_edgellm(profile, out, profile_dir, plan, quiet, force, dry_run)
     if dry_run:
         print(format_plan(plan))
         print(f"# torch build: convert {profile.target.model} ({profile.target.weights})"
@@ -119,24 +123,6 @@ def build_engine(profile: Profile, out: Path, profile_dir: Path | None = None, q
 
                 calibrate_engine(tmp, profile.calibration, profile.calibration_size, quiet=quiet)
     return out
-
-
-@contextmanager
-def staged(out: Path) -> Iterator[Path]:
-    """A temp dir beside `out` to write an engine into, renamed to `out` (replacing it) when the block
-    ends without an error and removed otherwise: a failed build never leaves a half-engine where a
-    good one is expected."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it 0700; an engine is read by the daemon's user too
-    try:
-        yield tmp
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _needs_scales(profile: Profile) -> bool:

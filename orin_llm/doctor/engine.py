@@ -8,6 +8,7 @@ from typing import Optional
 
 from ..errors import OrinError
 from .host import Probe
+from .jetpack7 import check_engine_jetpack
 from .machine import GIB_KIB, SETUP
 from .report import ERROR, INFO, OK, WARN, Report
 
@@ -27,7 +28,15 @@ def check_engine(report: Report, p: Probe, engine_dir: Path, name: Optional[str]
     report.add("engine", INFO, f"{engine_dir}: {m.name!r}, backend {m.backend}, profile device {built_for}, "
                                f"built {m.created_utc} with orin-llm {m.tools.get('orin-llm', '?')}"
                                + (f" and TensorRT-LLM {built_with}" if built_with else ""))
-    if m.backend == "trtllm":
+    check_engine_jetpack(report, m.backend, report.jetpack)
+    if m.backend == "edgellm":
+        if not report.jetson:
+            report.add("engine", INFO, "an Edge-LLM engine directory (its ONNX export): the engine is built and served "
+                                       "on the Orin (manifest edgellm.device_steps)")
+        else:
+            report.add("engine", OK if report.jetpack == 7 else INFO,
+                       f"Edge-LLM engine directory, exported with {m.tools.get('edgellm_env:tensorrt-edgellm', '?')}")
+    elif m.backend == "trtllm":
         problems = []
         if not report.jetson:
             problems.append("a TensorRT-LLM engine runs only on the Jetson it was built on, and this is not a "

@@ -66,9 +66,9 @@ def check_release(r: FirstChecks, p: Probe) -> bool:
         # JetPack 7 (L4T R38) brings CUDA 13 and a newer TensorRT; 0.12-jetson's wheel links CUDA 12.6 and
         # TensorRT 10.3, and no TensorRT-LLM release after it supports Jetson (docs/trtllm-0.12-jetson.md §12).
         r.fail("device", f"{named}: JetPack 7 (CUDA 13): TensorRT-LLM v0.12.0-jetson does not run on it",
-               f"on JetPack 7, serve the torch engine instead ({TORCH_PROFILE}: orin-llm's own CUDA runtime, no "
-               f"TensorRT-LLM; it needs a CUDA torch for JetPack 7); or reflash {SUPPORTED} with SDK Manager for "
-               "the TensorRT-LLM engines")
+               "on JetPack 7, run jetson/first-contact.sh --jetpack 7 (TensorRT Edge-LLM, NVIDIA's engine for "
+               f"Jetson there: jetson/GUIDE.md §3b), or serve the torch engine ({TORCH_PROFILE}); or reflash "
+               f"{SUPPORTED} with SDK Manager for the TensorRT-LLM engines")
         return False
     r.fail("device", f"{named}: TensorRT-LLM v0.12.0-jetson is built for {SUPPORTED}",
            f"flash {SUPPORTED} with NVIDIA SDK Manager: TensorRT-LLM v0.12.0-jetson is built for it")
@@ -177,7 +177,7 @@ def run(profile_path: Path, engine_dir: Path, swap_gb: Optional[int], probe: Pro
 def dry_run(profile_path: Path, engine_dir: Path) -> list[str]:
     profile = read_profile(profile_path)
     lines = [f"check: /etc/nv_tegra_release says {SUPPORTED}; a JetPack 7 board (L4T R38) stops "
-             f"here with what to do instead ({TORCH_PROFILE}, or reflash)",
+             "here with what to do instead (first-contact --jetpack 7: Edge-LLM; or reflash)",
              "check: python3 is 3.10 (TensorRT-LLM v0.12.0-jetson's wheels are cp310)",
              "check: free disk where each of these goes (an eMMC gets a warning: NVMe recommended):"]
     items = disk_need(profile, profile_path.parent, engine_dir, fresh=True)

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from .host import Probe, import_hint, meminfo_kib, power_mode, read_file, swap_kib
+from .jetpack7 import check_edgellm, jetpack_major, report_backend
 from .preflight import preflight
 from .report import ERROR, INFO, OK, WARN, Report
 
@@ -50,19 +51,19 @@ def check_device(report: Report, p: Probe, release: Optional[str], mem_total: Op
         text = "R{}.{}.{}".format(*l4t)
         jetpack = JETPACK.get(l4t)
         named = f"L4T {text} (JetPack {jetpack})" if jetpack else f"L4T {text}"
-        if l4t == (36, 4, 0):
+        report.jetpack = jetpack_major(l4t)
+        if report.jetpack == 7:
+            report.add("device", OK, f"L4T {text} (JetPack 7)")
+        elif l4t == (36, 4, 0):
             report.add("device", OK, named)
         elif l4t[:2] == (36, 4):
             report.add("device", WARN, f"{named}: newer than the JetPack 6.1 (L4T R36.4.0) that TensorRT-LLM "
                                        "v0.12.0-jetson is made for; same CUDA 12.6 / TensorRT 10.3 line, but "
                                        "unverified with it")
-        elif l4t[0] >= 38:  # JetPack 7: CUDA 13; no TensorRT-LLM after 0.12-jetson supports Jetson
-            report.add("device", ERROR, f"{named}: JetPack 7 (CUDA 13) cannot run TensorRT-LLM v0.12.0-jetson; serve "
-                                        "the torch engine (jetson/profiles/agx-orin-64gb-torch.toml) or reflash "
-                                        "JetPack 6.1/6.2.x (L4T R36.4.x) with SDK Manager")
         else:
             report.add("device", ERROR, f"{named}: TensorRT-LLM v0.12.0-jetson needs JetPack 6.1 (L4T R36.4.0; "
                                         "CUDA 12.6, TensorRT 10.3); flash JetPack 6.1 with SDK Manager")
+    report_backend(report, report.jetpack)
     jetpack_pkg = (p.run_cmd(["dpkg-query", "-W", "--showformat=${Version}", "nvidia-jetpack"]) or "").strip()
     if jetpack_pkg:
         report.add("device", INFO, f"nvidia-jetpack {jetpack_pkg}")
@@ -80,6 +81,12 @@ def check_device(report: Report, p: Probe, release: Optional[str], mem_total: Op
 
 
 def check_software(report: Report, p: Probe) -> Optional[str]:
+    if report.jetpack == 7:  # Edge-LLM, not TensorRT-LLM (doctor/jetpack7.py)
+        report.add("software", INFO, f"Python {p.python_version}")
+        check_edgellm(report, p)
+        report.add("software", INFO, "TensorRT-LLM not checked: v0.12.0-jetson runs on JetPack 6 only")
+        check_torch(report, p)
+        return None
     py = p.python_version
     if report.jetson and not py.startswith("3.10."):
         report.add("software", WARN, f"Python {py}: TensorRT-LLM v0.12.0-jetson is built for JetPack's "
@@ -124,6 +131,13 @@ def check_software(report: Report, p: Probe) -> Optional[str]:
     elif report.jetson:
         report.add("software", WARN, "TensorRT's Python bindings are missing: sudo apt install nvidia-jetpack "
                                      "(python3-libnvinfer)")
+    check_torch(report, p)
+    if report.jetson:
+        check_pins(report, p)
+    return version
+
+
+def check_torch(report: Report, p: Probe) -> None:
     torch = p.dist_version("torch")
     if torch is None:
         report.add("software", WARN, "torch is not installed: pip install -e '.[device]' (on the Orin, after the "
@@ -132,9 +146,6 @@ def check_software(report: Report, p: Probe) -> Optional[str]:
         hint = ("; not an NVIDIA JetPack build (their versions carry 'nv'): check it is CUDA-enabled, "
                 "TensorRT-LLM's quantize.py needs CUDA torch" if report.jetson and "nv" not in torch else "")
         report.add("software", INFO, f"torch {torch}{hint}")
-    if report.jetson:
-        check_pins(report, p)
-    return version
 
 
 def check_pins(report: Report, p: Probe) -> None:

@@ -4,7 +4,7 @@ lines and JSON it prints."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 OK, INFO, WARN, ERROR = "ok", "info", "warn", "error"
 EXIT = {OK: 0, INFO: 0, WARN: 1, ERROR: 2}
@@ -20,6 +20,7 @@ class Check:
 @dataclass
 class Report:
     jetson: bool
+    jetpack: Optional[int] = None  # 6 or 7 on an Orin whose L4T says so (doctor/jetpack7.py)
     checks: list[Check] = field(default_factory=list)
 
     def add(self, section: str, status: str, message: str) -> None:
@@ -33,7 +34,8 @@ class Report:
         return sum(c.status == status for c in self.checks)
 
     def lines(self) -> list[str]:
-        head = ("Jetson: checking JetPack, TensorRT-LLM, power, memory" if self.jetson else
+        engine = "TensorRT Edge-LLM" if self.jetpack == 7 else "TensorRT-LLM"
+        head = (f"Jetson: checking JetPack, {engine}, power, memory" if self.jetson else
                 "not a Jetson: the trtllm backend and its engines run only on the Orin; checking what can be "
                 "checked here")
         out = [f"orin-llm doctor — {head}"]
@@ -44,5 +46,5 @@ class Report:
         return out
 
     def as_dict(self) -> dict[str, Any]:
-        return {"exit_code": self.exit_code, "jetson": self.jetson,
+        return {"exit_code": self.exit_code, "jetson": self.jetson, "jetpack": self.jetpack,
                 "checks": [{"section": c.section, "status": c.status, "message": c.message} for c in self.checks]}

@@ -138,8 +138,6 @@ def test_unreadable_power_mode_and_clocks(tmp_path):
     ("# R36 (release), REVISION: 4.3, GCID: 1, BOARD: generic", "warn", "L4T R36.4.3 (JetPack 6.2): newer than"),
     ("# R36 (release), REVISION: 3.0, GCID: 1, BOARD: generic", "error", "L4T R36.3.0 (JetPack 6.0): TensorRT-LLM"),
     ("# R35 (release), REVISION: 4.1, GCID: 1, BOARD: t186ref", "error", "L4T R35.4.1: TensorRT-LLM v0.12.0-jetson"),
-    ("# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic", "error",
-     "L4T R38.2.0: JetPack 7 (CUDA 13) cannot run TensorRT-LLM v0.12.0-jetson; serve the torch engine"),
     ("not a release line", "warn", "cannot read the L4T version"),
 ])
 def test_other_jetpacks(tmp_path, release, status, words):
@@ -373,3 +371,37 @@ def test_on_the_orin_a_version_off_the_pins_is_a_warning_with_the_fix(tmp_path):
     warn = messages(report.lines(), "WARN")
     assert "transformers 4.57.1 is installed; constraints-0.12-jetson.txt pins transformers==4.43.4" in warn
     assert "numpy" not in warn and report.exit_code == 1
+
+
+# ---------------------------------------------------------------------------
+# JetPack 7: the edgellm backend (doctor/jetpack7.py)
+
+R38 = "# R38 (release), REVISION: 4.0, GCID: 1, BOARD: generic, EABI: aarch64\n"
+JP7_VERSIONS = {"tensorrt-edgellm": "0.11.0", "tensorrt": "10.16.0", "torch": "2.13.0"}
+
+
+def test_jetpack_7_takes_the_edgellm_backend_and_checks_edgellm_not_tensorrt_llm(tmp_path):
+    report = diagnose(probe=orin(tmp_path, release=R38, versions=JP7_VERSIONS, python="3.12.3", jetpack="7.2"))
+    assert report.jetpack == 7 and report.exit_code == 0, report.lines()
+    text = "\n".join(report.lines())
+    assert "L4T R38.4.0 (JetPack 7)" in text and "backend edgellm (jetson/profiles/agx-orin-64gb-edgellm.toml)" in text
+    assert "TensorRT Edge-LLM 0.11.0" in text and "TensorRT-LLM not checked" in text
+    assert "checking JetPack, TensorRT Edge-LLM" in text
+    missing = diagnose(probe=orin(tmp_path, release=R38, versions={"torch": "2.13.0"}, jetpack="7.2"))
+    assert missing.exit_code == 2 and any("TensorRT Edge-LLM is not installed" in c.message and c.status == "error"
+                                          for c in missing.checks)
+    other = diagnose(probe=orin(tmp_path, release=R38, versions={**JP7_VERSIONS, "tensorrt-edgellm": "0.12.1"},
+                                jetpack="7.2"))
+    assert other.exit_code == 1 and any("0.12.1" in c.message and c.status == "warn" for c in other.checks)
+
+
+def test_jetpack_6_still_takes_tensorrt_llm_and_says_so(tmp_path):
+    report = diagnose(probe=orin(tmp_path))
+    assert report.jetpack == 6 and "backend trtllm (jetson/profiles/agx-orin-64gb.toml)" in "\n".join(report.lines())
+
+
+def test_an_engine_on_the_wrong_jetpack_is_an_error(tmp_path):
+    engines = tmp_path / "engines"
+    engines.mkdir()
+    report = diagnose(trtllm_engine(engines), probe=orin(tmp_path, release=R38, versions=JP7_VERSIONS, jetpack="7.2"))
+    assert any("a trtllm engine runs on JetPack 6, this Orin runs JetPack 7" in m for m in engine_errors(report))

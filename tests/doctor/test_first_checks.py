@@ -53,7 +53,8 @@ def test_jetpack_7_is_told_at_once_what_to_do_instead(tmp_path):
     assert not fc.check_release(r, probe(tmp_path, R38_2))
     assert r.checks[0].status == "error" and "L4T R38.2.0" in r.checks[0].message
     assert "JetPack 7" in r.checks[0].message
-    assert fc.TORCH_PROFILE in r.next[0] and "reflash JetPack 6.1/6.2.x (L4T R36.4.x)" in r.next[0]
+    assert "first-contact.sh --jetpack 7" in r.next[0] and fc.TORCH_PROFILE in r.next[0]
+    assert "reflash JetPack 6.1/6.2.x (L4T R36.4.x)" in r.next[0]
 
 
 @pytest.mark.parametrize("release, ok, words", [

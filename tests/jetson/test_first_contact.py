@@ -114,3 +114,29 @@ def test_the_source_build_clones_shallow(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert ("+ git clone --depth 1 --recurse-submodules --shallow-submodules -b v0.12.0-jetson "
             f"https://github.com/NVIDIA/TensorRT-LLM.git {tmp_path / 'trtllm'}") in proc.stdout
+
+
+def test_the_jetpack_7_dry_run_shows_the_edgellm_path_and_exits_0(tmp_path):
+    """--jetpack 7: the Edge-LLM profile, its checks (L4T R38), the export and the device's commands as the
+    build prints them (each with its source), the server before the daemon, and every stage."""
+    proc = first_contact("--dry-run", "--jetpack", "7", "--out", "fc7", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    stages = [ln.split(":")[0] for ln in out.splitlines() if ln.startswith("== ")]
+    assert stages == ["== 1/6 checks", "== 2/6 installs", "== 3/6 build", "== 4/6 smoke", "== 5/6 bench",
+                      "== 6/6 tests", "== done"]
+    assert "profile jetson/profiles/agx-orin-64gb-edgellm.toml" in out and "L4T R38 (JetPack 7" in out
+    from orin_llm.build.edgellm import edgellm_steps
+    from orin_llm.profile import load_profile
+
+    profile = ROOT / "jetson" / "profiles" / "agx-orin-64gb-edgellm.toml"
+    for step in edgellm_steps(load_profile(profile), Path("engines/agx-orin-64gb-edgellm"), profile.parent):
+        assert step.line() in out and step.source in out
+    assert out.index("/health/ready") < out.index("orin-llm serve --engine")  # the server is up first
+    assert "convert_checkpoint.py" not in out and "jetson/setup.sh" not in out  # nothing of TensorRT-LLM 0.12
+    assert not (tmp_path / "fc7").exists()
+
+
+def test_jetpack_takes_6_or_7_only():
+    proc = first_contact("--dry-run", "--jetpack", "5")
+    assert proc.returncode == 2 and "--jetpack takes 6 or 7" in proc.stderr

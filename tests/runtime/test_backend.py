@@ -7,7 +7,8 @@ property, a classmethod as one, and each method accepts the protocol's parameter
 with any extra ones optional), and at run time on loaded engines (`isinstance` against the
 runtime-checkable protocol, which also sees the attributes set in __init__, and the capabilities
 each one reports); the TensorRT-LLM engine's on the fake executor and on the real bindings (`eng`,
-tests/backends/trtllm/trtllm_both.py).
+tests/backends/trtllm/trtllm_both.py); the Edge-LLM engine's against the fake of its server
+(tests/backends/edgellm/test_edgellm_engine.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import inspect
 
 import pytest
 
+from orin_llm.backends.edgellm.engine import EdgellmEngine
+from orin_llm.backends.edgellm.request import EdgellmRequest
 from orin_llm.backends.remote.hedged import HedgedBackend, HedgedRequest
 from orin_llm.backends.remote.settings import RemoteSettings
 from orin_llm.backends.trtllm.engine import TrtllmEngine
@@ -73,12 +76,12 @@ def mismatches(protocol: type, cls: type) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("cls", [Engine, TrtllmEngine, HedgedBackend])
+@pytest.mark.parametrize("cls", [Engine, TrtllmEngine, HedgedBackend, EdgellmEngine])
 def test_both_engines_implement_the_backend_protocol(cls):
     assert mismatches(Backend, cls) == []
 
 
-@pytest.mark.parametrize("cls", [Generation, TrtllmGeneration, TrtllmPin, HedgedRequest])
+@pytest.mark.parametrize("cls", [Generation, TrtllmGeneration, TrtllmPin, HedgedRequest, EdgellmRequest])
 def test_their_requests_implement_the_request_protocol(cls):
     assert mismatches(Request, cls) == []
 

@@ -28,7 +28,7 @@ from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
 from ...errors import OrinError
-from .flavors import completion_body
+from .flavors import choice_text, completion_body, route
 from .settings import RemoteSettings
 
 log = logging.getLogger("orin_llm.remote")
@@ -168,7 +168,8 @@ class RemoteCall:
         if self.sent_at is None:
             self.first_connect_s, self.sent_at = self.connect_s, time.perf_counter()
         self.requests += 1
-        conn.request("POST", path(self.settings, "/v1/completions"), body=data, headers=headers(self.settings))
+        conn.request("POST", path(self.settings, route(self.settings.flavor)), body=data,
+                     headers=headers(self.settings))
         resp = conn.getresponse()
         if resp.status != 200:
             raise RemoteError(f"HTTP {resp.status} from {self.settings.host}: {resp.read(300)!r}", "http_error")
@@ -199,9 +200,7 @@ class RemoteCall:
                 raise RemoteError(f"{self.settings.host} failed the request: {str(chunk['error'])[:200]}",
                                   "engine_error")
             for choice in chunk.get("choices") or ():
-                text = choice.get("text")
-                if not isinstance(text, str):
-                    raise TypeError("a choice without text")
+                text = choice_text(self.settings.flavor, choice)
                 if text:
                     self.text_parts.append(text)
                     if self.first_at is None:

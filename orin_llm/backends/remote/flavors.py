@@ -25,6 +25,15 @@ grammar language:
   {"type": "ebnf", "ebnf": <GBNF>}` (or `regex`, `json`, `json_schema`, `structural_tag`), honoured only
   when the server's YAML config sets `guided_decoding_backend: xgrammar`; the request model forbids
   unknown fields, so nothing else may ride along.
+- `edgellm` (TensorRT Edge-LLM 0.11's `tensorrt-edgellm-serve`, experimental/server/api/protocol.py and
+  routes.py of the 0.11.0 wheel): /v1/chat/completions only, its request model forbids unknown fields
+  (protocol.py L33-34). The prompt goes as the text of the planner's ids (special tokens kept) in one user
+  message with `apply_chat_template: false` and `add_generation_prompt: false` (protocol.py L86-87), so
+  its own chat template (a JSON rendering of the Jinja one) is not applied a second time; whether the
+  runtime reads the special tokens' text back as those tokens is for the device to show: the backend
+  compares the server's `usage.prompt_tokens` with the planner's count (backends/edgellm/request.py). The
+  grammar goes as `guided_decoding: {"ebnf": <GBNF>}` (protocol.py L83; `response_format` reaches JSON
+  only: serving_chat.py L120-131). Its usage has no cached-token count (protocol.py L166-169).
 
 `gbnf(lark)` rewrites the plan grammars planning/home/grammar.py and stepwise.py write (rules of literals,
 references, groups, alternatives, `?`/`*`/`+`/`{m,n}`, and one regex terminal of characters and
@@ -39,13 +48,34 @@ from typing import Any, Optional, Union
 
 from ...errors import OrinError
 
-FLAVORS = ("vllm", "sglang", "trtllm")
+FLAVORS = ("vllm", "sglang", "trtllm", "edgellm")
 PROMPTS = ("auto", "ids", "text")  # --remote-prompt (module doc)
 
 
 def sends_text(flavor: str, prompt: str) -> bool:
-    """Whether the prompt goes as text (module doc: `auto` is text for SGLang, whose router takes only text)."""
-    return prompt == "text" or (prompt == "auto" and flavor == "sglang")
+    """Whether the prompt goes as text (module doc: `auto` is text for SGLang, whose router takes only text;
+    Edge-LLM's chat messages are text whatever is asked)."""
+    return flavor == "edgellm" or prompt == "text" or (prompt == "auto" and flavor == "sglang")
+
+
+def route(flavor: str) -> str:
+    """The path a completion is posted to: Edge-LLM's server has chat completions only (module doc)."""
+    return "/v1/chat/completions" if flavor == "edgellm" else "/v1/completions"
+
+
+def choice_text(flavor: str, choice: dict) -> str:
+    """A streamed choice's new text: a chat chunk's `delta.content` (absent in its first, role-only chunk),
+    a completion chunk's `text`. TypeError for anything else (the client says the chunk is malformed)."""
+    if flavor == "edgellm":
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            raise TypeError("a chat choice without a delta")
+        text = delta.get("content") or ""
+    else:
+        text = choice.get("text")
+    if not isinstance(text, str):
+        raise TypeError("a choice without text")
+    return text
 
 
 def completion_body(flavor: str, prompt: Union[list[int], str], max_tokens: int, temperature: float, top_p: float,
@@ -55,6 +85,14 @@ def completion_body(flavor: str, prompt: Union[list[int], str], max_tokens: int,
     body: dict[str, Any] = {"prompt": prompt if isinstance(prompt, str) else list(prompt),
                             "max_tokens": max_tokens, "temperature": temperature,
                             "top_p": top_p, "stream": True, "stream_options": {"include_usage": True}}
+    if flavor == "edgellm":  # a chat completion whose one message is the prompt, taken as it is (module doc)
+        if not isinstance(prompt, str):
+            raise OrinError("the Edge-LLM server takes the prompt as text (chat messages), not token ids")
+        body.pop("prompt")
+        body.update(messages=[{"role": "user", "content": prompt}], apply_chat_template=False,
+                    add_generation_prompt=False)
+        if temperature == 0:  # its greedy (serving_chat.py sets top_p 1, top_k 1): top_p must be in (0, 1]
+            body["top_p"] = 1.0
     if seed is not None:
         body["seed"] = seed
     if stop:
@@ -67,6 +105,8 @@ def completion_body(flavor: str, prompt: Union[list[int], str], max_tokens: int,
         body["ebnf"] = gbnf(lark)
     elif flavor == "trtllm":
         body["response_format"] = {"type": "ebnf", "ebnf": gbnf(lark)}
+    elif flavor == "edgellm":
+        body["guided_decoding"] = {"ebnf": gbnf(lark)}
     else:
         raise OrinError(f"--remote-flavor {flavor!r}: one of {', '.join(FLAVORS)}")
     return body

@@ -42,6 +42,7 @@ from ...runtime.backend import Backend, Capabilities, EngineStats, Request
 from ...runtime.constraint import Constraint
 from ...runtime.generate import Result, SpecStats, Timings
 from ...runtime.sampling import SamplingParams
+from .answer_check import check_answer
 from .client import RemoteCall, RemoteError, served_model
 from .settings import RemoteSettings
 from .stepwise import StepwiseCall
@@ -177,7 +178,7 @@ class HedgedRequest:
             return
         if call.done:
             if call.error is None:
-                problem = self._check_answer(call)
+                problem = check_answer(call, self._check, self.backend.local.encode, self.backend.local.eos_ids)
                 if problem is None:
                     self._win_remote(call)
                     return
@@ -223,23 +224,6 @@ class HedgedRequest:
         reason = "length" if call.finish_reason == "length" else "stop"
         self._result = Result(text, ids, reason, timings, SpecStats(drafter="remote"))
         self.winner = "remote"
-
-    def _check_answer(self, call: RemoteCall) -> Optional[tuple[str, str]]:
-        """(reason, why) the remote's answer may not be used (None: it may)."""
-        if call.finish_reason not in ("stop", "length"):
-            return "finish_reason", f"the remote ended with finish_reason {call.finish_reason!r}"
-        if self._check is None:
-            return None
-        ids = self.backend.local.encode(call.text) if call.text else []
-        check = self._check
-        if check.m.validate_tokens(ids) != len(ids):
-            return "off_grammar", f"the remote's answer is off the home's grammar: {call.text[:80]!r}"
-        if check.valid_prefix(ids) != len(ids):  # a narrowed constraint: a step the home's state does not allow
-            return "infeasible", f"the remote's answer has a step the home's state does not allow: {call.text[:80]!r}"
-        if call.finish_reason == "stop" and not any(check.valid_prefix(ids + [e]) == len(ids) + 1
-                                                    for e in self.backend.local.eos_ids):
-            return "incomplete", f"the remote's answer is an incomplete plan: {call.text[:80]!r}"
-        return None
 
 
 class HedgedBackend:

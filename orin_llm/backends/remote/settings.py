@@ -64,6 +64,9 @@ class RemoteSettings:
             raise OrinError(f"--remote-flavor {self.flavor!r}: one of {', '.join(FLAVORS)}")
         if self.prompt not in PROMPTS:
             raise OrinError(f"--remote-prompt {self.prompt!r}: one of {', '.join(PROMPTS)}")
+        if self.flavor == "edgellm" and self.prompt == "ids":
+            raise OrinError("--remote-prompt ids: the Edge-LLM server takes chat messages, so the prompt goes as "
+                            "text (--remote-prompt text or auto)")
         if self.plans not in PLANS:
             raise OrinError(f"--remote-plans {self.plans!r}: one of {', '.join(PLANS)}")
         if not 0 < self.first_token_share <= 1:
