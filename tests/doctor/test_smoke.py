@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from orin_llm.doctor.smoke import cancelled_count, main, run_smoke
 from tests.conftest import tiny_fixture
 from tests.server.conftest import short_dir, start_daemon  # noqa: F401 (fixture)
@@ -12,6 +14,7 @@ from tests.server.conftest import short_dir, start_daemon  # noqa: F401 (fixture
 engine_dir = tiny_fixture("engine_dir")
 
 
+@pytest.mark.full  # a daemon process (the fast tier runs the routes in-process)
 def test_a_daemon_passes_health_plan_stream_and_cancel(start_daemon, tmp_path):  # noqa: F811
     d = start_daemon()
     out = tmp_path / "smoke.json"

@@ -21,6 +21,8 @@ from tests.server.conftest import Daemon, short_dir
 
 from .test_bodies import alias_bomb
 
+pytestmark = pytest.mark.full  # daemon processes (the fast tier runs the routes in-process)
+
 tiny_engine_dir = tiny_fixture("engine_dir")
 BOUND_S = 0.100
 BODY_LIMIT = 256 * 1024

@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from ..conftest import tiny_fixture
 from .conftest import short_dir, start_daemon  # noqa: F401 (a fixture, resolved with this module's engine)
 from .test_home_store import small_home
+
+pytestmark = pytest.mark.full  # daemon processes (the fast tier runs the routes in-process)
 
 engine_dir = tiny_fixture("engine_dir")
 LIVENESS_S = 60.0  # a bound for "it happens" on a busy 2-core machine, far above --save-idle-s

@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import tiny_fixture
 from tests.server.conftest import Daemon, free_port, short_dir
 
+pytestmark = pytest.mark.full  # daemon processes (the fast tier runs the routes in-process)
+
 tiny_engine_dir = tiny_fixture("engine_dir")
 PLAN = b'{"task": "Open the fridge.", "max_tokens": 8}'
 STREAM = b'{"task": "Open the fridge.", "max_tokens": 8, "stream": true}'

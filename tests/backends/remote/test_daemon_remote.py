@@ -14,6 +14,8 @@ from tests.server.conftest import Daemon, short_dir
 
 from .peer import Peer
 
+pytestmark = pytest.mark.full  # daemon processes (the fast tier runs the routes in-process)
+
 tiny_engine_dir = tiny_fixture("engine_dir")
 TASK = "Bring the milk from the fridge to the coffee table."
 

@@ -39,6 +39,7 @@ def daemon(tiny_engine_dir, link):
 
 
 @pytest.mark.parametrize("mode", ["stall", "drop", "refuse"])
+@pytest.mark.full  # a daemon process (the fast tier runs the routes in-process)
 def test_a_broken_link_ends_in_a_local_plan_and_heals(daemon, link, mode):
     print(check_a_broken_link(daemon, link[1], mode, deadline_ms=10_000, heal_within_s=30, max_tokens=12))
 
