@@ -33,8 +33,9 @@ SPECULATION_HELP = ("Drafter for speculative decoding: auto, none, lookup, draft
 FEASIBILITY_HELP = ("enforce: every step's preconditions hold in the state simulated from the steps before it; "
                     "report: the home's grammar only, and the violations listed; off: no state checked.")
 GOAL_HELP = ("A fact the plan must make true, written like a step: at(mug, sink), holding(mug), robot_at(kitchen), "
-             "open(fridge), closed(fridge), on(tv), off(tv), done(wipe, table), said (repeatable); or "
-             "`--goal infer`: the model reads the goal in the task text.")
+             "open(fridge), closed(fridge), on(tv), off(tv), done(wipe, table), said (repeatable); "
+             "`--goal infer`: the model reads the goal in the task text (the default where a goal can be "
+             "checked); `--goal none`: no goal, the model's plan as it decodes it.")
 SOCKET_HELP = "Daemon socket (default: $ORIN_LLM_SOCKET, else the user's, else /run/orin-llm/planner.sock)."
 
 
@@ -215,6 +216,7 @@ def plan(
                      speculation, {**plan_opts, "deadline_ms": deadline_ms})
         return
     from .planning.home import EXAMPLE_HOME_PATH, load_environment
+    from .planning.plans import Plan
     from .server.cli import load_planner, summary
     from .server.jobs import feasibility_fields, ms
 
@@ -223,15 +225,19 @@ def plan(
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
     deadline_s = deadline_ms / 1e3 if deadline_ms is not None else None
-    gen = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s)
-    for delta in planner.engine.deltas(gen):
-        if stream and not as_json:
-            sys.stdout.write(delta)
-            sys.stdout.flush()
-    res = planner.finish(gen, prefix)
+    gen = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s, empty_ok=True)
+    if isinstance(gen, Plan):  # the goal holds already: nothing was decoded
+        res, goal_s = gen, gen.goal_reading_s
+    else:
+        for delta in planner.engine.deltas(gen):
+            if stream and not as_json:
+                sys.stdout.write(delta)
+                sys.stdout.flush()
+        res, goal_s = planner.finish(gen, prefix), gen.planning.goal_s
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
-           "timings": {**res.result.timings.as_dict(), "goal_reading_ms": ms(gen.planning.goal_s)},
+           "finish_reason": res.result.finish_reason,
+           "timings": {**res.result.timings.as_dict(), "goal_reading_ms": ms(goal_s)},
            "speculation": res.result.speculation.as_dict(),
            **feasibility_fields(res)}
     if as_json:

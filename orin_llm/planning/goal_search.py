@@ -86,6 +86,7 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
         plan.goal_inferred = list(run.inferred.facts)
         plan.goal_dropped = list(run.inferred.dropped)
     if run.goal is not None:
+        plan.goal, plan.goal_source = [str(f) for f in run.goal.facts], "inferred" if run.inferred else "given"
         plan.goal_reached = run.goal.reached(world)
         plan.goal_missing = list(run.goal.missing(world)) if not plan.goal_reached else []
     return world

@@ -258,11 +258,11 @@ class Planner:
               speculation: str = "auto", constrained: bool = True,
               conversation: Optional[Conversation] = None, home: Optional[str] = None,
               feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
-              deadline_s: Optional[float] = None) -> Generation:
+              deadline_s: Optional[float] = None, empty_ok: bool = False) -> Generation | Plan:
         """start_task driven here (goal "infer": the goal's reading steps the engine), for a caller
         that owns the engine; the daemon runs plan_task."""
         return drive(self.engine, self.start_task(task, params, observations, speculation, constrained, conversation,
-                                                  home, feasibility, goal, state, deadline_s))
+                                                  home, feasibility, goal, state, deadline_s, empty_ok))
 
     def start_task(self, task: str, params: SamplingParams, observations: Optional[list[str]] = None,
                    speculation: str = "auto", constrained: bool = True,
@@ -381,6 +381,7 @@ class Planner:
         result = Result("", [], "stop", Timings(), SpecStats())  # the engine took no request
         plan = Plan("", [], result, h.prefix.version, constrained=True, final_state=world.state,
                     goal_reached=True, feasibility=feasibility, goal_reading_s=inferred.ms / 1e3 if inferred else 0.0,
+                    goal=[str(f) for f in goal.facts], goal_source="inferred" if inferred else "given",
                     search={"candidates": 0, "source": "start",
                             "reason": f"the goal ({goal}) holds in the state the plan starts in: nothing to do"})
         if inferred is not None:

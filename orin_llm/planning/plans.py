@@ -40,6 +40,8 @@ class Plan:
     # goal "infer": facts the model wrote that contradicted an earlier one, left out, each with why
     goal_dropped: list[str] = field(default_factory=list)
     goal_reading_s: float = 0.0  # goal "infer": how long reading the goal in the task took
+    goal: Optional[list[str]] = None  # the facts the plan aimed at (given, or read in the task)
+    goal_source: Optional[str] = None  # "given" or "inferred"
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,11 @@ def feasibility_options(goal: Optional[list[str]], feasibility: str, state: Opti
         raise OrinError(f"--feasibility {feasibility!r}: choose enforce, report or off")
     opts: dict = {"feasibility": feasibility}
     if goal:
-        if "infer" in goal and list(goal) != ["infer"]:
-            raise OrinError("--goal infer has the model read the goal in the task text: give it alone, or give "
-                            "the facts (--goal 'at(mug, sink)' --goal said)")
-        opts["goal"] = "infer" if list(goal) == ["infer"] else list(goal)
+        for word in ("infer", "none"):
+            if word in goal and list(goal) != [word]:
+                raise OrinError(f"--goal {word} stands alone (infer: the model reads the goal in the task text, "
+                                "the default; none: no goal); or give the facts (--goal 'at(mug, sink)' --goal said)")
+        opts["goal"] = goal[0] if list(goal) in (["infer"], ["none"]) else list(goal)
     if state is not None:
         opts["state"] = json_object(state, "--state")
     return opts
@@ -121,7 +122,13 @@ def summary(result: dict) -> str:
     if "queue_ms" in t:  # from the daemon
         engine = (f"queued {t['queue_ms']:.0f} ms, then {engine} (since arrival: TTFT "
                   f"{t['ttft_since_arrival_ms']:.0f} ms, total {t['total_since_arrival_ms']:.0f} ms)")
-    return (f"-- {len(result.get('steps', []))} step(s): {steps}\n" + feasibility_lines(result) +
+    n = len(result.get("steps", []))
+    head = f"-- {n} step(s): {steps}"
+    if result.get("finish_reason") == "length":  # the plan did not end: max_tokens cut it
+        head = f"-- {n} step(s), cut at max_tokens (the plan did not end by itself): {steps}"
+    elif n == 0 and (result.get("search") or {}).get("source") == "start":
+        head = "-- no step: the goal holds already"
+    return (head + "\n" + feasibility_lines(result) +
             f"-- environment v{result.get('environment_version')}, {t.get('prompt_tokens')} prompt tokens "
             f"({cached}), {t.get('completion_tokens')} completion tokens, {engine}")
 
@@ -135,11 +142,12 @@ def feasibility_lines(result: dict) -> str:
     if result.get("goal_reached") is not None:
         search = result.get("search") or {}
         source = f" (plan from the {search['source']})" if search.get("source") in ("model", "search") else ""
+        whose = "the goal read in the task" if result.get("goal_source") == "inferred" else "the goal given"
         if result["goal_reached"]:
-            lines.append(f"-- goal reached{source}")
+            lines.append(f"-- {whose} reached{source}: {', '.join(result.get('goal') or [])}")
         else:
             why = f"; {search['reason']}" if search.get("reason") else ""
-            lines.append(f"-- goal not reached: missing {', '.join(result.get('goal_missing') or [])}{why}")
+            lines.append(f"-- {whose} not reached: missing {', '.join(result.get('goal_missing') or [])}{why}")
     return "".join(line + "\n" for line in lines)
 
 

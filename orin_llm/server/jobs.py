@@ -81,6 +81,7 @@ def feasibility_fields(plan: Plan) -> dict:
     final = plan.final_state
     return {"feasibility": plan.feasibility, "violations": [v.as_dict() for v in plan.violations],
             "final_state": final.model_dump(mode="json") if final is not None else None,
+            "goal": plan.goal, "goal_source": plan.goal_source,
             "goal_reached": plan.goal_reached, "goal_missing": list(plan.goal_missing), "search": plan.search,
             "goal_inferred": plan.goal_inferred, "goal_dropped": list(plan.goal_dropped)}
 

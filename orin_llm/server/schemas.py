@@ -378,8 +378,13 @@ class PlanResponse(BaseModel):
                                                     "(report and off; empty with enforce).")
     final_state: Optional[dict[str, Any]] = Field(description="The state predicted after the plan (null for a "
                                                               "plain-text home).")
-    goal_reached: Optional[bool] = Field(description="Whether the simulated plan makes every goal fact true (null "
-                                                     "without a goal).")
+    goal: Optional[list[str]] = Field(None, description="The facts the plan aimed at (null without a goal): the "
+                                                        "ones given, or read in the task text (goal_source).")
+    goal_source: Optional[Literal["given", "inferred"]] = Field(None, description="Whose goal it is: the "
+                                                                "request's (given), or the one the model read in "
+                                                                "the task (inferred: \"infer\", or no goal sent).")
+    goal_reached: Optional[bool] = Field(description="Whether the simulated plan makes every fact of `goal` true "
+                                                     "(null without a goal).")
     goal_missing: list[str] = Field(description="The goal facts the plan leaves false.")
     goal_inferred: Optional[list[str]] = Field(None, description="With goal \"infer\": the facts the model read in "
                                                                  "the task text, which the plan aims at.")
@@ -387,7 +392,8 @@ class PlanResponse(BaseModel):
                                     "that contradicted an earlier one (holding(mug) after at(mug, sink)), left out "
                                     "of the goal, each with the fact it contradicts.")
     search: Optional[dict[str, Any]] = Field(description="With a goal: candidates (model plans tried), source "
-                                                         "(model, search or none) and reason.")
+                                                         "(model, search, none; start: the goal held already and "
+                                                         "the plan is empty) and reason.")
 
 
 class StateChange(BaseModel):

@@ -35,6 +35,10 @@ def test_a_request_carries_only_the_fields_a_goal_sets():
         "task": TASK, "observations": ["mug on counter"], "environment": "lab", "conversation": "c1",
         "goal": ["at(mug, sofa)"], "feasibility": "report", "constrained": False, "max_tokens": 32,
         "temperature": pytest.approx(0.7), "seed": 0, "deadline_ms": 1000}
+    # no goal facts: none sent (the daemon reads the goal in the task); the daemon's two words go as words
+    assert "goal" not in request_body({**DEFAULTS, "goal": []}, 256, 0.0)
+    assert request_body({**DEFAULTS, "goal": ["none"]}, 256, 0.0)["goal"] == "none"
+    assert request_body({**DEFAULTS, "goal": ["infer"]}, 256, 0.0)["goal"] == "infer"
     # out-of-range values go to the daemon as they are: its 422 is the reason the goal reports
     assert request_body({**DEFAULTS, "max_tokens": -3, "seed": -5, "deadline_s": -1.0}, 256, 0.0) == {
         "task": TASK, "max_tokens": -3, "seed": -5, "deadline_ms": -1}

@@ -76,10 +76,13 @@ def task_message(task: str, observations: list[str] | None = None, state: str | 
 
 
 def prefix_messages(env: Environment) -> list[dict[str, str]]:
-    """System message (role + home) followed by the examples as user/assistant turns."""
+    """System message (role + home) followed by the examples as user/assistant turns. An example's turn
+    is laid out as a task's is: the home's state first, where the home has one (examples run from it:
+    world.check_examples), so that the model is shown the layout it is asked in."""
     messages = [system_message(env)]
+    block = state_text(env.state) if env.state is not None and not env.is_text else None
     for ex in env.examples:
-        messages.append(task_message(ex.task))
+        messages.append(task_message(ex.task, None, block))
         steps = []
         for raw in ex.plan:
             call = parse_call(raw)

@@ -9,11 +9,13 @@ from orin_llm.planning.home import (
     EXAMPLE_HOME_PATH,
     SYSTEM_PROMPT,
     Environment,
+    environment_from_dict,
     load_environment,
     prefix_messages,
     task_message,
     version_key,
 )
+from orin_llm.planning.home.render import state_text
 
 
 def test_rendering_is_deterministic_and_complete(home: Environment) -> None:
@@ -38,9 +40,13 @@ def test_rendering_is_deterministic_and_complete(home: Environment) -> None:
     positions = [system.index(f"- {r.name}.") for r in home.rooms]
     assert positions == sorted(positions)
 
+    # an example's turn is laid out as a task's: the home's state first, where it has one
     for i, ex in enumerate(home.examples):
-        assert msgs[1 + 2 * i]["content"] == f"Task: {ex.task}"
+        assert msgs[1 + 2 * i] == task_message(ex.task, None, state_text(home.state))
+        assert msgs[1 + 2 * i]["content"].startswith("State:\n- the robot is at hallway")
         assert msgs[2 + 2 * i]["content"] == "\n".join(ex.plan)
+    stateless = environment_from_dict({**home.model_dump(mode="json", exclude_none=True), "state": None})
+    assert prefix_messages(stateless)[1]["content"] == f"Task: {home.examples[0].task}"
     assert msgs[2]["content"].splitlines()[0] == "go_to(fridge)"
 
 

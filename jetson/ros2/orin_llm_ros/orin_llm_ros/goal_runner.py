@@ -47,7 +47,7 @@ def request_body(goal, max_tokens, deadline_s):
         'observations': list(goal.get('observations') or []),
         'environment': goal.get('environment') or '',
         'conversation': goal.get('conversation') or '',
-        'goal': list(goal.get('goal') or []),
+        'goal': _goal(list(goal.get('goal') or [])),
         'feasibility': goal.get('feasibility') or '',
     }
     body.update({k: v for k, v in optional.items() if v})
@@ -64,6 +64,12 @@ def request_body(goal, max_tokens, deadline_s):
     if deadline:
         body['deadline_ms'] = max(1, math.ceil(deadline * 1000)) if deadline > 0 else -1
     return body
+
+
+def _goal(facts):
+    """The goal field: the facts; ["none"] or ["infer"] as the daemon's word (empty: not sent, so the
+    daemon reads the goal in the task, its default)."""
+    return facts[0] if facts in (['none'], ['infer']) else facts
 
 
 def run_goal(client, body, on_step=None, on_delta=None, is_cancelled=None, poll_s=0.05):
