@@ -11,16 +11,18 @@ Agent Interface's (errors sorted into unknown, affordance and precondition). For
   (planning/home/goals.py goal_of_plan: where the objects it moves end up, the devices and doors it
   leaves changed, the `other` actions it does, whether it speaks);
 - each mode plans greedily: `off` (free text), `grammar` (the home's grammar only), `enforce` (the
-  grammar narrowed at each step by the state the plan has reached) and `enforce+goal` (the goal
-  given: the planner checks its candidates and searches when they fail) and `enforce+inferred` (from
-  the task text alone: the model writes the goal's facts under the home's goal grammar,
-  planning/goal_infer.py, and the planner plans to them as with a given goal; the plan is scored
-  against the reference's goal, the inferred one is kept in the row);
+  grammar narrowed at each step by the state the plan has reached, no goal: the model's plan as it
+  decodes it) and `enforce+goal` (the goal given: the planner checks its candidates and searches when
+  they fail) and `enforce+inferred` (from the task text alone: the model writes the goal's facts under
+  the home's goal grammar, planning/goal_infer.py, and the planner plans to them as with a given goal;
+  the plan is scored against the reference's goal, the inferred one is kept in the row). The last is
+  the plain request's path: a request with only a task takes it (the planner's default);
 - the plan is simulated from the home's state (planning/home/world.py): executable when it has steps,
-  every line is a step and every step's preconditions hold; goal success when it is executable and
-  reaches every fact of the goal; goal-condition recall, the share of the goal's facts it reaches
-  (a step that cannot run changes nothing, as on a robot); its length against the reference's; the
-  time the request took.
+  every line is a step, every step's preconditions hold, no step brings the world back to a state the
+  plan had been in (docs/HOMES.md, no loops) and the plan ended by itself (a plan cut by max_tokens is
+  not one a robot can finish); goal success when it is executable and reaches every fact of the goal;
+  goal-condition recall, the share of the goal's facts it reaches (a step that cannot run changes
+  nothing, as on a robot); its length against the reference's; the time the request took.
 
 Modes enforce, enforce+goal and enforce+inferred need a planner that takes `feasibility` and `goal`
 (issue #32); on one that does not, they are left out of the JSON with that reason. Torch engines only, as the
@@ -39,7 +41,7 @@ from typing import Optional
 
 from ..errors import OrinError
 from ..planning.calibration_data import CalibrationItem, default_root, load_home, load_split
-from ..planning.home import Environment, load_environment, simulate
+from ..planning.home import Environment, load_environment, loops, simulate
 from ..planning.home.goals import goal_of_plan, parse_goal
 from ..planning.home.steps import check_steps
 from .common import progress, pyplot, write_json
@@ -119,14 +121,50 @@ def score(env: Environment, text: str, facts: list[str], reference_len: int, tru
     world, violations = simulate(env, steps)
     goal = parse_goal(facts, env)
     missing = goal.missing(world)
-    executable = bool(steps) and not rejected and not violations
+    looping = loops(env, steps)
+    executable = bool(steps) and not rejected and not violations and not looping and not truncated
     kinds = Counter(v.kind for v in violations)
     if rejected:
         kinds["unknown"] += len(rejected)  # a line that is not a step of the home: a hallucination
+    if looping:
+        kinds["loop"] += len(looping)  # a step back to a state the plan had been in
+    if truncated:
+        kinds["cut"] += 1  # max_tokens ended it, not the plan
     return {"steps": len(steps), "rejected": len(rejected), "violations": [v.as_dict() for v in violations],
+            "loops": looping, "truncated": truncated,
             "violation_kinds": dict(kinds), "executable": executable, "goal": facts, "missing": missing,
             "goal_success": executable and not missing, "recall": 1 - len(missing) / len(facts),
             "length_ratio": len(steps) / reference_len}
+
+
+def _fact(text: str) -> tuple[str, tuple[str, ...]]:
+    name, _, rest = text.partition("(")
+    return name.strip(), tuple(a.strip() for a in rest.rstrip(")").split(",") if a.strip())
+
+
+def goal_errors(read: list[str], reference: list[str]) -> list[str]:
+    """What a goal read in the task got wrong against the reference goal, one word per reference fact it
+    missed: `wrong_thing` (the same kind of fact about another thing or place: at(mug, sofa) for
+    at(mug, table)), `wrong_kind` (another kind of fact about the same thing: robot_at(desk) for
+    at(glasses, desk), on(lamp) for off(lamp)), `missing` (nothing about it); then `extra` per fact
+    read that answers none of the reference's."""
+    got = [_fact(f) for f in read]
+    used: set[int] = set()
+    out = []
+    for ref in (f for f in reference if f not in read):
+        name, args = _fact(ref)
+        same = [i for i, (n, a) in enumerate(got) if n == name and set(a) & set(args)]
+        other = [i for i, (n, a) in enumerate(got) if n != name and set(a) & set(args)]
+        if same:
+            out.append("wrong_thing")
+            used.update(same)
+        elif other:
+            out.append("wrong_kind")
+            used.update(other)
+        else:
+            out.append("missing")
+    out += ["extra" for i, f in enumerate(read) if f not in reference and i not in used]
+    return out
 
 
 def planner_modes(planner_cls) -> tuple[list[str], dict[str, str]]:
@@ -145,6 +183,7 @@ def _plan(planner, task: str, mode: str, facts: list[str], with_feasibility: boo
     kwargs: dict = {"speculation": "none", "constrained": mode != "off"}
     if with_feasibility:
         kwargs["feasibility"] = {"off": "off", "grammar": "report"}.get(mode, "enforce")
+        kwargs["goal"] = "none"  # the modes without a goal: the model's plan as it decodes it
         if mode == "enforce+goal":
             kwargs["goal"], kwargs["deadline_s"] = facts, GOAL_DEADLINE_S
         elif mode == "enforce+inferred":
@@ -243,6 +282,12 @@ def summarize(rows: list[dict], modes: list[str]) -> dict:
                 # every reference fact read, and maybe more (where the speaker is: robot_at, which the
                 # reference plan's goal leaves out)
                 out[split][mode]["inferred_goal_covers"] = sum(g >= ref for g, ref in read) / len(read)
+                # where a small model ends: what the reading got wrong, per kind of error
+                errors: Counter = Counter()
+                for r in mine:
+                    if mode in r:
+                        errors.update(goal_errors(r[mode].get("goal_inferred") or [], r["goal"]))
+                out[split][mode]["inferred_goal_errors"] = dict(errors)
     return out
 
 

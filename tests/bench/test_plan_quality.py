@@ -53,6 +53,30 @@ def test_recall_counts_the_facts_reached_and_unknown_lines_are_hallucinations() 
     assert cut["rejected"] == 1 and not cut["executable"]
 
 
+def test_a_plan_that_loops_or_is_cut_is_not_executable() -> None:
+    """A robot could run every step, but a plan that comes back to a state it left, or that max_tokens
+    ended, is not one it can finish: neither counts as executable (rule 2, docs/HOMES.md)."""
+    it, env = _item("bungalow-003")
+    facts = reference_goal(env, it)
+    plan = list(it.reference_plan)
+    assert plan[0].startswith("go_to(") and env.state.robot_at
+    back = score(env, "\n".join([plan[0], f"go_to({env.state.robot_at})", *plan]), facts, len(plan))  # and back
+    # back at the start (1), then at the first step's state again (2)
+    assert back["loops"] == [1, 2] and not back["executable"] and back["violation_kinds"] == {"loop": 2}
+    cut = score(env, "\n".join(plan), facts, len(plan), truncated=True)
+    assert cut["truncated"] and not cut["executable"] and cut["violation_kinds"] == {"cut": 1}
+
+
+def test_a_goal_read_wrongly_is_sorted_by_what_it_got_wrong() -> None:
+    from orin_llm.bench.plan_quality import goal_errors
+
+    ref = ["at(glasses, writing_desk)", "off(desk_lamp)", "said"]
+    assert goal_errors(ref, ref) == []
+    assert goal_errors(["robot_at(writing_desk)", "on(desk_lamp)"], ref) == ["wrong_kind", "wrong_kind", "missing"]
+    assert goal_errors(["at(glasses, sofa)", "off(desk_lamp)", "said", "open(fridge)"], ref) == \
+        ["wrong_thing", "extra"]
+
+
 def test_the_hard_home_has_its_own_action_names_and_no_examples() -> None:
     env, items = hard_home()
     assert env.examples == [] and len(items) == 20
