@@ -46,11 +46,6 @@ def int8_cache(cache, head_dim: int) -> bool:
             and head_dim in HEAD_DIMS and hasattr(cache, "int8_layer"))
 
 
-def usable(cache, head_dim: int) -> bool:
-    """True when decode attention over this cache can run the op: an INT8 cache it reads, and the op built here."""
-    return int8_cache(cache, head_dim) and op() is not None
-
-
 def int8_decode_attention(q: torch.Tensor, cache, layer: int, pos: int) -> torch.Tensor:
     """q: [T, H, D] float32 after RoPE, queries at positions pos .. pos+T-1 whose K/V the cache
     already holds; query t sees positions 0 .. pos+t. Returns [T, H·D] float32."""

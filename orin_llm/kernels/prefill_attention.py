@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from .int8_attention import HEAD_DIMS, int8_cache
+from .int8_attention import HEAD_DIMS
 from .native import NativeLib
 
 
@@ -46,12 +46,6 @@ def op():
 def unavailable() -> Optional[str]:
     """Why the op is not used here (None: it is, or has not been asked for yet)."""
     return _lib.error
-
-
-def usable(cache, head_dim: int) -> bool:
-    """True when prompt attention over this cache can run the op: an INT8 cache it reads
-    (int8_attention.int8_cache), and the op built here."""
-    return int8_cache(cache, head_dim) and op() is not None
 
 
 def int8_prefill_attention(q: torch.Tensor, cache, layer: int, pos: int) -> torch.Tensor:

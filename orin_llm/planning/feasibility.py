@@ -376,11 +376,6 @@ def plan_lines(steps: list[tuple[str, tuple[str, ...]]], env: Environment) -> st
     return "\n".join(out)
 
 
-def world_of(constraint: Optional[Constraint]):
-    """The simulated world at the end of a request's output, when its constraint tracks one."""
-    return constraint.world if isinstance(constraint, FeasibleConstraint) else None
-
-
 def whole_steps(result, tokenizer):
     """A plan cut by max_tokens, ending at its last step boundary: a last line that is not a whole
     call is dropped (text, and the tokens that spell it; a token across the boundary goes too)."""

@@ -50,11 +50,6 @@ class Mailbox:
     def close(self, request_id: int) -> None:
         self.boxes.pop(request_id, None)
 
-    @property
-    def in_flight(self) -> int:
-        """Requests enqueued whose final response has not been taken."""
-        return len(self.boxes)
-
     def pump(self, timeout: timedelta) -> int:
         """Wait at most `timeout` for responses of any request; sort them into their boxes."""
         responses = self.executor.await_responses(timeout=timeout)
