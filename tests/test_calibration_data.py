@@ -132,3 +132,12 @@ def test_loader_reads_custom_root(gen_default: Path) -> None:
     assert items == load_split("heldout")
     env = load_home(items[0].home, root=gen_default)
     assert env.name == items[0].home
+
+
+def test_the_wording_tuning_set_checks():
+    """calibration/wording/ (everyday wording, homes of its own, written to tune the goal reading on):
+    its homes load and every reference plan runs from the home's state to the task's goal."""
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, str(root / "calibration" / "wording" / "check.py")], cwd=root,
+                         capture_output=True, text=True, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0 and "all tasks pass" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
