@@ -129,7 +129,9 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> S
     if found.steps is not None:
         text = plan_lines(found.steps, env)
         steps, rejected = check_steps(text, env)
-        plan = replace(first, text=text, steps=steps, rejected=rejected)
+        # a whole plan, whatever cut the model's candidate: it did not end at max_tokens
+        plan = replace(first, text=text, steps=steps, rejected=rejected,
+                       result=replace(first.result, finish_reason="stop"))
         check_plan(plan, run, prefix)
         plan.search = {"candidates": tried, "source": "search", "expanded": found.expanded,
                        "reason": f"no model candidate of {tried} reached the goal; the search found "
