@@ -195,8 +195,11 @@ def plan_quality_rows(d: dict) -> list[Row]:
             continue
         e, g, goal = s["enforce"], s["grammar"], s["enforce+goal"]
         if split == "paraphrase":  # issue 43's goal: the plain request (a task, no goal) reaches it
-            rows.append(Row(f"{label}: goal reached by the plain request (no goal sent), `enforce`", "≥ 70 %",
-                            _pct(e["goal_success"]), _pct(g["goal_success"]), e["goal_success"] >= 0.7))
+            # a request with only a task reads its goal first (enforce+inferred); before that default, enforce
+            plain_mode = "enforce+inferred" if "enforce+inferred" in s else "enforce"
+            p = s[plain_mode]
+            rows.append(Row(f"{label}: goal reached by the plain request (no goal sent), `{plain_mode}`", "≥ 70 %",
+                            _pct(p["goal_success"]), _pct(g["goal_success"]), p["goal_success"] >= 0.7))
         # from the task text alone: the goal inferred by the model where the run has that mode, else enforce
         text_mode = "enforce+inferred" if "enforce+inferred" in s else "enforce"
         t = s[text_mode]
@@ -211,6 +214,11 @@ def plan_quality_rows(d: dict) -> list[Row]:
             Row(f"{label}: time to plan, median, `enforce` (with the goal)", "—",
                 f"{ms(e['plan_s_median'] * 1e3)} ({ms(goal['plan_s_median'] * 1e3)})", ms(g["plan_s_median"] * 1e3)),
         ]
+        if t.get("inferred_goal_errors"):  # where a small model ends: what its reading got wrong
+            errs = t["inferred_goal_errors"]
+            kinds = ("wrong_kind", "wrong_thing", "missing", "extra")
+            rows.append(Row(f"{label}: the goal read, facts wrong by kind (wrong kind / wrong thing / missing / "
+                            f"extra), `{text_mode}`", "—", " / ".join(str(errs.get(k, 0)) for k in kinds), "—"))
         if "inferred_goal_covers" in t:
             rows.append(Row(f"{label}: goal read from the task text holds the reference's facts (exactly them), "
                             f"`{text_mode}`", "—",
@@ -242,13 +250,13 @@ def plan_quality_modes(d: dict) -> list[str]:
         tuned = d.get("tuned_on", {}).get(split)
         lines += [f"{label}, {s['tasks']} tasks{f' ({tuned})' if tuned else ''}:", "",
                   "| mode | executable | goal reached | goal-condition recall | length / reference (reached) "
-                  "| time to plan, median | errors (unknown / affordance / precondition) |",
+                  "| time to plan, median | errors (unknown / affordance / precondition / loop / cut) |",
                   "|---|---|---|---|---|---|---|"]
         for mode in d["modes"]:
             m = s[mode]
             ratio = m["length_ratio_successful"]
             kinds = m["violation_kinds"]
-            errors = " / ".join(str(kinds.get(k, 0)) for k in ("unknown", "affordance", "precondition"))
+            errors = " / ".join(str(kinds.get(k, 0)) for k in ("unknown", "affordance", "precondition", "loop", "cut"))
             lines.append(f"| `{mode}` | {_pct(m['executability'])} | {_pct(m['goal_success'])} | "
                          f"{m['goal_condition_recall']:.2f} | {'—' if ratio is None else f'{ratio:.2f}×'} | "
                          f"{ms(m['plan_s_median'] * 1e3)} | {errors} |")

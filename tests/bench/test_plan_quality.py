@@ -162,7 +162,7 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
     short = plan_quality_rows(_made_up_summary(enforce_exec=0.9, grammar_exec=0.4, goal_given=1.0))
     assert short[0].met is False and short[2].met is True
     table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0))
-    assert "| `grammar` | 40% | 25% | 0.50 | 1.25× | 2,000 ms | 1 / 0 / 3 |" in table
+    assert "| `grammar` | 40% | 25% | 0.50 | 1.25× | 2,000 ms | 1 / 0 / 3 / 0 / 0 |" in table
     # with the inferred mode, "from the task text" is its figure, and how often its goal was the reference's
     rows = plan_quality_rows(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
     assert "enforce+inferred" in rows[1].what and rows[1].ours == "55%" and rows[1].met is False
@@ -178,4 +178,19 @@ def test_the_results_page_reads_each_mode_into_its_cell() -> None:
     mask, whole = [r for r in plan_quality_rows(timed) if "narrowing" in r.what]
     assert (whole.ours, whole.met) == ("6.0%", False) and "all the decode time" in whole.what
     table = plan_quality_modes(_made_up_summary(1.0, 0.4, 1.0, inferred=0.55))
-    assert "| `enforce+inferred` | 100% | 55% | 0.50 | 1.25× | 5,000 ms | 1 / 0 / 3 |" in table
+    assert "| `enforce+inferred` | 100% | 55% | 0.50 | 1.25× | 5,000 ms | 1 / 0 / 3 / 0 / 0 |" in table
+
+
+def test_the_plain_request_row_is_the_read_goals_path_and_its_reading_errors_are_counted() -> None:
+    from orin_llm.bench.results_page import plan_quality_rows
+
+    data = _made_up_summary(1.0, 0.4, 1.0, inferred=0.75)
+    para = dict(data["summary"]["heldout"])
+    para["enforce+inferred"] = {**para["enforce+inferred"],
+                                "inferred_goal_errors": {"wrong_kind": 5, "missing": 2, "extra": 1}}
+    data["summary"] = {"paraphrase": para}
+    rows = plan_quality_rows(data)
+    plain = next(r for r in rows if "plain request" in r.what)
+    assert "enforce+inferred" in plain.what and plain.ours == "75%" and plain.met is True
+    errors = next(r for r in rows if "wrong by kind" in r.what)
+    assert errors.ours == "5 / 0 / 2 / 1"
