@@ -28,7 +28,7 @@ from .home.goal_text import (
     goal_prefix_messages,
     goal_task_message,
 )
-from .home.goal_words import Cues, cues, mentioned
+from .home.goal_words import Cues, cues, mentioned, unresolved_pronouns
 from .home.goals import consistent
 from .plans import Home
 
@@ -55,10 +55,11 @@ class InferredGoal:
     ms: float  # how long inferring took
     tokens: int  # tokens decoded
     dropped: list[str] = field(default_factory=list)  # facts that contradicted an earlier one, left out, and why
+    doubts: list[str] = field(default_factory=list)  # why the goal read may not be the speaker's
 
     def as_dict(self) -> dict:
         return {"facts": list(self.facts), "mentioned": list(self.mentioned), "ms": round(self.ms, 1),
-                "tokens": self.tokens, "dropped": list(self.dropped)}
+                "tokens": self.tokens, "dropped": list(self.dropped), "doubts": list(self.doubts)}
 
 
 def goal_prompt(engine, home: Home) -> GoalPrompt:
@@ -123,5 +124,7 @@ def infer_goal_task(engine, home: Home, task: str, narrow: bool = True,
     if not facts:  # the grammar needs one fact; a cut at max_tokens can leave none whole
         raise OrinError(f"no goal could be inferred from the task {task!r} (the model wrote {result.text!r}); "
                         "give the goal's facts")
+    doubts = [f"the task says {word!r} and names no thing of the home before it: the goal read may be about "
+              "another thing than the one meant; name it" for word in dict.fromkeys(unresolved_pronouns(env, task))]
     return InferredGoal(facts, result.text, sorted(only), (time.perf_counter() - t0) * 1e3,
-                        result.timings.completion_tokens, dropped)
+                        result.timings.completion_tokens, dropped, doubts)

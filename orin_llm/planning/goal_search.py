@@ -85,6 +85,7 @@ def check_plan(plan: Plan, run: PlanRun, prefix: Prefix) -> World:
     if run.inferred is not None:
         plan.goal_inferred = list(run.inferred.facts)
         plan.goal_dropped = list(run.inferred.dropped)
+        plan.goal_doubts = list(run.inferred.doubts)
     if run.goal is not None:
         plan.goal, plan.goal_source = [str(f) for f in run.goal.facts], "inferred" if run.inferred else "given"
         plan.goal_reached = run.goal.reached(world)

@@ -386,6 +386,7 @@ class Planner:
                             "reason": f"the goal ({goal}) holds in the state the plan starts in: nothing to do"})
         if inferred is not None:
             plan.goal_inferred, plan.goal_dropped = list(inferred.facts), list(inferred.dropped)
+            plan.goal_doubts = list(inferred.doubts)
         return plan
 
     def finish(self, generation: Generation, prefix: Prefix) -> Plan:

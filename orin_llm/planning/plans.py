@@ -42,6 +42,7 @@ class Plan:
     goal_reading_s: float = 0.0  # goal "infer": how long reading the goal in the task took
     goal: Optional[list[str]] = None  # the facts the plan aimed at (given, or read in the task)
     goal_source: Optional[str] = None  # "given" or "inferred"
+    goal_doubts: list[str] = field(default_factory=list)  # why a goal read in the task may not be the speaker's
 
 
 @dataclass(frozen=True)

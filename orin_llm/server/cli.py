@@ -139,6 +139,7 @@ def feasibility_lines(result: dict) -> str:
     if result.get("goal_inferred"):
         lines.append(f"-- goal read in the task: {', '.join(result['goal_inferred'])}")
     lines += [f"-- left out of the goal read: {d}" for d in result.get("goal_dropped") or []]
+    lines += [f"-- doubt: {d}" for d in result.get("goal_doubts") or []]
     if result.get("goal_reached") is not None:
         search = result.get("search") or {}
         source = f" (plan from the {search['source']})" if search.get("source") in ("model", "search") else ""

@@ -83,7 +83,8 @@ def feasibility_fields(plan: Plan) -> dict:
             "final_state": final.model_dump(mode="json") if final is not None else None,
             "goal": plan.goal, "goal_source": plan.goal_source,
             "goal_reached": plan.goal_reached, "goal_missing": list(plan.goal_missing), "search": plan.search,
-            "goal_inferred": plan.goal_inferred, "goal_dropped": list(plan.goal_dropped)}
+            "goal_inferred": plan.goal_inferred, "goal_dropped": list(plan.goal_dropped),
+            "goal_doubts": list(plan.goal_doubts)}
 
 
 def state_job(update: dict, home: Optional[str]):

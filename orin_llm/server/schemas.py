@@ -391,6 +391,9 @@ class PlanResponse(BaseModel):
     goal_dropped: list[str] = Field(default_factory=list, description="With goal \"infer\": facts the model wrote "
                                     "that contradicted an earlier one (holding(mug) after at(mug, sink)), left out "
                                     "of the goal, each with the fact it contradicts.")
+    goal_doubts: list[str] = Field(default_factory=list, description="With a goal read in the task: why it may not be "
+                                   "the speaker's (a pronoun, \"turn it off\", that names no thing of the home), "
+                                   "each with what to do; the plan aims at it all the same.")
     search: Optional[dict[str, Any]] = Field(description="With a goal: candidates (model plans tried), source "
                                                          "(model, search, none; start: the goal held already and "
                                                          "the plan is empty) and reason.")

@@ -117,3 +117,20 @@ def test_the_daemon_answers_a_goal_that_holds_with_an_empty_plan_streamed_or_not
     assert streamed.headers["content-type"].startswith("text/event-stream")
     assert events[-1]["search"]["source"] == "start" and not any("delta" in e for e in events)
     assert read.json()["goal_inferred"], read.json()  # no goal given: one was read in the task
+
+
+def test_a_pronoun_that_names_nothing_makes_the_answer_say_its_goal_is_in_doubt(planner):
+    """"Turn it off." names no thing: whatever goal is read, the answer says it may be another's (the plan
+    still aims at it); a pronoun after the thing it stands for raises no doubt."""
+    from orin_llm.planning.home.goal_words import unresolved_pronouns
+
+    env = planner.prefix.environment
+    assert unresolved_pronouns(env, "Turn it off.") == ["it"]
+    assert unresolved_pronouns(env, "Bring them here, please.") == ["them"]
+    assert unresolved_pronouns(env, "Take the mug and put it on the sofa.") == []
+    assert unresolved_pronouns(env, "I left my glasses in the bedroom; bring them to the sofa.") == []
+    doubtful = planner.plan("Turn it off.", SHORT, speculation="none", deadline_s=60)
+    assert doubtful.goal_source == "inferred" and len(doubtful.goal_doubts) == 1
+    assert "'it'" in doubtful.goal_doubts[0] and "name it" in doubtful.goal_doubts[0]
+    sure = planner.plan("Take the mug and put it on the sofa.", SHORT, speculation="none", deadline_s=60)
+    assert sure.goal_source == "inferred" and sure.goal_doubts == []

@@ -163,6 +163,20 @@ def _handed(env: Environment, clause: str, only: set[str]) -> set[str]:
     return found
 
 
+_PRONOUN = re.compile(r" (it|them|these|those) ")
+
+
+def unresolved_pronouns(env: Environment, text: str) -> list[str]:
+    """The pronouns of `text` ("it", "them", ...) before which it names no thing of `env` that they could
+    stand for: a goal read from such a task may be about another thing than the speaker's ("Turn it
+    off."), so the answer says so instead of reading it as if it were sure."""
+    low = _low(text)
+    where = mention_positions(env, text, sources_out=False)
+    rooms = {r.name for r in env.rooms}
+    firsts = [at for name, at in where.items() if name not in rooms]
+    return [m.group(1) for m in _PRONOUN.finditer(low) if not any(at < m.start() for at in firsts)]
+
+
 def give_actions(env: Environment) -> list[str]:
     """The `other` actions on an object that hand it over: those whose name or description says
     give, hand or pass; without such words, every `other` action on an object."""
