@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    PYTHONPATH=/work/main /work/main/.venv/bin/python calibration/wording/check.py
+    PYTHONPATH=. .venv/bin/python calibration/wording/check.py
 
 For every task in tasks.jsonl: the home loads (load_environment, which also checks the home's
 examples), the goal parses (parse_goal), the reference plan parses (check_steps, nothing rejected),
