@@ -15,14 +15,14 @@ layer then runs dequantized, and the kernel plan says why), never a silently wro
 The choice (`choose_int4`): torch's kernel is latency-bound at decode's few rows (about the same time
 per call whatever the layer's size, on the H200 of docs/bench/gpu.json), so per layer shape the
 candidates are timed at load on the GPU at the decode step's rows, each as a CUDA graph of calls
-(what the decode graphs replay: no Python launch cost in the figure), and the fastest runs every call
+(what the decode graphs replay: no Python launch cost in the figure) over copies of the layer that keep
+its weights cold in L2 (cuda_timing.py: a step reads each layer once), and the fastest runs every call
 of that shape, decode and prompt alike (one kernel per layer keeps a row's numbers independent of the
 other rows: batch invariance). The timings go into the kernel plan's report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -30,7 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cuda_timing import l2_bytes, time_layer_cold_us, time_us
 from .quant import QuantLinear
+
+__all__ = ["INT4_KERNELS", "INT4_LAYERS", "Int4Choice", "Int4PackLinear", "TritonQ4Gemv", "TritonQ4Linear",
+           "TritonQ8Head", "choose_int4", "time_us"]
 
 INT4_CUDA_KERNEL = "aten._weight_int4pack_mm"
 GROUPS = (32, 64, 128, 256)
@@ -244,39 +248,6 @@ INT4_LAYERS = (Int4PackLinear, TritonQ4Linear, TritonQ4Gemv)
 INT4_KERNELS = ("auto", "int4pack", "gemv", "tiled")  # (kernel_plan.py reads them from here)
 
 
-def time_us(fn: Callable[[], object], calls: int = 20, reps: int = 5) -> float:
-    """The GPU time of one call of `fn` in microseconds: `calls` calls captured in a CUDA graph, the
-    graph replayed `reps` times between CUDA events (the decode graphs' cost, without Python's launch
-    cost between calls); eagerly between events where a capture fails."""
-    for _ in range(2):  # compiled, allocator settled
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph: Optional[torch.cuda.CUDAGraph] = None
-    try:
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-            for _ in range(calls):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph.replay()
-    except RuntimeError:  # (a kernel that cannot be captured: timed eagerly, launches included)
-        graph = None
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        if graph is not None:
-            graph.replay()
-        else:
-            for _ in range(calls):
-                fn()
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / (reps * calls)
-
-
 @dataclass
 class Int4Choice:
     """The kernel chosen for one layer shape, and what each candidate took at the decode rows."""
@@ -326,6 +297,7 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...],
     counts = tuple(max(1, r) for r in ((rows,) if isinstance(rows, int) else rows))
     x = torch.randn(max(counts), q.in_features, device=q.qweight.device, dtype=dtype,
                     generator=torch.Generator(device=q.qweight.device).manual_seed(1))
+    l2 = l2_bytes(q.qweight.device) if q.qweight.is_cuda else 0
     for kind, config in kinds:
         label = kind if config is None else f"gemv_{config.label()}"
         layer, why = _build(kind, q, dtype, config)
@@ -336,7 +308,8 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...],
             best, choice = layer, Int4Choice(kind, config)
             break
         try:
-            timings[label] = round(sum(time_us(lambda layer=layer, r=r: layer(x[:r])) for r in counts), 2)
+            # weights cold in L2, as a decode step reads them (cuda_timing.py)
+            timings[label] = round(sum(time_layer_cold_us(layer, x[:r], l2) for r in counts), 2)
         except Exception as e:  # noqa: BLE001 (a candidate that fails to run is refused, with why)
             refused[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
