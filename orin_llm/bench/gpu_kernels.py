@@ -117,13 +117,21 @@ def profile_stage(eng, smoke: bool) -> dict:
 def int4_kernel_stage(device: str, smoke: bool) -> dict:
     """Per Llama 3.2 3B layer shape, each int4 kernel's GPU time per call at 1 row, the decode step's 9
     (batch 1), 72 (batch 8) and a 256-row prompt chunk: torch's int4 kernel, the Triton GEMV's candidate
-    tiles, the Triton tiled kernel, and the layer dequantized to bf16 (what the bytes alone would allow,
-    at 4x the bytes), each timed as a CUDA graph of calls over copies of the layer that keep its weights
-    cold in L2 (kernels/cuda_timing.py: as a decode step reads them; the runs before issue 47 timed them
-    warm, from L2)."""
-    from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Gemv, TritonQ4Linear, TritonQ8Head
+    tiles, the decode family's tiles (its prompt GEMM at 256 rows), the Triton tiled kernel, and the layer
+    dequantized to bf16 (what the bytes alone would allow, at 4x the bytes), each timed as a CUDA graph
+    of calls over copies of the layer that keep its weights cold in L2 (kernels/cuda_timing.py: as a
+    decode step reads them; the runs before issue 47 timed them warm, from L2)."""
+    from ..kernels.cuda_linear import (
+        Int4PackLinear,
+        TritonQ4Family,
+        TritonQ4Gemv,
+        TritonQ4Linear,
+        TritonQ8Head,
+        decode_rows,
+    )
     from ..kernels.cuda_timing import time_layer_cold_us
     from ..kernels.quant import QuantLinear
+    from ..kernels.triton.decode_gemv import FAMILY_CANDIDATES, MAX_ROWS
     from ..kernels.triton.int4_gemv import CANDIDATES
 
     shapes = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192)}
@@ -140,7 +148,8 @@ def int4_kernel_stage(device: str, smoke: bool) -> dict:
         kernels: dict[str, Any] = {"dequantized_bf16": None}
         row: dict[str, Any] = {"weight_bytes_int4": n * k // 2 + 2 * 2 * n * k // 32}
         builds = [("int4pack", Int4PackLinear.build, ()), ("triton_tiled", TritonQ4Linear.build, ()),
-                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES]]
+                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES],
+                  *[(f"family_{c.label()}", TritonQ4Family.build, (c,)) for c in FAMILY_CANDIDATES]]
         for label, build, extra in builds:
             layer, why = build(q, torch.bfloat16, *extra)
             if layer is None:
@@ -152,7 +161,11 @@ def int4_kernel_stage(device: str, smoke: bool) -> dict:
             x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
             for label, layer in kernels.items():
                 try:
-                    row[f"{label}_m{m}_us"] = round(time_layer_cold_us(layer, x), 2)
+                    if m <= MAX_ROWS:  # (as a decode step calls it: the family's decode kernel)
+                        with decode_rows():
+                            row[f"{label}_m{m}_us"] = round(time_layer_cold_us(layer, x), 2)
+                    else:  # (a prompt chunk: the family's GEMM)
+                        row[f"{label}_m{m}_us"] = round(time_layer_cold_us(layer, x), 2)
                 except Exception as e:  # noqa: BLE001 (one kernel's failure is a finding, not the stage's end)
                     row[f"{label}_m{m}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         out[name] = row

@@ -94,7 +94,8 @@ def int_to_float(ptx: str) -> int:
 def by_bits(constexprs: dict) -> bool:
     """Whether this configuration reads its codes as 16-bit floats by their bits (the kernels' docs):
     then its PTX must hold no int-to-float conversion at all."""
-    return constexprs.get("MAGIC", 0) != 0 or constexprs.get("FAST") is True or constexprs.get("DOT") == 3
+    return constexprs.get("MAGIC", 0) != 0 or constexprs.get("FAST") is True or constexprs.get("DOT") == 3 \
+        or "HAS_RES" in constexprs  # (the decode family: always by bits)
 
 
 def every_launch() -> None:
@@ -130,6 +131,14 @@ def every_launch() -> None:
             if dtype != torch.float32:
                 kt.q4_gemv(x, kt.q4_repack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
                                            torch.zeros(256, 32), dtype=dtype), cfg, split_k=1)
+        from orin_llm.kernels.triton import decode_gemv as dg
+
+        if dtype != torch.float32:  # the decode family at decode's bf16/fp16 rows, every tile it may time
+            family = dg.decode_pack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
+                                    torch.zeros(256, 32))
+            for cfg in dg.FAMILY_CANDIDATES:
+                dg.decode_gemv(x, family, cfg)
+            dg.decode_gemv(x, family, dg.FAMILY_CANDIDATES[0], residual=torch.zeros(3, 256, dtype=dtype))
         from orin_llm.kernels.triton import step_ops
 
         hidden = torch.zeros(3, 3072, dtype=dtype)
