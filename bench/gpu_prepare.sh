@@ -7,8 +7,13 @@ set -eu
 cd "$(dirname "$0")/.."
 py="${PYTHON:-python3}"
 mkdir -p .whl
-grep -v '^\s*\(#\|$\)' bench/gpu_wheels.txt | sed 's/-\([^-]*\)$/==\1/' | xargs "$py" -m pip download -q --no-deps \
-  --only-binary=:all: --python-version "${PY_VERSION:-3.12}" --platform "${PLATFORM:-manylinux_2_31_x86_64}" -d .whl
+failed=()
+while read -r want; do
+  case "$want" in ''|'#'*) continue ;; esac
+  "$py" -m pip download -q --no-deps --only-binary=:all: --python-version "${PY_VERSION:-3.12}" \
+    --platform "${PLATFORM:-manylinux_2_31_x86_64}" -d .whl "$(echo "$want" | sed 's/-\([^-]*\)$/==\1/')" \
+    || failed+=("$want")
+done < bench/gpu_wheels.txt
 "$py" - <<'PY'
 import json
 from pathlib import Path
@@ -24,3 +29,7 @@ export_tokenizer(tok, out)
                                                         "eos_token_id": tok.eos_token_id}))
 print(f"[gpu_prepare] {len(list(Path('.whl').glob('*.whl')))} wheels and the tokenizer in .whl/")
 PY
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "[gpu_prepare] not downloaded: ${failed[*]} (bench/gpu_check.sh will refuse to start without them)"
+  exit 1
+fi

@@ -66,3 +66,14 @@ def test_fractions_against_both_bandwidths():
     assert r["decode_4k_fraction"] == 0.2 and "hf_fraction" not in r
     none = roofline({"total_bytes": 1}, None, None, stages)
     assert "roofline_tok_per_s" not in none and none["fraction_of_roofline"] is None
+
+
+def test_the_results_page_recounts_an_old_run_with_its_head_and_leaves_a_new_one():
+    from orin_llm.bench.results_gpu import recounted_roofline
+
+    old = {"stages": {"decode_int4": {"batch_1": {"tok_per_s_per_request": 400.0}},
+                      "roofline": {"total_bytes": 3 * 10**9, "embedding_bytes_not_counted": 10**9,
+                                   "bandwidth_gb_per_s": 4000.0}}}
+    assert recounted_roofline(old, old) == 400.0 / (4000e9 / (4 * 10**9))  # 1000 tok/s with the head: 40 %
+    new = {"stages": {**old["stages"], "roofline": {**old["stages"]["roofline"], "head_bytes": 10**9}}}
+    assert recounted_roofline(old, new) is None  # (counted already)
