@@ -144,9 +144,12 @@ def int4_linears(model: torch.nn.Module) -> str:
 
 
 class _Dequantized(torch.nn.Module):
+    """The CPU stand-in: no `weight` attribute, as Int4PackLinear has none (so the smoke run finds any
+    transformers code that reaches for one)."""
+
     def __init__(self, w: torch.Tensor):
         super().__init__()
-        self.register_buffer("weight", w)
+        self.register_buffer("dequantized", w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(x, self.weight)
+        return torch.nn.functional.linear(x, self.dequantized)
