@@ -27,7 +27,7 @@ first:
    decode_unfused side by side, home (TTFT with a 4k-token home cold and pinned);
 5. with what time is left: int4_kernel (each int4 kernel per layer shape at 1, 9, 72 and 256 rows, its
    weights cold in L2), fp16 (our dense bf16 layers, FP16 KV), compiled (ORIN_LLM_COMPILE), no_graphs
-   (eager decode), tests_rest (the other CUDA tests).
+   (eager decode), tests_rest (the engine's CUDA tests, the other kernels').
 
 The default budget (300 s) leaves a 6-minute device call a minute to rerun one stage: `--stages
 engine_write,load_int4,<stage>` (a stage on the engine needs it written and loaded).
