@@ -1,30 +1,36 @@
-"""The GPU check (issue 36): one run on a CUDA machine with nothing from the network, one JSON.
+"""The GPU check (issues 36, 47): one run on a CUDA machine with nothing from the network, one JSON.
 
-    python -m orin_llm.bench.gpu --out gpu_check.json [--tokenizer DIR] [--budget-s 330]
+    python -m orin_llm.bench.gpu --out gpu_check.json [--tokenizer DIR] [--budget-s 300]
     python -m orin_llm.bench.gpu --out smoke.json --cpu-smoke      (the plumbing, on tiny shapes, on a CPU)
 
-bench/gpu_check.sh installs the wheels that travel with the repo and calls this. Each stage runs under
-the time left and inside try/except: a stage that fails or has no time left records why, the JSON is
-rewritten after every stage (and once more, with the goals, however the run ends), and the others
-still run. Stages, the numbers that settle the issue's goals first:
+bench/gpu_check.sh checks and installs the wheels that travel with the repo and calls this. Each stage
+runs under the time left and inside try/except: a stage that fails or has no time left records why, the
+JSON is rewritten after every stage (and once more, with the goals, however the run ends: SIGTERM
+included), and the others still run. The JSON carries what ran (gpu_stamp.py: the commit the command
+gave, a digest of the source tree, the carried wheels). Stages, the numbers that settle issue 47's goals
+first:
 
-1. env, bandwidth (a device-to-device copy: bytes read + written); tests: the CUDA tests in groups,
-   each a subprocess under its own cap (gpu_tests.py): the new kernels at a 3B layer's shapes first;
-   one that fails is turned off for the measurements after it (`gated` in the JSON);
+1. env, bandwidth (a device-to-device copy, read + written, and a read-only pass); tests: the CUDA tests
+   in groups, each a subprocess under its own cap (gpu_tests.py): the new kernels at a 3B layer's shapes
+   first; one that fails is turned off for the measurements after it (`gated` in the JSON);
 2. a Llama-3.2-3B-shaped engine with random weights (orin_llm/bench/shaped.py; fixed INT8 KV scales:
    random weights have nothing to calibrate) loaded on the CUDA path (Q4_1 on the int4 kernel chosen
    per layer shape at load, INT8 KV, CUDA graphs, the step's small ops fused, the Triton prefill):
-   decode_int4 (batch 1), then decode_int4pack and decode_gemv (each int4 kernel forced) and
-   decode_unfused (the step's small ops unfused) side by side; roofline: the bytes a batch-1 step
-   must read (weights as held, K/V at its context) over the measured bandwidth, and each one's share;
-3. hf: transformers' generate with a static cache and torch.compile on the same shape (a subprocess);
-4. decode_batches (4 and 8), home (TTFT with a 4k-token home cold and pinned, a warm plan against the
-   task alone), speculation (greedy output with lookup, draft and combined against plain decoding),
-   profile (where a batch-1 step's and a prompt chunk's GPU time goes); peak memory in each decode;
-5. with what time is left: int4_kernel (each int4 kernel per layer shape at 1, 9, 72 and 256 rows,
-   timed as CUDA graphs of calls), fp16 (our dense bf16 layers, FP16 KV), compiled (ORIN_LLM_COMPILE),
-   no_graphs (eager decode), tests_rest (the other CUDA tests).
+   decode_int4 (batch 1), decode_4k (after a 4k-token prompt), decode_constrained (the example home's
+   plan grammar), each three repeats and their median (gpu_decode.py); roofline: the bytes a batch-1
+   step must read, the head's counted once (gpu_roofline.py), over both bandwidths;
+3. hf: transformers' generate, static cache, compiled, in bf16 and with torch's int4 kernel in every
+   linear (the same quantization), in a subprocess (gpu_hf.py);
+4. profile (where a batch-1 step's and a prompt chunk's GPU time goes: the configuration measured above),
+   speculation (greedy output with lookup, draft and combined against plain decoding), decode_batches
+   (4 and 8), then decode_int4pack, decode_gemv and decode_family (each int4 kernel forced) and
+   decode_unfused side by side, home (TTFT with a 4k-token home cold and pinned);
+5. with what time is left: int4_kernel (each int4 kernel per layer shape at 1, 9, 72 and 256 rows, its
+   weights cold in L2), fp16 (our dense bf16 layers, FP16 KV), compiled (ORIN_LLM_COMPILE), no_graphs
+   (eager decode), tests_rest (the engine's CUDA tests, the other kernels').
 
+The default budget (300 s) leaves a 6-minute device call a minute to rerun one stage: `--stages
+engine_write,load_int4,<stage>` (a stage on the engine needs it written and loaded).
 The figures are honest for time and memory only: random weights say nothing (shaped.py).
 """
 
@@ -33,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,9 +47,11 @@ from typing import Any, Optional
 
 import torch
 
+from .gpu_decode import constrained_stage, context_stage, decode_stage
 from .gpu_hf import hf_run, hf_stage
-from .gpu_kernels import bandwidth_stage, int4_kernel_stage, profile_stage, replay_ms
-from .gpu_run import CONFIG_3B, KV_SCALE_3B, KV_SCALE_TINY, ROOT, TINY, Run, _free, _gen, _ids, _sync
+from .gpu_kernels import bandwidth_stage, int4_kernel_stage, profile_stage
+from .gpu_roofline import roofline, step_bytes
+from .gpu_run import CONFIG_3B, KV_SCALE_3B, KV_SCALE_TINY, ROOT, TINY, Run, _free, _gen, _ids
 
 # ---------------------------------------------------------------------------------------------- stages
 
@@ -96,61 +105,6 @@ def engine_report(eng, load_s: float) -> dict:
         "device", "weights", "kv_cache", "int4_cuda_linear", "triton_int4_linear", "cuda_graphs", "torch_compile",
         "triton_step_ops", "triton_prefill_attention", "rows_independent", "exact_decode_width", "int4_layers")},
         "steps": k.get("steps", {}).get("int8")}
-
-
-def decode_stage(eng, batches: tuple[int, ...], prompt: int, tokens: int, device: str) -> dict:
-    """Steady decode: B requests prefilled, then timed from every request's first token to the last."""
-    out: dict[str, Any] = {}
-    for b in batches:
-        eng.tune(max_running=b)
-        # a first pass of the same shape, untimed: graphs are captured as the context crosses buckets
-        warm = [_gen(eng, _ids(prompt, 50 + i), tokens) for i in range(b)]
-        for g in warm:
-            eng.submit(g)
-        while eng.busy:
-            eng.step()
-        gens = [_gen(eng, _ids(prompt, 100 + i), tokens) for i in range(b)]
-        for g in gens:
-            eng.submit(g)
-        while any(not g.out for g in gens):
-            eng.step()
-        _sync()
-        start, before = time.perf_counter(), sum(len(g.out) for g in gens)
-        steps = eng.steps
-        while eng.busy:
-            eng.step()
-        _sync()
-        dt = time.perf_counter() - start
-        made = sum(len(g.out) for g in gens) - before
-        out[f"batch_{b}"] = {"tok_per_s_per_request": round(made / b / dt, 1),
-                             "tok_per_s_total": round(made / dt, 1),
-                             "steps": eng.steps - steps, "step_ms": round(1000 * dt / max(1, eng.steps - steps), 3),
-                             "tokens": made}
-    eng.tune(max_running=eng.capabilities.max_batch)
-    if device == "cuda":
-        out["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    if eng.model.graphs is not None:
-        out["graphs"] = eng.model.graphs.report()
-        out["replay_ms"] = replay_ms(eng)
-    return out
-
-
-def step_bytes(eng, context: int) -> dict:
-    """The bytes a batch-1 decode step must read: every weight the step multiplies by, as held (the
-    embedding's one row aside), and the K/V of `context` tokens."""
-    model, seen, weights = eng.model, set(), 0
-    emb = model.embed_tokens
-    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-        if t is None or t.data_ptr() in seen or name in ("cos", "sin") or name.startswith("embed_tokens"):
-            continue
-        seen.add(t.data_ptr())
-        weights += t.numel() * t.element_size()
-    head = model.lm_head
-    if hasattr(head, "weight") and head.weight.data_ptr() not in seen:
-        weights += head.weight.numel() * head.weight.element_size()
-    kv = context * eng.cache.target_pool.bytes_per_token
-    return {"weights_bytes": weights, "kv_bytes": kv, "total_bytes": weights + kv, "context": context,
-            "embedding_bytes_not_counted": sum(t.numel() * t.element_size() for t in emb.buffers())}
 
 
 def speculation_stage(eng, tokens: int) -> dict:
@@ -238,10 +192,19 @@ def step_ops_stage(eng, prompt: int, tokens: int, device: str, fused: bool) -> d
 
 def _goals(run: Run) -> dict:
     s = run.data["stages"]
-    ours = s.get("decode_int4", {}).get("batch_1", {}).get("tok_per_s_per_request")
-    hf = s.get("hf", {}).get("compiled_static_tok_per_s_batch_1")
+
+    def rate(stage: str, key: str = "tok_per_s_per_request"):
+        return s.get(stage, {}).get("batch_1", {}).get(key)
+
+    ours = rate("decode_int4")
+    hf = s.get("hf", {})
+    bf16, int4 = hf.get("compiled_static_tok_per_s_batch_1"), hf.get("int4_compiled_static_tok_per_s_batch_1")
     return {"batch1_fraction_of_roofline": s.get("roofline", {}).get("fraction_of_roofline"),
-            "over_transformers_compiled": round(ours / hf, 2) if ours and hf else None,
+            "batch1_fraction_of_read_roofline": s.get("roofline", {}).get("fraction_of_read_roofline"),
+            "over_transformers_compiled": round(ours / bf16, 2) if ours and bf16 else None,
+            "over_transformers_int4_compiled": round(ours / int4, 2) if ours and int4 else None,
+            "constrained_step_over_plain": s.get("decode_constrained", {}).get("step_over_plain"),
+            "decode_4k_over_short": s.get("decode_4k", {}).get("over_short_context"),
             "warm_plan_over_task_alone": s.get("home", {}).get("warm_over_alone"),
             "greedy_identical_with_speculation": s.get("speculation", {}).get("all_identical")}
 
@@ -251,7 +214,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "gpu_check.json")
     p.add_argument("--tokenizer", type=Path, default=ROOT / ".whl" / "tokenizer",
                    help="an exported tokenizer dir (tokenizer.json, generation_config.json)")
-    p.add_argument("--budget-s", type=float, default=330.0, help="the whole run's seconds (stages skip past it)")
+    p.add_argument("--budget-s", type=float, default=300.0, help="the whole run's seconds (stages skip past it)")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU: the plumbing only")
     p.add_argument("--work", type=Path, default=Path("/tmp/orin_llm_gpu"))
     p.add_argument("--stages", help="comma-separated stage names to run (default: all)")
@@ -266,6 +229,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("[gpu] torch sees no CUDA device: use --cpu-smoke on a CPU", file=sys.stderr)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     run = Run(a.out, a.budget_s, a.cpu_smoke, set(a.stages.split(",")) if a.stages else None)
+    from .gpu_stamp import stamp
+
+    run.data["provenance"] = stamp(wheel_dir=Path(os.environ.get("ORIN_LLM_WHEELS", ROOT / ".whl")))
+    run.save()
+
+    def terminated(signum, frame):  # (bench/gpu_check.sh's hard limit: the finally below still writes)
+        raise SystemExit(f"[gpu] ended by signal {signum} after {time.perf_counter() - run.t0:.0f} s")
+
+    signal.signal(signal.SIGTERM, terminated)
     try:
         return _stages(run, a, device)
     finally:  # whatever ended the run (a stage's crash aside: each records its own), the goals and JSON
@@ -274,7 +246,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 
 def _stages(run: Run, a, device: str) -> int:
-    """The stages, the numbers that settle issue 36's goals first (module doc)."""
+    """The stages, the numbers that settle issue 47's goals first (module doc)."""
     from dataclasses import replace
 
     from ..runtime.kernel_plan import KernelSwitches
@@ -293,60 +265,61 @@ def _stages(run: Run, a, device: str) -> int:
         switches = replace(switches, fused_step=False)
     run.data["gated"] = off
     engine_dir = a.work / "engine"
-    if run.stage("engine_write", lambda: write_engine(run, a.tokenizer, engine_dir), 40) is None:
+    if run.stage("engine_write", lambda: write_engine(run, a.tokenizer, engine_dir), 40) is None \
+            and "engine_write" in run.data["stages"]:  # (failed or out of time; left out by --stages: go on)
         return 1
-    holder: dict[str, Any] = {}
+    holder: dict[str, Any] = {}  # the engine measured, while it is loaded
+    kept: dict[str, Any] = {}  # its step's bytes, for the roofline after it is freed
     prompt, tokens = (32, 8) if smoke else (64, 128)
+    short = max(8, tokens // 2)
+    st = run.data["stages"]
 
     def load_main() -> dict:
         holder["eng"], s = load_engine(engine_dir, device, switches=switches)
         return engine_report(holder["eng"], s)
 
-    # 2. batch-1 decode: the int4 kernel chosen per shape at load, then each choice forced, the step unfused
+    # 2. batch-1 decode on the kernels chosen at load: short context, 4k context, constrained; the roofline
     run.stage("load_int4", load_main, 30)
     eng = holder.get("eng")
-    decode = run.stage("decode_int4", lambda: decode_stage(eng, (1,), prompt, tokens, device), 15) if eng else None
-    bw = run.data["stages"].get("bandwidth", {}).get("gb_per_s")
 
-    def roofline() -> dict:
-        b = step_bytes(eng, prompt + tokens // 2)
-        out = {**b, "bandwidth_gb_per_s": bw}
-        if bw:
-            out["roofline_tok_per_s"] = round(bw * 1e9 / b["total_bytes"], 1)
-            st = run.data["stages"]
-            for name in ("decode_int4", "decode_int4pack", "decode_gemv", "decode_unfused", "decode_fused_untested"):
-                got = st.get(name, {}).get("batch_1", {}).get("tok_per_s_per_request")
-                if got:
-                    out[f"{name}_fraction"] = round(got / out["roofline_tok_per_s"], 3)
-            if decode:
-                out["measured_tok_per_s"] = decode["batch_1"]["tok_per_s_per_request"]
-                out["fraction_of_roofline"] = out["decode_int4_fraction"]
-        return out
+    def batch_1(stage: str) -> Optional[dict]:
+        return st.get(stage, {}).get("batch_1")
+
+    def roofline_stage() -> dict:
+        """The step's bytes (counted once, on the engine measured) against both bandwidths and every decode
+        stage so far."""
+        if "bytes" not in kept:
+            kept["bytes"] = step_bytes(holder["eng"].model, holder["eng"].cache.target_pool.bytes_per_token,
+                                       prompt + tokens // 2)
+        bw = st.get("bandwidth", {})
+        return roofline(kept["bytes"], bw.get("gb_per_s"), bw.get("read_gb_per_s"), st)
 
     if eng is not None:
-        run.stage("roofline", roofline, 0)  # (again below, with the variants' fractions)
-    short = max(8, tokens // 2)
-    if switches.int4_kernel == "auto":
-        for kernel in ("int4pack", "gemv"):
-            run.stage(f"decode_{kernel}", lambda k=kernel: variant_stage(
-                engine_dir, device, prompt, short, switches=replace(switches, int4_kernel=k)), 25)
+        run.stage("decode_int4", lambda: decode_stage(eng, (1,), prompt, tokens, device), 15)
+        run.stage("decode_4k", lambda: context_stage(eng, 256 if smoke else 4096, short, batch_1("decode_int4")), 15)
+        run.stage("decode_constrained", lambda: constrained_stage(eng, prompt, short, batch_1("decode_int4")), 15)
+        run.stage("roofline", roofline_stage, 0)  # (again below, with the variants' fractions)
+    # 3. against transformers' compiled generate, bf16 and the same quantization (a subprocess, capped)
+    run.stage("hf", lambda: hf_stage(run, device, cap_s=90 if smoke else 120), 60)
     if eng is not None:
+        # 4. where a step's time goes, greedy speculation, batch 4 and 8; each int4 kernel forced, unfused
+        run.stage("profile", lambda: profile_stage(eng, smoke), 15)
+        run.stage("speculation", lambda: speculation_stage(eng, 24 if smoke else 64), 15)
+        run.stage("decode_batches", lambda: decode_stage(eng, (4, 8), prompt, short, device), 20)
         if "fused_step" in off:
             run.stage("decode_fused_untested", lambda: step_ops_stage(eng, prompt, short, device, True), 10)
         else:
             run.stage("decode_unfused", lambda: step_ops_stage(eng, prompt, short, device, False), 10)
-        run.stage("roofline", roofline, 0)
-    # 3. against transformers' compiled generate (a subprocess under its own cap)
-    run.stage("hf", lambda: hf_stage(run, device, cap_s=60 if smoke else 90), 50)
-    if eng is not None:
-        # 4. batch 4 and 8, TTFT cold and warm on a 4k home, greedy speculation, where a step's time goes
-        run.stage("decode_batches", lambda: decode_stage(eng, (4, 8), prompt, short, device), 20)
         run.stage("home", lambda: home_stage(eng, 256 if smoke else 4096, 48, 16 if smoke else 32), 30)
-        run.stage("speculation", lambda: speculation_stage(eng, 24 if smoke else 64), 15)
-        run.stage("profile", lambda: profile_stage(eng, smoke), 20)
         holder.clear()
         del eng
         _free(device)
+    if switches.int4_kernel == "auto":
+        for kernel in ("int4pack", "gemv", "family"):
+            run.stage(f"decode_{kernel}", lambda k=kernel: variant_stage(
+                engine_dir, device, prompt, short, switches=replace(switches, int4_kernel=k)), 25)
+    if "bytes" in kept:
+        run.stage("roofline", roofline_stage, 0)
     # 5. the kernels alone, the other paths, the rest of the tests: what time is left
     run.stage("int4_kernel", lambda: int4_kernel_stage(device, smoke), 20)
     run.stage("fp16", lambda: variant_stage(engine_dir, device, prompt, short, (1, 8), kv_cache="fp16",

@@ -1,10 +1,14 @@
-"""The GPU check's baseline (orin_llm/bench/gpu.py, stage hf): transformers' generate with a static
-cache, eager and compiled by transformers' own recipe, on the same shape, in a subprocess under a cap."""
+"""The GPU check's baselines (orin_llm/bench/gpu.py, stage hf), in the same run as our figures:
+transformers' generate with a static cache, compiled by transformers' own recipe, on the same shape, in
+bf16 and with torch's int4 kernel in every linear (the same quantization as ours: what is left of a
+ratio against it is the runtime's, not the weights' bytes); in a subprocess under a cap. A compile that
+fails is recorded, not retried another way (the run has minutes)."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,68 +43,113 @@ def hf_stage(run: Run, device: str, cap_s: float) -> dict:
 
 
 def hf_run(path: Path, device: str, smoke: bool, budget_s: float = 1e9) -> None:
-    """The transformers baseline, written to `path` step by step (eager static cache first, then compiled)."""
+    """The transformers baselines, written to `path` as each lands: bf16 compiled (static cache), then
+    the same model with torch's int4 kernel in every linear (the same quantization as ours: Q4_1's
+    values on _weight_int4pack_mm, the head's too), compiled; then bf16 eager where time is left. Each
+    figure the median of REPEATS timed calls after a warm-up (and compilation) call."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .gpu_decode import REPEATS
 
     cfg = dict(TINY) if smoke else json.loads(CONFIG_3B.read_text())
     dtype = torch.bfloat16
-    out: dict[str, Any] = {"dtype": "bfloat16", "layers": cfg["num_hidden_layers"]}
+    new = 16 if smoke else 64
+    out: dict[str, Any] = {"dtype": "bfloat16", "layers": cfg["num_hidden_layers"], "repeats": REPEATS,
+                           "note": f"tok/s counts the whole generate call of 64 prompt tokens + {new} new tokens, "
+                                   "per request; the median of the repeats"}
     t0 = time.perf_counter()
     config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")})
-    t = time.perf_counter()
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(dtype).eval()
-    out["build_s"] = round(time.perf_counter() - t, 1)
-    new = 16 if smoke else 64
-    g = torch.Generator().manual_seed(0)
-    compiled = {"on": False}
-
-    def timed(batch: int) -> float:
-        ids = torch.randint(1000, 40000, (batch, 64), generator=g).to(device)
-        # disable_compile: transformers compiles a static-cache forward by itself; here only the explicit
-        # torch.compile below does, so "eager" is eager
-        kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static",
-                  attention_mask=torch.ones_like(ids), pad_token_id=0, disable_compile=not compiled["on"])
-        try:
-            model.generate(ids, **kw)  # warm-up (and compilation)
-        except (TypeError, ValueError) as e:  # a transformers without disable_compile
-            if "disable_compile" not in str(e):
-                raise
-            kw.pop("disable_compile")
-            model.generate(ids, **kw)
-        _sync()
-        start = time.perf_counter()
-        model.generate(ids, **kw)
-        _sync()
-        return new / (time.perf_counter() - start)
 
     def save():
         path.write_text(json.dumps(out, indent=2))
 
-    out["eager_static_tok_per_s_batch_1"] = round(timed(1), 1)
-    save()
-    # compiled: transformers' own recipe, a static cache makes generate compile the forward itself
-    # (generation_config.compile_config: fullgraph, "reduce-overhead", its CUDA-graph steps marked); a
-    # forward wrapped in torch.compile by hand failed there (its cache writes overwrite graph outputs)
-    compiled["on"] = True
-    if smoke:
-        from transformers.generation.configuration_utils import CompileConfig
+    def build(int4: bool):
+        t = time.perf_counter()
+        with torch.device(device):
+            model = LlamaForCausalLM(config).to(dtype).eval()
+        if int4:
+            out["int4_layers"] = int4_linears(model)
+        out[f"{'int4' if int4 else 'bf16'}_build_s"] = round(time.perf_counter() - t, 1)
+        if smoke:  # (the CPU smoke run checks the plumbing: no inductor build on a CPU)
+            from transformers.generation.configuration_utils import CompileConfig
 
-        model.generation_config.compile_config = CompileConfig(backend="eager")
-    t = time.perf_counter()
-    try:
-        out["compiled_static_tok_per_s_batch_1"] = round(timed(1), 1)
+            model.generation_config.compile_config = CompileConfig(backend="eager")
+        return model
+
+    for label, int4 in (("compiled_static", False), ("int4_compiled_static", True)):
+        model = build(int4)
+        t = time.perf_counter()
+        try:
+            runs = _timed(model, device, 1, new, compiled=True)
+        except Exception as e:  # noqa: BLE001 (the error is the finding; the other baseline still runs)
+            out[f"{label}_error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            save()
+            del model
+            continue
+        out[f"{label}_tok_per_s_batch_1"] = round(statistics.median(runs), 1)
+        out[f"{label}_repeats"] = [round(r, 1) for r in runs]
+        out[f"{label}_compile_and_run_s"] = round(time.perf_counter() - t, 1)
         out["compiled_by"] = "transformers generate's own torch.compile (static cache, compile_config)"
-    except Exception as e:  # noqa: BLE001 (then by hand, without CUDA graphs: what compiles)
-        out["auto_compile_error"] = f"{type(e).__name__}: {str(e)[:400]}"
         save()
-        compiled["on"] = False
-        model.forward = torch.compile(model.forward, mode="max-autotune-no-cudagraphs", dynamic=False)
-        out["compiled_static_tok_per_s_batch_1"] = round(timed(1), 1)
-        out["compiled_by"] = "torch.compile(model.forward, mode='max-autotune-no-cudagraphs')"
-    out["compile_and_run_s"] = round(time.perf_counter() - t, 1)
-    save()
-    if time.perf_counter() - t0 < budget_s / 2:  # a second shape compiles again
-        out["compiled_static_tok_per_s_batch_8"] = round(timed(8), 1)
-    out["note"] = f"tok/s counts the whole generate call of 64 prompt tokens + {new} new tokens, per request"
-    save()
+        if not int4 and time.perf_counter() - t0 < budget_s / 2:
+            eager = _timed(model, device, 1, new, compiled=False)
+            out["eager_static_tok_per_s_batch_1"] = round(statistics.median(eager), 1)
+            save()
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+
+
+def _timed(model, device: str, batch: int, new: int, compiled: bool) -> list[float]:
+    """tok/s per request of REPEATS generate calls after one untimed (compiling) call."""
+    from .gpu_decode import REPEATS
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 40000, (batch, 64), generator=g).to(device)
+    # disable_compile: transformers compiles a static-cache forward by itself; "eager" is eager
+    kw = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static",
+              attention_mask=torch.ones_like(ids), pad_token_id=0, disable_compile=not compiled)
+    model.generate(ids, **kw)
+    runs = []
+    for _ in range(REPEATS):
+        _sync()
+        start = time.perf_counter()
+        model.generate(ids, **kw)
+        _sync()
+        runs.append(new / (time.perf_counter() - start))
+    return runs
+
+
+def int4_linears(model: torch.nn.Module) -> str:
+    """Every nn.Linear of `model` (the head's too) quantized to Q4_1 and put on torch's int4 kernel
+    (cuda_linear.Int4PackLinear, what our runtime runs where it is faster), in place; on a CPU a
+    dequantized stand-in (the plumbing only). Returns the kernel, in words."""
+    from ..kernels.cuda_linear import Int4PackLinear
+    from ..kernels.quant import QuantLinear
+    from ..kernels.triton.q4_linear import quantize_q4_1
+
+    names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    words = "torch's int4 kernel (aten._weight_int4pack_mm), Q4_1 values, every linear"
+    for name in names:
+        lin = model.get_submodule(name)
+        qweight, scales, mins = quantize_q4_1(lin.weight.data)
+        q = QuantLinear(qweight, scales, torch.float32, mins)
+        layer, why = Int4PackLinear.build(q, torch.bfloat16)
+        if layer is None:
+            if lin.weight.is_cuda:
+                raise RuntimeError(f"{name}: {why}")
+            layer, words = _Dequantized(q.dequantize().to(lin.weight.dtype)), f"dequantized stand-in ({why})"
+        model.set_submodule(name, layer)
+    return words
+
+
+class _Dequantized(torch.nn.Module):
+    """The CPU stand-in: no `weight` attribute, as Int4PackLinear has none (so the smoke run finds any
+    transformers code that reaches for one)."""
+
+    def __init__(self, w: torch.Tensor):
+        super().__init__()
+        self.register_buffer("dequantized", w)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.dequantized)

@@ -13,21 +13,29 @@ from .gpu_run import _gen, _ids, _sync
 
 
 def bandwidth_stage(device: str, smoke: bool) -> dict:
-    """A device-to-device copy: (bytes read + bytes written) / time, best of 10 after warm-up."""
+    """Two bandwidths, best of 10 after warm-up each: a device-to-device copy ((bytes read + bytes
+    written) / time, the runs before issue 47's roofline) and a read-only pass (a float32 sum: bytes read
+    / time, what a decode step's weights cost at best)."""
     n = (16 << 20) if smoke else (2 << 30)
     a = torch.empty(n, dtype=torch.uint8, device=device)
     b = torch.empty_like(a)
+    words = a.view(torch.float32)
+    copy_s, read_s = _best(lambda: b.copy_(a)), _best(lambda: words.sum())
+    return {"bytes_copied": n, "gb_per_s": round(2 * n / copy_s / 1e9, 1), "counting": "read + written",
+            "read_gb_per_s": round(n / read_s / 1e9, 1), "read_counting": "bytes read by a float32 sum"}
+
+
+def _best(fn, reps: int = 10) -> float:
     for _ in range(3):
-        b.copy_(a)
+        fn()
     _sync()
     best = float("inf")
-    for _ in range(10):
+    for _ in range(reps):
         t = time.perf_counter()
-        b.copy_(a)
+        fn()
         _sync()
         best = min(best, time.perf_counter() - t)
-    del a, b
-    return {"bytes_copied": n, "gb_per_s": round(2 * n / best / 1e9, 1), "counting": "read + written"}
+    return best
 
 
 def replay_ms(eng, reps: int = 50) -> dict:
@@ -109,11 +117,21 @@ def profile_stage(eng, smoke: bool) -> dict:
 def int4_kernel_stage(device: str, smoke: bool) -> dict:
     """Per Llama 3.2 3B layer shape, each int4 kernel's GPU time per call at 1 row, the decode step's 9
     (batch 1), 72 (batch 8) and a 256-row prompt chunk: torch's int4 kernel, the Triton GEMV's candidate
-    tiles, the Triton tiled kernel, and the layer dequantized to bf16 (what the bytes alone would allow,
-    at 4x the bytes), each timed as a CUDA graph of calls (cuda_linear.time_us: no Python launch cost,
-    unlike run 2's figures); and each shape's bytes over the measured bandwidth."""
-    from ..kernels.cuda_linear import Int4PackLinear, TritonQ4Gemv, TritonQ4Linear, TritonQ8Head, time_us
+    tiles, the decode family's tiles (its prompt GEMM at 256 rows), the Triton tiled kernel, and the layer
+    dequantized to bf16 (what the bytes alone would allow, at 4x the bytes), each timed as a CUDA graph
+    of calls over copies of the layer that keep its weights cold in L2 (kernels/cuda_timing.py: as a
+    decode step reads them; the runs before issue 47 timed them warm, from L2)."""
+    from ..kernels.cuda_linear import (
+        Int4PackLinear,
+        TritonQ4Family,
+        TritonQ4Gemv,
+        TritonQ4Linear,
+        TritonQ8Head,
+        decode_rows,
+    )
+    from ..kernels.cuda_timing import time_layer_cold_us
     from ..kernels.quant import QuantLinear
+    from ..kernels.triton.decode_gemv import FAMILY_CANDIDATES, MAX_ROWS
     from ..kernels.triton.int4_gemv import CANDIDATES
 
     shapes = {"qkv": (5120, 3072), "o": (3072, 3072), "gate_up": (16384, 3072), "down": (3072, 8192)}
@@ -121,7 +139,8 @@ def int4_kernel_stage(device: str, smoke: bool) -> dict:
         shapes = {"qkv": (512, 256)}
     if device != "cuda":
         return {"skipped": "needs a CUDA device (the kernels are CUDA's)"}
-    out: dict[str, Any] = {"timing": "GPU time per call, a CUDA graph of 20 calls replayed 5 times"}
+    out: dict[str, Any] = {"timing": "GPU time per call, a CUDA graph of >= 20 calls replayed 5 times, the "
+                                     "weights cold in L2 (copies of the layer called in turn)"}
     g = torch.Generator().manual_seed(0)
     for name, (n, k) in shapes.items():
         q = QuantLinear(torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g),
@@ -129,36 +148,46 @@ def int4_kernel_stage(device: str, smoke: bool) -> dict:
         kernels: dict[str, Any] = {"dequantized_bf16": None}
         row: dict[str, Any] = {"weight_bytes_int4": n * k // 2 + 2 * 2 * n * k // 32}
         builds = [("int4pack", Int4PackLinear.build, ()), ("triton_tiled", TritonQ4Linear.build, ()),
-                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES]]
+                  *[(f"gemv_{c.label()}", TritonQ4Gemv.build, (c,)) for c in CANDIDATES],
+                  *[(f"family_{c.label()}", TritonQ4Family.build, (c,)) for c in FAMILY_CANDIDATES]]
         for label, build, extra in builds:
             layer, why = build(q, torch.bfloat16, *extra)
             if layer is None:
                 row[label] = f"refused: {why}"
             else:
                 kernels[label] = layer
-        w = q.dequantize().to(torch.bfloat16)
+        kernels["dequantized_bf16"] = _linear(q.dequantize().to(torch.bfloat16))
         for m in (1, 9, 72, 256):
             x = torch.randn(m, k, dtype=torch.bfloat16, device=device)
             for label, layer in kernels.items():
-                fn = (lambda x=x, w=w: torch.nn.functional.linear(x, w)) if layer is None else \
-                    (lambda x=x, lay=layer: lay(x))
                 try:
-                    row[f"{label}_m{m}_us"] = round(time_us(fn), 2)
+                    if m <= MAX_ROWS:  # (as a decode step calls it: the family's decode kernel)
+                        with decode_rows():
+                            row[f"{label}_m{m}_us"] = round(time_layer_cold_us(layer, x), 2)
+                    else:  # (a prompt chunk: the family's GEMM)
+                        row[f"{label}_m{m}_us"] = round(time_layer_cold_us(layer, x), 2)
                 except Exception as e:  # noqa: BLE001 (one kernel's failure is a finding, not the stage's end)
                     row[f"{label}_m{m}_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         out[name] = row
-        del kernels, w
+        del kernels
     if not smoke:  # the head: 128256 x 3072, bf16 against the Triton INT8 kernel over Q8_0 blocks
         codes = torch.randint(-127, 128, (128256, 3072), dtype=torch.int8, device=device)
         scales = torch.full((128256, 96), 0.0003, device=device)
         head, why = TritonQ8Head.build(codes, scales)
-        w = (codes.to(torch.bfloat16) * 0.0003)
+        bf16 = _linear(codes.to(torch.bfloat16) * 0.0003)
         row = {"triton_int8": why or "ok"}
         for m in (1, 9):
             x = torch.randn(m, 3072, dtype=torch.bfloat16, device=device)
-            row[f"bf16_m{m}_us"] = round(time_us(lambda x=x: torch.nn.functional.linear(x, w)), 2)
+            row[f"bf16_m{m}_us"] = round(time_layer_cold_us(bf16, x), 2)
             if head is not None:
-                row[f"triton_int8_m{m}_us"] = round(time_us(lambda x=x: head(x)), 2)
+                row[f"triton_int8_m{m}_us"] = round(time_layer_cold_us(head, x), 2)
         out["lm_head"] = row
-        del codes, w
+        del codes, bf16
     return out
+
+
+def _linear(w: torch.Tensor) -> torch.nn.Linear:
+    """A bias-free Linear over `w` (as it is: no copy), to time and copy like the int4 layers."""
+    lin = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, device="meta")
+    lin.weight = torch.nn.Parameter(w, requires_grad=False)
+    return lin

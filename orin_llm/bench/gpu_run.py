@@ -4,6 +4,7 @@ the shapes it measures, and the small helpers every stage shares."""
 from __future__ import annotations
 
 import json
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -32,9 +33,10 @@ class Run:
         from .common import machine
 
         self.data: dict[str, Any] = {
-            "issue": 36, "mode": "cpu-smoke" if smoke else "gpu",
+            "issue": 47, "mode": "cpu-smoke" if smoke else "gpu",
             "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "command": "bash bench/gpu_check.sh" + (" --cpu-smoke" if smoke else ""), "machine": machine(),
+            "command": "bash bench/gpu_check.sh" + (" --cpu-smoke" if smoke else ""),
+            "argv": sys.argv[1:], "machine": machine(),
             "stages": {}}
 
     def left(self) -> float:
@@ -98,9 +100,10 @@ def _ids(n: int, seed: int, repeat: bool = False) -> list[int]:
     return torch.randint(1000, 40000, (n,), generator=g).tolist()
 
 
-def _gen(engine, ids: list[int], max_tokens: int, speculation: str = "none"):
+def _gen(engine, ids: list[int], max_tokens: int, speculation: str = "none", constraint=None):
     from ..runtime.sampling import SamplingParams
 
-    gen = engine.generate(ids, SamplingParams(max_tokens=max_tokens), speculation=speculation)
+    gen = engine.generate(ids, SamplingParams(max_tokens=max_tokens), speculation=speculation,
+                          constraint=constraint)
     gen.stop_ids = set()  # random weights: a plan's end token must not end a timing early
     return gen

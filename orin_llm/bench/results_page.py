@@ -22,7 +22,7 @@ from typing import Optional
 
 from .report import ANCHORS
 from .results_format import BENCH, NOTES, PAGE, ROOT, Run, command_lines, load, part, prose, section, table
-from .results_gpu import gpu_partial_section, gpu_rows
+from .results_gpu import gpu_partial_section, gpu_rows, next_run_section
 from .results_kernels import kernels_rows
 from .results_rows import (
     agents_rows,
@@ -243,6 +243,8 @@ def page(root: Path = ROOT) -> str:
             gpu, "anchor", gpu_rows(gpu.data))
     if (root / BENCH / "gpu.json").is_file() and (root / BENCH / "gpu_fused.json").is_file():
         lines += gpu_partial_section(root, run("gpu.json"), run("gpu_fused.json"))
+    gpu_data = {name: run(name).data for name in ("gpu.json", "gpu_fused.json") if (root / BENCH / name).is_file()}
+    lines += next_run_section(gpu_data.get("gpu.json"), gpu_data.get("gpu_fused.json"))
     lines += ["", "## The previous runtime (stale)", "",
               *prose(f"**Older runs:** {prefix.meta['stale']} The scenarios still run: "
                      "`orin-llm bench --scenario prefix,kv,daemon`"), "",

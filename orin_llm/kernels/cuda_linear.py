@@ -1,7 +1,8 @@
 """Q4_1 linear layers on CUDA, still 4-bit on the GPU: torch's packed int4 kernel (`_weight_int4pack_mm`,
 gpt-fast's "tinygemm"), from the Q4_1 blocks repacked once at load, or our Triton kernels over the same
-blocks (kernels/triton: `q4_gemv`, the GEMV for decode's few rows; `int4_linear`, the tiled one); and
-which of them a layer runs (`choose_int4`: the one place that chooses).
+blocks (cuda_triton_q4.py's layers: `q4_gemv`, the GEMV for decode's few rows; `int4_linear`, the tiled
+one; the decode GEMV family with its prompt GEMM); and which of them a layer runs (`choose_int4`: the
+one place that chooses).
 
 Q4_1 stores w = scale·q + min per 32-weight block (q in 0..15). torch's kernel computes
 (q - 8)·scale + zero per group, so zero = min + 8·scale and the codes go in as they are: the same
@@ -15,14 +16,14 @@ layer then runs dequantized, and the kernel plan says why), never a silently wro
 The choice (`choose_int4`): torch's kernel is latency-bound at decode's few rows (about the same time
 per call whatever the layer's size, on the H200 of docs/bench/gpu.json), so per layer shape the
 candidates are timed at load on the GPU at the decode step's rows, each as a CUDA graph of calls
-(what the decode graphs replay: no Python launch cost in the figure), and the fastest runs every call
+(what the decode graphs replay: no Python launch cost in the figure) over copies of the layer that keep
+its weights cold in L2 (cuda_timing.py: a step reads each layer once), and the fastest runs every call
 of that shape, decode and prompt alike (one kernel per layer keeps a row's numbers independent of the
 other rows: batch invariance). The timings go into the kernel plan's report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -30,13 +31,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cuda_timing import l2_bytes, time_layer_cold_us, time_us
+from .cuda_triton_q4 import TOLERANCE, TritonQ4Family, TritonQ4Gemv, TritonQ4Linear, check_product, decode_rows
 from .quant import QuantLinear
+
+__all__ = ["INT4_KERNELS", "INT4_LAYERS", "Int4Choice", "Int4PackLinear", "TritonQ4Family", "TritonQ4Gemv",
+           "TritonQ4Linear", "TritonQ8Head", "choose_int4", "decode_rows", "time_us"]
 
 INT4_CUDA_KERNEL = "aten._weight_int4pack_mm"
 GROUPS = (32, 64, 128, 256)
-# the packed product against the dequantized layer, relative to the product's scale: bf16 activations
-# and outputs (2^-8 each) and the bf16 scales and zeros; a wrong code layout is off by ~1
-TOLERANCE = 0.05
 
 
 def _inner_k_tiles(in_features: int) -> Optional[int]:
@@ -108,187 +111,25 @@ class Int4PackLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, group={self.group}, int4 (CUDA)"
 
 
-def _check(got: torch.Tensor, want: torch.Tensor, what: str) -> Optional[str]:
-    err = (got.float() - want.float()).abs().max().item() / max(want.float().abs().max().item(), 1e-6)
-    return None if err <= TOLERANCE else f"{what} disagrees with its torch reference (relative error {err:.3g})"
-
-
-def _split_k(out_features: int, device: torch.device) -> int:
-    """Input ranges for the Triton int4 GEMV: enough programs to fill the GPU at decode's few rows. Fixed
-    per layer (by its outputs alone), so a row's sums never depend on how many rows share the call."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    tiles = -(-out_features // 64)
-    return max(1, min(8, -(-2 * sms // tiles)))
-
-
-def _triton_q4_refusal(q: QuantLinear) -> Optional[str]:
-    """Why a layer cannot run on the Triton Q4_1 kernels here (None: it can)."""
-    from . import triton as kernels
-
-    dev = q.qweight.device
-    if dev.type != "cuda":
-        return f"not a CUDA device ({dev.type})"
-    why = kernels.available()
-    if why:
-        return why
-    if q.bits != 4 or q.group != 32:
-        return f"{q.bits}-bit layer in groups of {q.group} (the kernel takes Q4_1's 32)"
-    return None
-
-
-class _TritonQ4(nn.Module):
-    """What both Triton Q4_1 layers hold: the repacked codes, scales and mins as buffers, the input split."""
-
-    def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
-        super().__init__()
-        self.register_buffer("codes", packed.codes)
-        self.register_buffer("scales", packed.scales)
-        self.register_buffer("mins", packed.mins)
-        self.split_k, self.dtype = split_k, dtype
-        self.in_features, self.out_features = in_features, out_features
-
-    @property
-    def packed(self):
-        from .triton.q4_linear import Q4Packed
-
-        return Q4Packed(self.codes, self.scales, self.mins)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.mins))
-
-
-class TritonQ4Linear(_TritonQ4):
-    """A Q4_1 QuantLinear on the Triton int4 kernel (kernels/triton/q4_linear.py): the GGUF's codes,
-    fp16 scales and mins, repacked once at load; float32 sums, output in the activations' dtype."""
-
-    def __init__(self, packed, in_features: int, out_features: int, split_k: int, dtype: torch.dtype):
-        super().__init__(packed, in_features, out_features, split_k, dtype)
-
-    @classmethod
-    def build(cls, q: QuantLinear, dtype: torch.dtype) -> tuple[Optional[TritonQ4Linear], Optional[str]]:
-        from . import triton as kernels
-
-        dev = q.qweight.device
-        why = _triton_q4_refusal(q)
-        if why:
-            return None, why
-        mins = q.mins if q.mins is not None else -8 * q.scales
-        try:
-            packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float())
-            layer = cls(packed, q.in_features, q.out_features, _split_k(q.out_features, dev), dtype)
-            x = torch.randn(4, q.in_features, device=dev, dtype=dtype,
-                            generator=torch.Generator(device=dev).manual_seed(0))
-            why = _check(layer(x), F.linear(x.float(), q.dequantize().float()), "the Triton int4 linear")
-        except Exception as e:  # noqa: BLE001 (a kernel that does not compile here: the plan says why)
-            return None, f"the Triton int4 linear: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-        return (layer, None) if why is None else (None, why)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from . import triton as kernels
-
-        return kernels.int4_linear(x, self.packed, split_k=self.split_k)
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"Q4_1 (Triton, split_k={self.split_k})")
-
-
-class TritonQ4Gemv(_TritonQ4):
-    """A Q4_1 QuantLinear on the Triton INT4 GEMV (kernels/triton/int4_gemv.py): the GGUF's codes repacked
-    once at load, the scales and mins in the activations' dtype (the dequantization by bits: no
-    int-to-float conversions; bf16-rounded scales, as torch's kernel holds them), float32 sums, a tile
-    and input split fixed per layer (rows independent of each other)."""
-
-    def __init__(self, packed, in_features: int, out_features: int, config, split_k: int, dtype: torch.dtype):
-        super().__init__(packed, in_features, out_features, split_k, dtype)
-        self.config = config
-
-    @classmethod
-    def build(cls, q: QuantLinear, dtype: torch.dtype, config=None) -> tuple[Optional[TritonQ4Gemv], Optional[str]]:
-        from . import triton as kernels
-
-        dev = q.qweight.device
-        why = _triton_q4_refusal(q)
-        if why:
-            return None, why
-        from .triton.int4_gemv import CANDIDATES
-
-        config = config or CANDIDATES[0]
-        mins = q.mins if q.mins is not None else -8 * q.scales
-        sms = torch.cuda.get_device_properties(dev).multi_processor_count
-        try:
-            packed = kernels.q4_repack(q.qweight, q.scales.float(), mins.float(), dtype=dtype)
-            layer = cls(packed, q.in_features, q.out_features, config,
-                        config.split_k(q.out_features, q.in_features, sms), dtype)
-            x = torch.randn(4, q.in_features, device=dev, dtype=dtype,
-                            generator=torch.Generator(device=dev).manual_seed(0))
-            why = _check(layer(x), F.linear(x.float(), q.dequantize().float()), "the Triton int4 GEMV")
-        except Exception as e:  # noqa: BLE001 (a kernel that does not compile here: the plan says why)
-            return None, f"the Triton int4 GEMV: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-        return (layer, None) if why is None else (None, why)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from .triton.int4_gemv import q4_gemv
-
-        return q4_gemv(x, self.packed, self.config, self.split_k)
-
-    def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"Q4_1 (Triton GEMV {self.config.label()}, split_k={self.split_k})")
-
-
 # every CUDA int4 layer class (packed.rows_independent probes them all)
-INT4_LAYERS = (Int4PackLinear, TritonQ4Linear, TritonQ4Gemv)
+INT4_LAYERS = (Int4PackLinear, TritonQ4Linear, TritonQ4Gemv, TritonQ4Family)
 # what ORIN_LLM_INT4_KERNEL may ask for (kernel_plan.KernelSwitches.int4_kernel): auto times them
-INT4_KERNELS = ("auto", "int4pack", "gemv", "tiled")  # (kernel_plan.py reads them from here)
-
-
-def time_us(fn: Callable[[], object], calls: int = 20, reps: int = 5) -> float:
-    """The GPU time of one call of `fn` in microseconds: `calls` calls captured in a CUDA graph, the
-    graph replayed `reps` times between CUDA events (the decode graphs' cost, without Python's launch
-    cost between calls); eagerly between events where a capture fails."""
-    for _ in range(2):  # compiled, allocator settled
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph: Optional[torch.cuda.CUDAGraph] = None
-    try:
-        graph = torch.cuda.CUDAGraph()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
-            for _ in range(calls):
-                fn()
-        torch.cuda.current_stream().wait_stream(side)
-        graph.replay()
-    except RuntimeError:  # (a kernel that cannot be captured: timed eagerly, launches included)
-        graph = None
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(reps):
-        if graph is not None:
-            graph.replay()
-        else:
-            for _ in range(calls):
-                fn()
-    end.record()
-    torch.cuda.synchronize()
-    return 1000 * start.elapsed_time(end) / (reps * calls)
+INT4_KERNELS = ("auto", "int4pack", "gemv", "tiled", "family")  # (kernel_plan.py reads them from here)
 
 
 @dataclass
 class Int4Choice:
     """The kernel chosen for one layer shape, and what each candidate took at the decode rows."""
-    kernel: str  # "int4pack", "gemv" or "tiled"
-    config: object = None  # the GEMV's GemvConfig
+    kernel: str  # "int4pack", "gemv", "tiled" or "family"
+    config: object = None  # the GEMV's GemvConfig, the family's DecodeConfig
     timings_us: dict = field(default_factory=dict)  # candidate label -> µs per call (empty: not timed)
     refused: dict = field(default_factory=dict)  # candidate -> why it does not run here
     rows: tuple = ()  # the row counts timed: a candidate's time is its calls' at each, summed
 
     def describe(self) -> str:
-        name = {"int4pack": "torch's int4 kernel", "gemv": f"Triton GEMV {getattr(self.config, 'label', str)()}",
-                "tiled": "Triton tiled int4"}[self.kernel]
+        label = getattr(self.config, "label", str)()
+        name = {"int4pack": "torch's int4 kernel", "gemv": f"Triton GEMV {label}", "tiled": "Triton tiled int4",
+                "family": f"Triton decode family {label}"}[self.kernel]
         if not self.timings_us:
             return f"{name} (asked for)"
         times = ", ".join(f"{k} {v:.1f} us" for k, v in sorted(self.timings_us.items(), key=lambda kv: kv[1]))
@@ -301,14 +142,29 @@ def _build(kind: str, q: QuantLinear, dtype: torch.dtype, config=None):
         return Int4PackLinear.build(q, dtype)
     if kind == "tiled":
         return TritonQ4Linear.build(q, dtype)
+    if kind == "family":
+        return TritonQ4Family.build(q, dtype, config)
     return TritonQ4Gemv.build(q, dtype, config)
+
+
+def _candidates(asked: str) -> list[tuple[str, object]]:
+    """(kind, config) to build for `asked`: one kernel, or the tiles of one, or (auto) everything."""
+    from .triton.decode_gemv import FAMILY_CANDIDATES
+    from .triton.int4_gemv import CANDIDATES
+
+    if asked in ("int4pack", "tiled"):
+        return [(asked, None)]
+    gemv = [("gemv", c) for c in CANDIDATES]
+    family = [("family", c) for c in FAMILY_CANDIDATES]
+    return {"gemv": gemv, "family": family}.get(asked, [("int4pack", None), *gemv, *family])
 
 
 def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...], asked: str = "auto",
                 chosen: Optional[dict] = None) -> tuple[Optional[nn.Module], Optional[str], Optional[Int4Choice]]:
-    """The layer `q` on the CUDA int4 kernel `asked` (INT4_KERNELS): "auto" times torch's kernel and the
-    GEMV's candidate tiles at `rows` rows (the decode steps': a row count, or several, each candidate's
-    times summed) and keeps the fastest; "gemv" times its tiles only. `chosen` (shape -> Int4Choice)
+    """The layer `q` on the CUDA int4 kernel `asked` (INT4_KERNELS): "auto" times torch's kernel, the GEMV's
+    and the decode family's candidate tiles at `rows` rows (the decode steps': a row count, or several,
+    each candidate's times summed; the family's as a decode step calls it) and keeps the fastest; "gemv"
+    and "family" time their own tiles only. `chosen` (shape -> Int4Choice)
     carries the choice to the other layers of the same shape, timed once. Returns (layer, None,
     choice), or (None, why, None) where no candidate runs."""
     if asked not in INT4_KERNELS:
@@ -318,16 +174,14 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...],
         choice = chosen[shape]
         layer, why = _build(choice.kernel, q, dtype, choice.config)
         return (layer, None, choice) if layer is not None else (None, why, None)
-    from .triton.int4_gemv import CANDIDATES
-
-    kinds = [(asked, None)] if asked in ("int4pack", "tiled") else \
-        ([("int4pack", None)] if asked == "auto" else []) + [("gemv", c) for c in CANDIDATES]
+    kinds = _candidates(asked)
     choice, best, refused, timings = None, None, {}, {}
     counts = tuple(max(1, r) for r in ((rows,) if isinstance(rows, int) else rows))
     x = torch.randn(max(counts), q.in_features, device=q.qweight.device, dtype=dtype,
                     generator=torch.Generator(device=q.qweight.device).manual_seed(1))
+    l2 = l2_bytes(q.qweight.device) if q.qweight.is_cuda else 0
     for kind, config in kinds:
-        label = kind if config is None else f"gemv_{config.label()}"
+        label = kind if config is None else f"{kind}_{config.label()}"
         layer, why = _build(kind, q, dtype, config)
         if layer is None:
             refused[label] = why
@@ -336,7 +190,9 @@ def choose_int4(q: QuantLinear, dtype: torch.dtype, rows: int | tuple[int, ...],
             best, choice = layer, Int4Choice(kind, config)
             break
         try:
-            timings[label] = round(sum(time_us(lambda layer=layer, r=r: layer(x[:r])) for r in counts), 2)
+            # weights cold in L2, as a decode step reads them (cuda_timing.py), called as a decode step calls it
+            with decode_rows():
+                timings[label] = round(sum(time_layer_cold_us(layer, x[:r], l2) for r in counts), 2)
         except Exception as e:  # noqa: BLE001 (a candidate that fails to run is refused, with why)
             refused[label] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
@@ -379,7 +235,7 @@ class TritonQ8Head(nn.Module):
                             generator=torch.Generator(device=codes.device).manual_seed(0))
             rows = torch.arange(0, head.out_features, max(1, head.out_features // 512), device=codes.device)
             w = codes[rows].float() * s[rows].float().repeat_interleave(head.in_features // s.shape[1], dim=1)
-            why = _check(head(x)[:, rows], x.float() @ w.T, "the Triton INT8 head")
+            why = check_product(head(x)[:, rows], x.float() @ w.T, "the Triton INT8 head")
         except Exception as e:  # noqa: BLE001
             return None, f"the Triton INT8 head: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         return (head, None) if why is None else (None, why)

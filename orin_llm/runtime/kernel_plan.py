@@ -239,17 +239,19 @@ class KernelPlan:
         torch_int4 = "torch's CUDA int4 kernel (_weight_int4pack_mm)"
         gemv = "the Triton int4 GEMV (kernels/triton/int4_gemv.py)"
         tiled = "the Triton tiled int4 kernel (kernels/triton/q4_linear.py)"
-        kernels = {torch_int4 if words.startswith("torch") else gemv if "GEMV" in words else tiled
-                   for _, words in self.int4_layers}
+        family = ("the Triton decode GEMV family (kernels/triton/decode_gemv.py; prompt chunks: its GEMM, "
+                  "prompt_gemm.py)")
+        kernels = {torch_int4 if words.startswith("torch") else family if "decode family" in words
+                   else gemv if "GEMV" in words else tiled for _, words in self.int4_layers}
         if len(kernels) > 1:
-            return f"per layer shape, {torch_int4} or {gemv}, the faster at load (int4_layers)"
+            return f"per layer shape, {' or '.join(sorted(kernels))}, the fastest at load (int4_layers)"
         if kernels:
             kernel = kernels.pop()
         elif not self.triton_linear or self.int4_kernel == "int4pack":
             kernel = torch_int4
         else:
-            kernel = {"gemv": gemv, "tiled": tiled}.get(
-                self.int4_kernel, f"{torch_int4} or {gemv} per layer shape, the faster at load")
+            kernel = {"gemv": gemv, "tiled": tiled, "family": family}.get(
+                self.int4_kernel, f"{torch_int4}, {gemv} or {family} per layer shape, the fastest at load")
         return f"{kernel}, the Q4_1 blocks repacked at load"
 
     def steps(self, int8_cache: bool) -> dict[str, dict[str, str]]:

@@ -26,6 +26,7 @@ from ..arch import Arch
 from ..errors import OrinError
 from ..kernels import decode_layer
 from ..kernels.attention import MIN_KEYS
+from ..kernels.cuda_linear import decode_rows
 from ..kernels.packed import padded
 from .attention_layer import Attention, FixedStep, Step, prompt_from
 from .cuda_graphs import DecodeGraphs, Row, StaticInputs
@@ -133,6 +134,13 @@ class Block(nn.Module):
         """The block in a fixed-shape decode step (cuda_graphs.py)."""
         x = x + self.self_attn.forward_static(self.input_layernorm(x), cos, sin, pool, layer, fixed)
         return x + self.mlp(self.post_attention_layernorm(x), 0)
+
+
+def _decode_step(step, inp: StaticInputs, pool) -> torch.Tensor:
+    """A fixed-shape step (Llama.static_step, compiled or not) with its layers told they run a decode
+    step's rows (cuda_linear.decode_rows: a layer whose decode and prompt kernels differ picks by it)."""
+    with decode_rows():
+        return step(inp, pool=pool)
 
 
 class Llama(nn.Module):
@@ -268,7 +276,7 @@ class Llama(nn.Module):
         # plain steps 1 row wide where that computes the same numbers as W wide (cuda_graphs.py): linear
         # kernels probed row-independent at load, and attention per query row (the Triton kernel; SDPA's
         # kernels over W queries are not promised to give each row the numbers it gets alone)
-        self.graphs = DecodeGraphs(functools.partial(compiled, pool=pool), self.plan.decode_width,
+        self.graphs = DecodeGraphs(functools.partial(_decode_step, compiled, pool=pool), self.plan.decode_width,
                                    pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture,
                                    smallest_blocks=32 if self.triton_attention else 4,
                                    narrow=bool(self.plan.rows_independent and self.triton_attention))

@@ -248,3 +248,30 @@ def test_kernel_rows_set_each_family_against_llama_cpp_and_the_quality_tests_bou
     d["llama_cpp"] = {"skipped": "no llama-cpp-python"}
     answer, ppl, bounds, _ = kernels_rows(d)
     assert answer.met is False and ppl.met is None and ppl.anchor == bounds.anchor == "—"
+
+
+def test_gpu_rows_of_issue_47_judge_their_own_goals():
+    """A run with the head counted (both bandwidths), the same-quantization baseline, the 4k and the
+    constrained decode: each row against its goal; a run before them has none of these rows."""
+    from orin_llm.bench.results_gpu import gpu_rows
+
+    def b1(v):
+        return {"batch_1": {"tok_per_s_per_request": v}}
+
+    data = {"stages": {"decode_int4": b1(600.0), "decode_family": b1(650.0),
+                       "roofline": {"roofline_tok_per_s": 1800.0, "fraction_of_roofline": 0.333,
+                                    "roofline_tok_per_s_read": 2000.0, "fraction_of_read_roofline": 0.3,
+                                    "decode_family_fraction": 0.361},
+                       "hf": {"compiled_static_tok_per_s_batch_1": 250.0,
+                              "int4_compiled_static_tok_per_s_batch_1": 500.0},
+                       "decode_4k": {"over_short_context": 0.85}, "decode_constrained": {"step_over_plain": 1.2}}}
+    rows = {r.what: r for r in gpu_rows(data)}
+    read = rows["decode, batch 1 / the step's bytes (the head's included) at read-only bandwidth"]
+    assert read.ours == "600 tok/s (30%)" and read.met is False
+    assert rows["decode, batch 1, the Triton decode GEMV family at every layer"].ours == "650 tok/s (36%)"
+    int4 = next(r for w, r in rows.items() if "torch's int4 kernel in every linear" in w)
+    assert int4.ours == "1.20×" and int4.met is False  # 600 / 500 under the 1.3× goal
+    assert rows["decode, batch 1, after a 4k-token prompt / after a short one"].met is True
+    assert rows["a constrained decode step (the example home's grammar) / a plain one"].met is False
+    old = {r.what for r in gpu_rows({"stages": {"decode_int4": b1(438.0)}})}
+    assert not any("read-only" in w or "4k-token" in w or "constrained" in w for w in old)

@@ -59,6 +59,33 @@ def signature(fn, args, constexprs) -> dict:
     return {n: sig[n] for n in fn.arg_names}
 
 
+def specialized(fn, args, constexprs: dict) -> tuple[dict, dict, dict]:
+    """The signature, constexprs and attributes Triton's JIT compiles this launch with: its own
+    specialization of each argument (a 16-byte aligned pointer and an int divisible by 16 marked so, an
+    int of 1 made a constant; none where the kernel says do_not_specialize), so that what compiles here
+    is what runs (vector loads depend on the alignment it knows)."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    sig, consts, attrs = signature(fn, args, constexprs), dict(constexprs), {}
+    for i, (kp, a) in enumerate(zip(fn.params, args, strict=False)):
+        kind, attr = native_specialize_impl(BaseBackend, a, kp.is_const, not kp.do_not_specialize,
+                                            not kp.do_not_specialize_on_alignment)
+        if kind == "constexpr":
+            sig[kp.name], consts[kp.name] = "constexpr", attr
+        elif isinstance(attr, str) and attr:
+            attrs[(i,)] = BaseBackend.parse_attr(attr)
+    return sig, consts, attrs
+
+
+def compile_launch(fn, args, kwargs: dict, arch: int, sig: dict | None = None):
+    """One recorded launch compiled for sm_`arch` as the JIT would (specialized); `sig`: another signature."""
+    options = {k: kwargs[k] for k in LAUNCH_OPTIONS if k in kwargs}
+    spec_sig, consts, attrs = specialized(fn, args, {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS})
+    return triton.compile(ASTSource(fn, sig or spec_sig, consts, attrs), target=GPUTarget("cuda", arch, 32),
+                          options=options)
+
+
 def int_to_float(ptx: str) -> int:
     """How many int-to-float conversions (cvt.rn.f16/bf16/f32 from s/u 8-32) the PTX holds."""
     return len(re.findall(r"cvt\.rn\.(?:f16|bf16|f32)(?:x2)?\.[su](?:8|16|32)\b", ptx))
@@ -67,7 +94,8 @@ def int_to_float(ptx: str) -> int:
 def by_bits(constexprs: dict) -> bool:
     """Whether this configuration reads its codes as 16-bit floats by their bits (the kernels' docs):
     then its PTX must hold no int-to-float conversion at all."""
-    return constexprs.get("MAGIC", 0) != 0 or constexprs.get("FAST") is True or constexprs.get("DOT") == 3
+    return constexprs.get("MAGIC", 0) != 0 or constexprs.get("FAST") is True or constexprs.get("DOT") == 3 \
+        or "HAS_RES" in constexprs  # (the decode family: always by bits)
 
 
 def every_launch() -> None:
@@ -103,6 +131,14 @@ def every_launch() -> None:
             if dtype != torch.float32:
                 kt.q4_gemv(x, kt.q4_repack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
                                            torch.zeros(256, 32), dtype=dtype), cfg, split_k=1)
+        from orin_llm.kernels.triton import decode_gemv as dg
+
+        if dtype != torch.float32:  # the decode family at decode's bf16/fp16 rows, every tile it may time
+            family = dg.decode_pack(torch.zeros(256, 512, dtype=torch.uint8), torch.ones(256, 32),
+                                    torch.zeros(256, 32))
+            for cfg in dg.FAMILY_CANDIDATES:
+                dg.decode_gemv(x, family, cfg)
+            dg.decode_gemv(x, family, dg.FAMILY_CANDIDATES[0], residual=torch.zeros(3, 256, dtype=dtype))
         from orin_llm.kernels.triton import step_ops
 
         hidden = torch.zeros(3, 3072, dtype=dtype)
@@ -123,7 +159,7 @@ def main(archs: list[int]) -> int:
     for fn, args, kwargs in record_launches(every_launch):
         options = {k: kwargs[k] for k in LAUNCH_OPTIONS if k in kwargs}
         constexprs = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
-        sig = signature(fn, args, constexprs)
+        sig, constexprs, _ = specialized(fn, args, constexprs)
         key = (fn.__name__, tuple(sig.items()), tuple(sorted(constexprs.items())), tuple(sorted(options.items())))
         if key in seen:
             continue
@@ -135,8 +171,7 @@ def main(archs: list[int]) -> int:
         for arch, sig in variants:
             types = ",".join(v for v in sig.values() if v != "constexpr")
             try:
-                kernel = triton.compile(ASTSource(fn, sig, constexprs), target=GPUTarget("cuda", arch, 32),
-                                        options=options)
+                kernel = compile_launch(fn, args, kwargs, arch, sig)
                 converts = int_to_float(kernel.asm["ptx"])
                 if converts and by_bits(constexprs):
                     raise AssertionError(f"{converts} int-to-float conversions where codes are read by their bits")

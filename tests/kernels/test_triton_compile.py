@@ -21,7 +21,7 @@ def test_kernels_compile_for_sm87_and_sm90():
     lines = proc.stdout.splitlines()
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     for kernel in ("_decode_split", "_decode_merge", "_prefill", "_int4_linear", "_sum_splits", "_int8_head",
-                   "_q4_gemv", "_add_rms_norm", "_rope_write", "_silu_mul"):
+                   "_q4_gemv", "_decode_gemv", "_add_rms_norm", "_rope_write", "_silu_mul"):
         for arch in (87, 90):
             compiled = any(line.startswith(f"ok sm_{arch} {kernel} ") for line in lines)
             assert compiled, f"{kernel} not compiled for sm_{arch}"

@@ -125,6 +125,37 @@ def test_q4_gemv_at_3b_shapes(rows, shape):
     close(q4_gemv(x, q4_repack(qweight, scales, mins)), ref, torch.bfloat16)  # float16 scales: float32 dequant
 
 
+@pytest.mark.parametrize("shape", [(5120, 3072), (16384, 3072), (3072, 8192)], ids=["qkv", "gate_up", "down"])
+def test_q4_gemv_family_at_3b_shapes(shape):
+    """The decode GEMV family compiled, every candidate tile: 72 rows against the reference, and each row
+    bit-equal to the same row in calls of 1 to 8, 9, 17, 33 and 71 rows (the GPU's own arithmetic, where
+    the interpreter test has numpy's); the residual epilogue as torch's bf16 add; the prompt GEMM over the
+    same bytes against the reference, a chunk's rows the same alone."""
+    from orin_llm.kernels.triton.decode_gemv import FAMILY_CANDIDATES, decode_gemv, decode_pack
+    from orin_llm.kernels.triton.prompt_gemm import prompt_gemm
+
+    n, kdim = shape
+    g = torch.Generator(device="cuda").manual_seed(7)
+    codes = torch.randint(0, 16, (n, kdim), dtype=torch.uint8, device="cuda", generator=g)
+    qweight = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    scales = (0.002 + 0.004 * torch.rand(n, kdim // 32, device="cuda", generator=g)).half().float()
+    mins = (-7.5 * scales).half().float()
+    p = decode_pack(qweight, scales, mins)
+    x = torch.randn(72, kdim, device="cuda", dtype=torch.bfloat16, generator=g)
+    ref = reference.int4_linear(x, qweight, scales, mins)
+    r = torch.randn(72, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    for cfg in FAMILY_CANDIDATES:
+        full = decode_gemv(x, p, cfg)
+        close(full, ref, torch.bfloat16)
+        for rows in (*range(1, 9), 9, 17, 33, 71):
+            assert torch.equal(decode_gemv(x[:rows], p, cfg), full[:rows]), f"{cfg.label()}: {rows} rows"
+        assert torch.equal(decode_gemv(x, p, cfg, residual=r), full + r), cfg.label()
+    chunk = torch.randn(300, kdim, device="cuda", dtype=torch.bfloat16, generator=g)
+    y = prompt_gemm(chunk, p)
+    close(y, reference.int4_linear(chunk, qweight, scales, mins), torch.bfloat16)
+    assert torch.equal(prompt_gemm(chunk[100:], p), y[100:])
+
+
 def test_step_ops_at_3b_shapes():
     """The decode step's fused small ops compiled, at 9 rows of a 3B layer, against the unfused torch ops."""
     from orin_llm.kernels.triton.step_ops import add_rms_norm, rope_write, silu_mul

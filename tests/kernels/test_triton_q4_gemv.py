@@ -103,5 +103,8 @@ def test_the_choice_refuses_with_reasons_off_cuda():
     layer, why, choice = choose_int4(q, torch.bfloat16, 9)
     assert layer is None and choice is None
     assert "int4pack: not a CUDA device (cpu)" in why and "gemv_n64_r128_w4_s3: not a CUDA device" in why
-    with pytest.raises(ValueError, match="one of auto, int4pack, gemv, tiled"):
+    assert "family_n8_k512_w4: not a CUDA device" in why
+    layer, why, _ = choose_int4(q, torch.bfloat16, 9, "family")
+    assert layer is None and why.count("not a CUDA device") == 4 and "gemv" not in why and "int4pack" not in why
+    with pytest.raises(ValueError, match="one of auto, int4pack, gemv, tiled, family"):
         choose_int4(q, torch.bfloat16, 9, "fastest")

@@ -57,7 +57,7 @@ def test_the_int4_kernel_matches_the_dequantized_layer():
 
 
 def test_the_int4_kernel_is_chosen_by_timing_and_matches_the_dequantized_layer():
-    from orin_llm.kernels.cuda_linear import INT4_LAYERS, choose_int4
+    from orin_llm.kernels.cuda_linear import INT4_LAYERS, choose_int4, decode_rows
     from orin_llm.kernels.quant import QuantLinear
 
     g = torch.Generator().manual_seed(2)
@@ -67,16 +67,19 @@ def test_the_int4_kernel_is_chosen_by_timing_and_matches_the_dequantized_layer()
     layer, why, choice = choose_int4(q, torch.bfloat16, 9, "auto", chosen)
     assert layer is not None and isinstance(layer, INT4_LAYERS), why
     assert "int4pack" in choice.timings_us and any(k.startswith("gemv_") for k in choice.timings_us)
-    label = choice.kernel if choice.config is None else f"gemv_{choice.config.label()}"
+    assert any(k.startswith("family_") for k in choice.timings_us)
+    label = choice.kernel if choice.config is None else f"{choice.kernel}_{choice.config.label()}"
     assert choice.timings_us[label] == min(choice.timings_us.values())  # the fastest was kept
     again, _, same = choose_int4(q, torch.bfloat16, 9, "auto", chosen)  # the same shape: not timed again
     assert same is choice and type(again) is type(layer)
     x = torch.randn(9, 256, device="cuda", dtype=torch.bfloat16)
     want = torch.nn.functional.linear(x.float(), q.dequantize().float())
-    for asked in ("int4pack", "gemv", "tiled"):
+    for asked in ("int4pack", "gemv", "tiled", "family"):
         forced, why, _ = choose_int4(q, torch.bfloat16, 9, asked)
         assert forced is not None, why
         assert (forced(x).float() - want).abs().max() <= 0.02 * want.abs().max()
+        with decode_rows():  # (the family's decode kernel: what a decode step's rows run)
+            assert (forced(x).float() - want).abs().max() <= 0.02 * want.abs().max()
 
 
 def test_graphs_capture_once_per_bucket_and_match_the_eager_cuda_step(cuda_engine, tiny_engine_dir):

@@ -47,7 +47,7 @@ def test_a_q4_1_engine_on_cuda_runs_the_cuda_path_and_none_of_our_cpu_ops():
     report = plan.report()
     assert report[INT4_CUDA] is True and report[GRAPHS] is True and report[TRITON_ATTN] is True
     assert report["steps"]["int8"]["decode"]["attention"].startswith("Triton paged decode attention")
-    assert "faster at load" in report["steps"]["int8"]["decode"]["layers"]
+    assert "fastest at load" in report["steps"]["int8"]["decode"]["layers"]
     assert "RoPE + K/V write" in report["steps"]["int8"]["decode"]["layers"]
     assert "RoPE" not in report["steps"]["int8"]["prompt"]["layers"]  # prompt chunks run eagerly, unfused
     assert plan.triton_prefill and report["steps"]["int8"]["prompt"]["attention"].startswith("Triton paged prefill")
@@ -62,13 +62,17 @@ def test_the_int4_kernel_switch_and_what_the_settled_plan_says():
     assert not torch_only.triton_linear and "ORIN_LLM_INT4_KERNEL=int4pack" in dict(torch_only.why_not)[TRITON_LINEAR]
     assert "torch's CUDA int4 kernel" in torch_only.linear
     assert "Triton int4 GEMV" in _cuda(KernelSwitches(int4_kernel="gemv")).linear
+    assert "Triton decode GEMV family" in _cuda(KernelSwitches(int4_kernel="family")).linear
     # settled with the per-shape choices (weights.py hands them over from cuda_linear.choose_int4)
     plan = _cuda()
     mixed = plan.settled(True, None, 9, "head", int4_layers=(
         ("5120x3072", "gemv", "Triton GEMV n64_r128_w4_s3 (timed at load: ...)"),
-        ("3072x8192", "int4pack", "torch's int4 kernel (timed at load: ...)")))
+        ("3072x8192", "int4pack", "torch's int4 kernel (timed at load: ...)"),
+        ("16384x3072", "family", "Triton decode family n8_k512_w4 (timed at load: ...)")))
     assert mixed.triton_linear and mixed.report()["int4_layers"]["3072x8192"].startswith("torch's int4 kernel")
     assert "per layer shape" in mixed.linear
+    for kernel in ("torch's CUDA int4 kernel", "the Triton int4 GEMV", "the Triton decode GEMV family"):
+        assert kernel in mixed.linear
     slower = plan.settled(True, None, 9, "head", int4_layers=(("5120x3072", "int4pack", "torch's int4 kernel (x)"),))
     assert not slower.triton_linear and "faster at every layer shape" in dict(slower.why_not)[TRITON_LINEAR]
     assert slower.linear.startswith("torch's CUDA int4 kernel")
