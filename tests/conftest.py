@@ -20,6 +20,17 @@ from pathlib import Path
 
 import pytest
 
+# Triton reads TRITON_INTERPRET when a kernel is defined, i.e. when a module of orin_llm.kernels.triton is
+# first imported, whichever test directory imports it first (tests/bench does, before tests/kernels):
+# without a GPU the kernels' tests run in its interpreter (tests/kernels/conftest.py).
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
 # The TensorRT-LLM tests' fake/real fixtures (`bindings`, `eng`), for the test modules of every directory
 # that test the backend (tests/runtime, tests/server, tests/bench, tests/build)
 pytest_plugins = ["tests.backends.trtllm.trtllm_both"]
