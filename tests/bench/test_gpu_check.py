@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from orin_llm.bench.gpu_stamp import source_digest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,6 +106,7 @@ def test_missing_wheels_end_a_gpu_run_at_once_saying_which(tmp_path):
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.full  # waits out a 12 s hard limit: full tier
 def test_the_hard_limit_still_leaves_the_json_with_its_goals(tmp_path):
     out = tmp_path / "gpu_check.json"
     proc = subprocess.run(

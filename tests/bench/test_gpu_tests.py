@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from orin_llm.bench.gpu_tests import Group, gate, run_group, run_groups
 
 
+@pytest.mark.full  # waits out a 25 s cap: full tier
 def test_a_group_reports_each_test_and_is_cut_at_its_cap(tmp_path):
     f = tmp_path / "test_fake_kernels.py"
     f.write_text("import time\n\n\ndef test_q4_gemv_ok():\n    pass\n\n\ndef test_q4_gemv_wrong():\n"
