@@ -7,7 +7,7 @@
 #               own engines from the checkpoint on its first start
 #   4. smoke    orin-llm serve on the engine, its backend the server on loopback; health, plan, stream, cancel
 #   5. bench    orin-llm bench --quick
-#   6. tests    the Edge-LLM backend's tests (the fake's cases; on the real server: not written yet)
+#   6. tests    the Edge-LLM backend's tests: the fake's cases, then the cases that hold on both, on this server
 # Nothing of it has run on an Orin.
 
 SERVER_PID=""
@@ -153,9 +153,13 @@ step bench.log env ORIN_LLM_EDGELLM_URL="$EDGE_URL" "${ORIN_LLM[@]}" bench --eng
 # ---------------------------------------------------------------------------------------------
 STAGE="6/6 tests"
 say "$STAGE: the Edge-LLM backend's tests"
-note "the fake server's cases (any machine); the same cases against this server are not written yet"
-step tests.log "$PYTHON" -m pytest tests/backends/edgellm -rA --junitxml "$OUT/tests.xml" \
-    || fail "an Edge-LLM backend test failed: $OUT/logs/tests.log"
+note "the fake server's cases (any machine), then test_edgellm_both.py's real cases against this server"
+step tests.log env ORIN_LLM_TEST_EDGELLM_ENGINE="$ENGINE" ORIN_LLM_EDGELLM_URL="$EDGE_URL" \
+    "$PYTHON" -m pytest tests/backends/edgellm -rA --junitxml "$OUT/tests.xml" \
+    || fail "an Edge-LLM backend test failed: $OUT/logs/tests.log (a [real] case that fails where [fake] passes: the fake is kinder than the server; attach the tarball to an issue)"
+if [[ $DRY_RUN -eq 0 ]] && ! grep -q 'PASSED tests/backends/edgellm/test_edgellm_both.py::.*\[real\]' "$OUT/logs/tests.log"; then
+    fail "the real server's cases did not run (skipped: $OUT/logs/tests.log says why)"
+fi
 
 STAGE="done"
 say "done"

@@ -134,6 +134,9 @@ def test_the_jetpack_7_dry_run_shows_the_edgellm_path_and_exits_0(tmp_path):
         assert step.line() in out and step.source in out
     assert out.index("/health/ready") < out.index("orin-llm serve --engine")  # the server is up first
     assert "convert_checkpoint.py" not in out and "jetson/setup.sh" not in out  # nothing of TensorRT-LLM 0.12
+    tests = out[out.index("== 6/6 tests"):]  # the backend's cases on this server: both variables its fixture reads
+    assert "ORIN_LLM_TEST_EDGELLM_ENGINE=engines/agx-orin-64gb-edgellm" in tests
+    assert "ORIN_LLM_EDGELLM_URL=http://127.0.0.1:8000" in tests and "pytest tests/backends/edgellm" in tests
     assert not (tmp_path / "fc7").exists()
 
 

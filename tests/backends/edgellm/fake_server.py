@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import uvicorn
@@ -44,6 +45,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from orin_llm.manifest import load_manifest
 from orin_llm.runtime.constraint import Grammar, Vocabulary
 from orin_llm.runtime.tokenizer import Tokenizer
 from tests.backends.remote.peer import free_port
@@ -329,3 +331,10 @@ class FakeEdgeServer:
                     yield chunk({"content": piece})
             yield b"data: [DONE]\n\n"
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def fake(edge_dir: Path, **kw) -> FakeEdgeServer:
+    """The fake for an engine directory, as the build's server_argv starts it, unless a test says otherwise."""
+    m = load_manifest(edge_dir)
+    return FakeEdgeServer(edge_dir / "tokenizer", m.target.arch.vocab_size,
+                          **{"max_input_len": m.limits["max_input_len"], **kw})

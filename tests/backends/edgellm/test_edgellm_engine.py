@@ -8,49 +8,22 @@ the export writes is checked for real in tests/build/test_edgellm_export.py)."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from pathlib import Path
 
 import pytest
 
 from orin_llm.backends.edgellm.engine import EdgellmEngine
 from orin_llm.backends.loader import load_engine
 from orin_llm.errors import OrinError
-from orin_llm.manifest import MANIFEST, file_entry, load_manifest
 from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment
 from orin_llm.planning.planner import Planner
 from orin_llm.runtime.backend import Backend
 from orin_llm.runtime.block_manager import NoBlocks
 from orin_llm.runtime.sampling import SamplingParams
-from tests.conftest import tiny_fixture
 
-from .fake_server import FakeEdgeServer
+from .fake_server import fake
 
-tiny_engine_dir = tiny_fixture("engine_dir")
 TASK = "Bring the milk from the fridge to the coffee table."
-
-
-@pytest.fixture(scope="module")
-def edge_dir(tiny_engine_dir, tmp_path_factory) -> Path:
-    """An "edgellm" engine directory of the tiny engine's tokenizer and shape (the manifest's own schema)."""
-    out = tmp_path_factory.mktemp("edge") / "engine"
-    shutil.copytree(tiny_engine_dir / "tokenizer", out / "tokenizer")
-    tiny = load_manifest(tiny_engine_dir)
-    data = json.loads((tiny_engine_dir / MANIFEST).read_text())
-    data.update(backend="edgellm", draft=None, lookup_seed=None,
-                tokenizer=[file_entry(p, out).model_dump() for p in sorted((out / "tokenizer").iterdir())],
-                limits={**tiny.limits, "max_batch_size": 2}, edgellm={"server_argv": ["tensorrt-edgellm-serve"]})
-    data["profile"] = {**data["profile"], "backend": "edgellm", "prefix_reuse": True}
-    data["target"] = {**data["target"], "files": [], "dir": "onnx/llm"}
-    (out / MANIFEST).write_text(json.dumps(data))
-    return out
-
-
-def fake(edge_dir: Path, **kw) -> FakeEdgeServer:
-    m = load_manifest(edge_dir)  # the server as the build's server_argv starts it, unless a test says otherwise
-    return FakeEdgeServer(edge_dir / "tokenizer", m.target.arch.vocab_size,
-                          **{"max_input_len": m.limits["max_input_len"], **kw})
 
 
 @pytest.fixture
