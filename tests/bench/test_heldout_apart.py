@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SPLIT = ROOT / "heldout" / "paraphrase"
 # where the product is tuned or its prompts, word lists and grammars are written
 TUNING = ("calibration/", "orin_llm/build/", "orin_llm/planning/", "orin_llm/runtime/", "orin_llm/kernels/",
-          "orin_llm/data/", "orin_llm/profiles/")
+          "orin_llm/data/", "orin_llm/profiles/", "bench/goal_reading.py", "bench/goal_scoring_probe.py")
 NAMES = ("heldout/paraphrase", "paraphrase/tasks", "PARAPHRASE")
 
 
