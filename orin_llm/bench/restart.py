@@ -30,7 +30,9 @@ from ..planning.home import Environment
 from ..server.process import DaemonProcess
 from .common import home_file, progress, pyplot, write_json
 
-PLAN = {"max_tokens": 64, "temperature": 0.0, "speculation": "lookup"}
+# goal "none": the model's own plans, the ones the lookup history speeds up (a plain request would read a goal
+# and may answer from the search, which decodes nothing)
+PLAN = {"max_tokens": 64, "temperature": 0.0, "speculation": "lookup", "goal": "none"}
 
 
 def warmup_tasks(env: Environment, n: int, exclude: set[str]) -> list[str]:

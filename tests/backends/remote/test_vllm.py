@@ -81,8 +81,8 @@ def test_the_gbnf_sent_to_sglang_and_trtllm_holds_a_plan_on_xgrammar(replica):
 def test_plans_run_remote_with_the_home_prefix_cached_there(remote_daemon, replica):
     hits_before = replica.metric("vllm:prefix_cache_hits_total")
     with remote_daemon.client() as c:
-        first = c.plan(TASK, max_tokens=48, deadline_ms=DEADLINE_MS)
-        second = c.plan("Switch on the kettle.", max_tokens=48, deadline_ms=DEADLINE_MS)
+        first = c.plan(TASK, max_tokens=48, goal="none", deadline_ms=DEADLINE_MS)
+        second = c.plan("Switch on the kettle.", max_tokens=48, goal="none", deadline_ms=DEADLINE_MS)
     for out in (first, second):
         assert out["served_by"] == "remote", out
         assert out["steps"] and not [r for r in out["rejected_lines"] if not r["reason"].startswith("unfinished")]
@@ -102,7 +102,7 @@ def test_a_stalled_replica_ends_in_a_local_answer_within_the_deadline(remote_dae
     try:
         t0 = time.monotonic()
         with remote_daemon.client(timeout_s=300) as c:
-            out = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
+            out = c.plan(TASK, max_tokens=24, goal="none", deadline_ms=120_000)
         took = time.monotonic() - t0
     finally:
         replica.signal(signal.SIGCONT)
@@ -122,7 +122,7 @@ def test_a_dead_replica_ends_in_a_local_answer(remote_daemon, replica):
         until_remote(c, 180, max_tokens=24, deadline_ms=DEADLINE_MS)
     replica.stop()
     with remote_daemon.client(timeout_s=300) as c:
-        out = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
-        again = c.plan(TASK, max_tokens=24, deadline_ms=120_000)
+        out = c.plan(TASK, max_tokens=24, goal="none", deadline_ms=120_000)
+        again = c.plan(TASK, max_tokens=24, goal="none", deadline_ms=120_000)
     assert out["served_by"] == "local" and "remote failed" in out["fallback"], out
     assert again["served_by"] == "local" and "resting" in again["fallback"]  # backed off: not asked again
