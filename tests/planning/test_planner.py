@@ -41,18 +41,18 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
     """A prompt served from the cache gives bit for bit the answer of the same prompt computed cold:
     every cached block holds exactly what the request would have computed (llama.Item)."""
     task = "Put the socks in the laundry basket and close the wardrobe."
-    pinned = planner.plan(task, GREEDY)
+    pinned = planner.plan(task, GREEDY, goal="none")  # the model's own plan: one request, its counts
     bs = engine.cache.block_size
     cached = pinned.result.timings.cached_prompt_tokens
     assert cached == len(planner.prefix.ids) // bs * bs and cached > 0  # whole blocks of the pinned prefix
     assert engine.cache.stats()["used"] == engine.cache.stats()["pinned"]  # the request's own blocks went back
-    again = planner.plan(task, GREEDY)  # its prompt is cached now, all but the last partial block
+    again = planner.plan(task, GREEDY, goal="none")  # its prompt is cached now, all but the last partial block
     prompt = again.result.timings.prompt_tokens
     assert again.result.timings.cached_prompt_tokens == (prompt - 1) // bs * bs
     engine.unpin(planner.pin)
     engine.clear_cache()
     try:
-        cold = planner.plan(task, GREEDY).result  # now computed cold: nothing of it is cached
+        cold = planner.plan(task, GREEDY, goal="none").result  # now computed cold: nothing of it is cached
     finally:
         planner.pin = engine.pin(list(planner.prefix.ids))
     assert cold.timings.cached_prompt_tokens == 0
