@@ -37,7 +37,8 @@ def test_plan_json_on_the_example_home(engine_dir):
     task = "Bring the mug from the kitchen to the sofa."
     proc = orin_llm("plan", "--engine", str(engine_dir), "--json", task)
     out = json.loads(proc.stdout)
-    assert out["environment"] == "example_home" and out["plan"] and out["timings"]["goal_reading_ms"] == 0
+    # the plain request reads its goal in the task first (issue #43), and says so
+    assert out["environment"] == "example_home" and out["plan"] and out["timings"]["goal_reading_ms"] > 0
     assert said(proc.stderr, f"loading {engine_dir}") and said(proc.stderr, "pinning the home 'example_home'")
     # the few-shot prefix makes even the 135M model answer in action calls
     assert out["steps"] and {s["action"] for s in out["steps"]} <= {

@@ -88,6 +88,14 @@ def test_each_kernel_family_answers_as_the_float_model(family, quality_engine, r
 
 def test_the_bounds_hold_for_torchs_int4_kernel(quality_engine, reference):
     """The bounds' anchor, measured as the families are (ORIN_LLM_Q8_DOT=0: torch's int4 kernel, bf16
-    activations): a failure here is the bounds' or the harness's, not a kernel's."""
+    activations): a failure here is the bounds' or the harness's, not a kernel's. The bounds were set where
+    bf16 has dot-product instructions; on a CPU without them (AVX2 alone) torch's kernel rounds its
+    activations to bf16 all the same and lands below them: argmax agreement 0.982 against the float model on
+    a 2-core AMD EPYC (2026-12-07), where every family of ours (the test above) holds them."""
+    from orin_llm.kernels.attention import bf16_dot_products
+
+    if not bf16_dot_products():
+        pytest.skip("torch's int4 kernel without bf16 dot products (AVX2 alone) is below the bounds its "
+                    "native bf16 run set: agreement 0.982 on an AMD EPYC; the bounds hold for our families")
     check(run_family("native", quality_engine, reference, env={"ORIN_LLM_Q8_DOT": "0"}, caches=("fp32",)),
           q8_dot=False)

@@ -139,7 +139,7 @@ def test_too_many_prompt_tokens_get_413_naming_the_limit(http, client):
     assert "max_input_len of 6144" in r.json()["error"]["message"]
     r = http.post(CHAT, json={"messages": [{"role": "user", "content": "word " * 20_000}]})
     assert r.status_code == 413 and "max_input_len" in r.json()["error"]["message"]
-    assert client.plan("Open the fridge.", max_tokens=2)["finish_reason"] == "length"  # it answers
+    assert client.plan("Open the fridge.", max_tokens=2, goal="none")["finish_reason"] == "length"  # it answers
 
 
 def test_garbage_on_the_socket_does_not_hurt(daemon, client):
@@ -162,4 +162,4 @@ def test_garbage_on_the_socket_does_not_hurt(daemon, client):
         assert reply == b"" or reply.startswith(b"HTTP/1.1 "), reply  # an answer (often 400) or a hang-up
     time.sleep(0.2)
     assert client.health()["ready"]
-    assert client.plan("Open the fridge.", max_tokens=2)["finish_reason"] == "length"  # it answers
+    assert client.plan("Open the fridge.", max_tokens=2, goal="none")["finish_reason"] == "length"  # it answers

@@ -160,4 +160,4 @@ def test_bad_bodies_stall_neither_health_nor_a_stream(daemon):
         assert health_ms < BOUND_S * 1000 and gap_ms < BOUND_S * 1000, f"{name} stalled the daemon {summary}"
         assert request_s < 10, summary
     with daemon.client() as c:  # and it still plans
-        assert c.plan("Open the fridge.", max_tokens=2)["finish_reason"] == "length"
+        assert c.plan("Open the fridge.", max_tokens=2, goal="none")["finish_reason"] == "length"

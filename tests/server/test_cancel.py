@@ -85,11 +85,11 @@ def test_deadline_exceeded(daemon, client):
         list(client.plan_stream(LONG, max_tokens=1000, deadline_ms=700, constrained=False))
     assert wait_for(lambda: counter(client, "plan", "deadline") == deadlines + 2)
     assert wait_for(lambda: idle(client))
-    assert client.plan("Open the fridge.", max_tokens=2, deadline_ms=60_000)["finish_reason"] == "length"
+    assert client.plan("Open the fridge.", max_tokens=2, goal="none", deadline_ms=60_000)["finish_reason"] == "length"
 
 
 def test_metrics_and_health(client):
-    client.plan("Open the fridge.", max_tokens=2)
+    client.plan("Open the fridge.", max_tokens=2, goal="none")
     text, health = client.metrics(), client.health()
     capacity = health["kv_cache"]["capacity_tokens"]
     for name in ("orin_llm_ttft_seconds_bucket", "orin_llm_request_seconds_count", "orin_llm_queue_wait_seconds_sum",

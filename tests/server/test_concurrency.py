@@ -20,7 +20,7 @@ TASKS = ["Open the fridge.", "Turn on the floor lamp.", "Turn off the bedside la
 def answers_of(client, task: str) -> tuple:
     """What must not depend on other clients (how much of a prompt was cached may: a repeated task
     finds its own earlier blocks). Every request finds at least the pinned home's whole blocks."""
-    r = client.plan(task, max_tokens=MAX_TOKENS)
+    r = client.plan(task, max_tokens=MAX_TOKENS, goal="none")  # the model's own plan: one decode each
     t = r["timings"]
     assert t["cached_prompt_tokens"] >= client.health()["prefix_tokens"] // 16 * 16
     assert t["cached_prompt_tokens"] + t["computed_prompt_tokens"] == t["prompt_tokens"]
@@ -38,12 +38,12 @@ def test_concurrent_clients_each_get_their_own_answer(daemon, client):
                 task = TASKS[(3 * i + j) % len(TASKS)]
                 if j % 5 == 0:  # some stream: the deltas spell the final text (a plan cut by max_tokens
                     # ends at its last whole step: the deltas may go on into the step it leaves out)
-                    events = list(c.plan_stream(task, max_tokens=MAX_TOKENS))
+                    events = list(c.plan_stream(task, max_tokens=MAX_TOKENS, goal="none"))
                     final = events[-1]
                     assert "".join(e.get("delta", "") for e in events[:-1]).strip().startswith(final["plan"])
                     r = final
                 else:
-                    r = c.plan(task, max_tokens=MAX_TOKENS)
+                    r = c.plan(task, max_tokens=MAX_TOKENS, goal="none")
                 t = r["timings"]
                 assert t["cached_prompt_tokens"] + t["computed_prompt_tokens"] == t["prompt_tokens"]
                 out.append((task, (r["plan"], t["prompt_tokens"], r["environment_version"])))

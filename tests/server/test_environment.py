@@ -56,7 +56,7 @@ def test_switches_land_between_requests_and_answers_match_their_version(capped_d
 
     def reference(name: str) -> tuple:
         planner.put_environment(homes[name])
-        r = planner.plan(TASK, max_tokens=6)
+        r = planner.plan(TASK, max_tokens=6, goal="none")  # the model's own plan: one decode, its prompt
         return r["plan"], r["timings"]["prompt_tokens"]
 
     expected = {name: reference(name) for name in homes}
@@ -69,7 +69,7 @@ def test_switches_land_between_requests_and_answers_match_their_version(capped_d
     def ask(n: int) -> None:
         with capped_daemon.client() as c:
             for _ in range(n):
-                r = c.plan(TASK, max_tokens=6)
+                r = c.plan(TASK, max_tokens=6, goal="none")
                 with lock:
                     answers.append(r)
 
@@ -161,7 +161,7 @@ def test_named_environments_are_pinned_next_to_the_default_one(capped_daemon, pl
         assert gone.status_code == 404 and "no environment named 'flat-2'" in gone.text
         assert http.put("/v1/environments/bad name", json=home).status_code == 422
     with pytest.raises(PlannerError, match="no home named 'flat-2'") as err:
-        planner.plan("Open the fridge.", max_tokens=2, environment="flat-2")
+        planner.plan("Open the fridge.", max_tokens=2, goal="none", environment="flat-2")
     assert err.value.status == 422
 
 

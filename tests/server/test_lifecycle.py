@@ -88,7 +88,7 @@ def test_stale_socket_mode_notify_full_queue_and_sigterm(start_daemon):
 
     def wait_in_queue() -> None:
         try:
-            queued.append(d.client().plan("Open the fridge.", max_tokens=2))
+            queued.append(d.client().plan("Open the fridge.", max_tokens=2, goal="none"))
         except PlannerError as e:
             queued.append(e)
 
@@ -101,7 +101,7 @@ def test_stale_socket_mode_notify_full_queue_and_sigterm(start_daemon):
         while c.health()["queue"]["depth"] < 1 and time.monotonic() < end:
             time.sleep(0.05)
         with pytest.raises(PlannerError, match="busy") as err:
-            c.plan("Open the fridge.", max_tokens=2)
+            c.plan("Open the fridge.", max_tokens=2, goal="none")
         assert err.value.status == 503
 
     # SIGTERM mid-stream: the stream ends (here with an error event), the process exits 0 in time

@@ -22,7 +22,7 @@ def kernel_view(pid: int) -> dict:
 
 
 def test_the_shared_daemon_runs_with_the_protective_defaults(daemon, client):
-    client.plan("Open the fridge.", max_tokens=2)  # the engine's threads exist now
+    client.plan("Open the fridge.", max_tokens=2, goal="none")  # the engine's threads exist now
     view = kernel_view(daemon.proc.pid)
     avail = available_cpus()
     expected = format_cpus(avail - {min(avail)}) if len(avail) > 1 else format_cpus(avail)

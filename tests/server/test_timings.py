@@ -46,7 +46,7 @@ def test_a_queued_request_says_how_long_it_waited(serial_daemon):
             time.sleep(0.01)
     sent = time.monotonic()
     with daemon.client() as c:
-        second = c.plan("Open the fridge.", max_tokens=4)
+        second = c.plan("Open the fridge.", max_tokens=4, goal="none")  # (no goal reading between)
     waited_ms = (time.monotonic() - sent) * 1e3
     worker.join(60)
     assert first_done.is_set()
@@ -79,7 +79,7 @@ def test_an_idle_daemon_tells_the_goals_reading_from_the_queue(client):
     assert abs(t["ttft_since_arrival_ms"] - t["queue_ms"] - t["goal_reading_ms"] - t["ttft_ms"]) < 0.01
     assert abs(t["total_since_arrival_ms"] - t["queue_ms"] - t["goal_reading_ms"] - t["total_ms"]) < 0.01
     assert f"then goal read in {t['goal_reading_ms']:.0f} ms, then TTFT" in summary(answer)
-    assert client.plan("Open the fridge.", max_tokens=4)["timings"]["goal_reading_ms"] == 0
+    assert client.plan("Open the fridge.", max_tokens=4, goal="none")["timings"]["goal_reading_ms"] == 0
 
 
 def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
@@ -87,13 +87,13 @@ def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
     every plan finds at least the home's whole blocks cached. What each request reports as cached and
     what the engine fed through prefill add up to its prompt, and /metrics follows both."""
     prefix = client.health()["prefix_tokens"]
-    client.plan("Open the fridge.", max_tokens=2)
+    client.plan("Open the fridge.", max_tokens=2, goal="none")
     before = client.metrics()
     plans = []
     unique = f"{time.time_ns()}"  # prompts no earlier test sent: the first one finds only the home cached
     for task in (f"Open the wardrobe ({unique}).", f"Close the fridge ({unique}).", f"Open the wardrobe ({unique})."):
         client.chat(CHAT_ELSEWHERE, max_tokens=2)  # other traffic between the plans
-        plans.append(client.plan(task, max_tokens=2)["timings"])
+        plans.append(client.plan(task, max_tokens=2, goal="none")["timings"])
     for t in plans:
         assert t["cached_prompt_tokens"] >= prefix // 16 * 16
         assert t["cached_prompt_tokens"] + t["computed_prompt_tokens"] == t["prompt_tokens"]
@@ -113,7 +113,8 @@ def test_cached_tokens_are_only_tokens_this_request_did_not_compute(client):
 def test_a_streamed_plan_sends_each_step_before_the_end(client):
     """Typed {"step"} events arrive as each line completes, before the final answer, and add up to its
     steps: a robot can start the first step while the planner still writes the rest."""
-    events = list(client.plan_stream("Bring the mug from the kitchen to the coffee table.", max_tokens=64))
+    events = list(client.plan_stream("Bring the mug from the kitchen to the coffee table.", max_tokens=64,
+                                     goal="none"))
     final = events[-1]
     kinds = ["step" if "step" in e else "delta" if "delta" in e else "final" for e in events]
     steps = [e["step"] for e in events if "step" in e]
