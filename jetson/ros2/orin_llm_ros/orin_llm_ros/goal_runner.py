@@ -67,10 +67,11 @@ def request_body(goal, max_tokens, deadline_s):
 
 
 def _goal(facts):
-    """Return the goal field as the daemon takes it.
+    """
+    Return the goal field as the daemon takes it.
 
-    The facts as they are; ["none"] or ["infer"] as the daemon's word. An empty list is not sent, so
-    the daemon reads the goal in the task, its default.
+    The facts as they are; ["none"] or ["infer"] as the daemon's word. An empty list is not sent,
+    so the daemon reads the goal in the task, its default.
     """
     return facts[0] if facts in (['none'], ['infer']) else facts
 
