@@ -43,6 +43,7 @@ def fake_build(tmp_path, monkeypatch):
     return profile, plan_memory(profile, ORIN.parent), build
 
 
+@pytest.mark.full  # (8 to 15 s: full tier, to keep the fast tier within its 8 minutes)
 def test_the_build_writes_the_plan_with_the_engine_files_measured(fake_build):
     profile, estimated, build = fake_build
     assert estimated.measured == [] and {"target weights", "draft weights", "loading"} <= set(estimated.estimated)

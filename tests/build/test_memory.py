@@ -195,6 +195,7 @@ def test_cached_prefix_tokens_that_do_not_fit_are_refused_with_what_fits(tmp_pat
         check_feasible(plan)
 
 
+@pytest.mark.full  # (8 to 15 s: full tier, to keep the fast tier within its 8 minutes)
 def test_cached_prefix_tokens_size_the_torch_pool_too():
     """The torch runtime's paged KV pool keeps cached prefixes next to the running requests, as
     TensorRT-LLM's block pool does: the embedded profile sizes it for both."""
@@ -277,6 +278,7 @@ def test_missing_config_says_to_set_config(tmp_path):
         plan_of(path)
 
 
+@pytest.mark.full  # (8 to 15 s: full tier, to keep the fast tier within its 8 minutes)
 def test_package_gguf_shape_from_metadata():
     a = load_arch(ModelSpec(model=SMOLLM2), None)
     assert (a.num_layers, a.num_kv_heads, a.head_dim) == (30, 3, 64)
@@ -396,6 +398,7 @@ def test_a_warm_home_is_never_longer_than_a_prompt_may_be(tmp_path):
         assert p.home_tokens == max_input <= p.home_tokens * p.warm_homes
 
 
+@pytest.mark.full  # (8 to 15 s: full tier, to keep the fast tier within its 8 minutes)
 def test_the_load_peak_is_planned_and_must_fit(tmp_path):
     """The load's moment on top of the steady state: an engine file (trtllm), the head check (torch q4_1)."""
     from orin_llm.build.memory import HEAD_CHECK_ROWS, HEAD_CHECK_TEMPORARIES, load_extra_bytes
