@@ -1,6 +1,6 @@
 """The Triton kernels' tests run in Triton's interpreter on the CPU where there is no GPU
-(TRITON_INTERPRET=1, which triton reads when a kernel is defined: set here, before any test module
-imports orin_llm.kernels.triton's kernels). With a CUDA GPU they compile and run on it instead.
+(TRITON_INTERPRET=1, which triton reads when a kernel is defined: set by tests/conftest.py, before any
+directory's tests import orin_llm.kernels.triton). With a CUDA GPU they compile and run on it instead.
 
 The interpreter computes `tl.dot` as numpy's matmul, i.e. numpy's BLAS (OpenBLAS). Its AVX2 sgemm
 kernels (the Haswell and Zen ones OpenBLAS picks on a CPU without AVX-512) give a row of a tile
@@ -17,12 +17,8 @@ import os
 
 import numpy as np
 import pytest
-import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from tests.kernels.paged import device_name  # noqa: E402  (after the variable: it imports no triton, but reads it)
+from tests.kernels.paged import device_name
 
 
 def row_wise_dot(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:

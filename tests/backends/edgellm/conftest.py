@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -29,3 +30,14 @@ def edge_dir(tiny_engine_dir, tmp_path_factory) -> Path:
     data["target"] = {**data["target"], "files": [], "dir": "onnx/llm"}
     (out / MANIFEST).write_text(json.dumps(data))
     return out
+
+
+def drive(engine, request, limit_s: float = 30.0) -> list[str]:
+    """Submit `request` and step the engine until it ends: the text deltas it gave, in order."""
+    engine.submit(request)
+    deltas, t0 = [], time.monotonic()
+    while not request.done:
+        engine.step()
+        deltas += request.take()
+        assert time.monotonic() - t0 < limit_s, "the request never ended"
+    return deltas + request.take()

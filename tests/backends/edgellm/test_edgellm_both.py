@@ -25,9 +25,11 @@ from orin_llm.planning.home.world import simulate
 from orin_llm.planning.planner import Planner
 from orin_llm.runtime.sampling import SamplingParams
 
+from .conftest import drive
 from .fake_server import fake
 
 ENGINE_VARIABLE = "ORIN_LLM_TEST_EDGELLM_ENGINE"
+REAL_LIMIT_S = 120.0  # a 3B on an Orin, its server cold
 TASK = "Bring the milk from the fridge to the coffee table."
 SCRIPT = "go_to(fridge)\nopen(fridge)\npick(milk)\ngo_to(coffee_table)\nplace(milk, coffee_table)\n"
 
@@ -51,20 +53,10 @@ def edge(request, edge_dir):
         engine.close()
 
 
-def drive(engine, request, limit_s: float = 120.0) -> list[str]:
-    engine.submit(request)
-    deltas, t0 = [], time.monotonic()
-    while not request.done:
-        engine.step()
-        deltas += request.take()
-        assert time.monotonic() - t0 < limit_s, "the request never ended"
-    return deltas + request.take()
-
-
 def test_a_plain_request_streams_and_counts_only_what_the_server_says(edge):
     ids = edge.chat_ids([{"role": "user", "content": "Name three rooms of a house."}])
     gen = edge.generate(ids, SamplingParams(max_tokens=24, temperature=0.0))
-    deltas = drive(edge, gen)
+    deltas = drive(edge, gen, REAL_LIMIT_S)
     assert gen.error is None, gen.error
     r = gen.result
     assert len(deltas) > 1 and "".join(deltas) == r.text and r.text.strip()
@@ -81,7 +73,7 @@ def test_a_plan_under_the_state_runs_in_the_home(edge):
     planner = Planner(edge, load_environment(EXAMPLE_HOME_PATH))
     prefix = planner.home().prefix
     gen = planner.start(TASK, SamplingParams(max_tokens=64, temperature=0.0), goal="none")
-    drive(edge, gen)
+    drive(edge, gen, REAL_LIMIT_S)
     assert gen.error is None, gen.error
     result = planner.finish(gen, prefix)
     env = planner.home().prefix.environment
@@ -101,7 +93,7 @@ def test_a_cancelled_request_ends_at_once_and_the_engine_is_free(edge):
     edge.abort(gen)
     assert gen.done and gen.result is None and not edge.busy
     again = edge.generate(ids, SamplingParams(max_tokens=4, temperature=0.0))
-    drive(edge, again)
+    drive(edge, again, REAL_LIMIT_S)
     assert again.error is None and again.result.timings.completion_tokens >= 1
 
 

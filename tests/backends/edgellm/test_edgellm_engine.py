@@ -21,6 +21,7 @@ from orin_llm.runtime.backend import Backend
 from orin_llm.runtime.block_manager import NoBlocks
 from orin_llm.runtime.sampling import SamplingParams
 
+from .conftest import drive
 from .fake_server import fake
 
 TASK = "Bring the milk from the fridge to the coffee table."
@@ -37,16 +38,6 @@ def edge(edge_dir, server):
     e = EdgellmEngine.load(edge_dir, url=server.url)
     yield e
     e.close()
-
-
-def drive(engine, request, limit_s: float = 30.0) -> list[str]:
-    engine.submit(request)
-    deltas, t0 = [], time.monotonic()
-    while not request.done:
-        engine.step()
-        deltas += request.take()
-        assert time.monotonic() - t0 < limit_s, "the request never ended"
-    return deltas + request.take()
 
 
 def test_it_is_a_backend_and_says_what_it_can_and_cannot_do(edge, edge_dir, server):
