@@ -41,6 +41,7 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
     """A prompt served from the cache gives bit for bit the answer of the same prompt computed cold:
     every cached block holds exactly what the request would have computed (llama.Item)."""
     task = "Put the socks in the laundry basket and close the wardrobe."
+    engine.clear_cache()  # the session's engine: earlier tests' plans on this home left the state block cached
     pinned = planner.plan(task, GREEDY, goal="none")  # the model's own plan: one request, its counts
     bs = engine.cache.block_size
     cached = pinned.result.timings.cached_prompt_tokens
@@ -62,19 +63,21 @@ def test_cached_tokens_are_not_computed_and_change_nothing(planner, engine):
 def test_foreign_traffic_never_evicts_the_pinned_prefix(engine_dir):
     """A small pool, filled by prompts that share nothing with the home: the cache evicts their
     blocks, never the pinned ones, and the next plan still starts from the prefix."""
+    from orin_llm.manifest import load_manifest
     from orin_llm.runtime.engine import Engine
 
+    # the smallest pool a pin is allowed in: one request of max_seq_len beside the prefix, and a little more
     eng = Engine.load(engine_dir, device="cpu", draft=False,
-                      kv_tokens=Engine.load(engine_dir, device="cpu", draft=False).max_seq_len + 1024)
+                      kv_tokens=load_manifest(engine_dir).limits["max_seq_len"] + 1024)
     planner = Planner(eng, load_environment(EXAMPLE_HOME_PATH))
     pinned = eng.cache.stats()["pinned"]
     blocks = eng.cache.stats()["blocks"]
-    text = " ".join(f"item{i}" for i in range(900))  # ~2k tokens of words the home never uses
-    for i in range(6):
+    text = " ".join(f"item{i}" for i in range(500))  # ~2k tokens of words the home never uses
+    for i in range(5):  # the fifth no longer fits beside the others: the cache evicts
         eng.run(eng.generate(eng.chat_ids([{"role": "user", "content": f"{i} {text}"}]), SamplingParams(max_tokens=2)))
     stats = eng.cache.stats()
     assert stats["evictions"] > 0 and stats["pinned"] == pinned and stats["blocks"] == blocks
-    again = planner.plan("Open the fridge.", GREEDY)
+    again = planner.plan("Open the fridge.", GREEDY, goal="none")  # one request: its counts are the prefix's
     assert again.result.timings.cached_prompt_tokens >= len(planner.prefix.ids) // 16 * 16
 
 
