@@ -172,7 +172,8 @@ class PlannerClient:
 
     def plan_stream(self, task: str, observations: Optional[list[str]] = None, **opts: Any) -> Iterator[dict]:
         """{"delta": text} events as the plan is decoded, {"step": {"index", "action", "args"}} events as its
-        lines complete as steps of the home, then the full response (as plan())."""
+        lines complete as steps of the home, then the full response (as plan()). A plan with a goal (the
+        default reads one in the task) sends its text and steps once the plan is chosen."""
         body = {**_plan_body(task, observations, opts), "stream": True}
         yield from self._stream("/v1/plan", body)
 

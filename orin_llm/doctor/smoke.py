@@ -84,7 +84,8 @@ def _stream(c: PlannerClient, opts: dict) -> str:
 
 def _cancel(c: PlannerClient, opts: dict) -> str:
     before = cancelled_count(c.metrics())
-    stream = c.plan_stream(TASK, max_tokens=LONG, temperature=0, **opts)
+    # goal "none": the model's plan streams as it decodes (a goal plan's text is sent once chosen, at its end)
+    stream = c.plan_stream(TASK, max_tokens=LONG, temperature=0, **{**opts, "goal": "none"})
     first = next(stream)  # the request is running
     stream.close()  # the client goes away: the daemon must cancel it
     t0 = time.monotonic()

@@ -10,9 +10,9 @@ answer lists it in `violations`), as a robot could not carry out what follows it
 `off` (world None) the steps are only typed, as before.
 
 With a goal the answer may be another plan than the one being decoded (a sampled candidate, or the
-classical search's: planning/goal_search.py), so no step is sent while it is decoded (`hold`): the
-chosen plan's steps are sent once it is known, before the final answer (`final_steps`), checked
-by the same rule.
+classical search's: planning/goal_search.py), so neither its text nor its steps are sent while it is
+decoded (`hold`; the worker holds the deltas too): the chosen plan's text and steps are sent once it
+is known, before the final answer (`final_steps`), the steps checked by the same rule.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ from .load_meter import LoadMeter
 from .metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..planning.home.steps import StepStream
+    from ..planning.step_events import FeasibleSteps
 
 log = logging.getLogger("orin_llm.server")
 
@@ -61,7 +61,7 @@ class JobStart:
     finish: Callable[[float], dict]  # queue_s -> the response payload, once the request (the task) is done;
     # queue_s: the job's wait from its arrival to the moment the engine began its (primary) request
     # turns a streamed plan's text into ("step", {...}) events; made once the primary request is known
-    steps: Optional[Callable[[Request], StepStream]] = None
+    steps: Optional[Callable[[Request], FeasibleSteps]] = None
     task: Optional[Task] = None  # in place of `generation`: the requests it asks for, one at a time
 
 
@@ -103,8 +103,8 @@ class Active:
     task: Task
     finish: Callable[[float], dict]
     began: float  # time.monotonic() when the worker started it
-    make_steps: Optional[Callable[[Request], StepStream]] = None
-    steps: Optional[StepStream] = None  # for a streamed plan, once its primary request is known
+    make_steps: Optional[Callable[[Request], FeasibleSteps]] = None
+    steps: Optional[FeasibleSteps] = None  # for a streamed plan, once its primary request is known
 
     @property
     def gen(self) -> Optional[Request]:
@@ -343,8 +343,10 @@ class Worker:
         for a in list(self.active):
             request, primary = a.request, a.request is a.task.primary
             if a.job.stream and primary:
+                held = a.steps is not None and a.steps.hold  # a goal plan: its text is sent once chosen
                 for delta in request.take():
-                    a.job.emit("delta", delta)
+                    if not held:
+                        a.job.emit("delta", delta)
                     for step in a.steps.feed(delta) if a.steps else ():
                         a.job.emit("step", step)
             if request.error is not None:

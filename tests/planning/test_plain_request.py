@@ -119,6 +119,23 @@ def test_the_daemon_answers_a_goal_that_holds_with_an_empty_plan_streamed_or_not
     assert read.json()["goal_inferred"], read.json()  # no goal given: one was read in the task
 
 
+def test_a_streamed_goal_plan_sends_the_plan_chosen_not_a_candidate_dropped(tiny_engine):
+    """4 tokens write no whole step: the request's own candidate misses the goal and the search's plan is the
+    answer. The stream's text is that plan's (its deltas joined), its steps come after the text, and they are
+    the answer's steps: nothing of the dropped candidate reaches the client."""
+    (streamed,) = serve(tiny_engine, [{"task": TASK, "goal": ["at(milk, coffee_table)"], "max_tokens": 4,
+                                       "speculation": "none", "stream": True}])
+    assert streamed.status_code == 200
+    events = sse(streamed)
+    answer = events[-1]
+    assert answer["search"]["source"] == "search" and answer["goal_reached"] is True, answer["search"]
+    kinds = ["delta" if "delta" in e else "step" if "step" in e else "answer" for e in events]
+    assert "".join(e["delta"] for e in events if "delta" in e) == answer["plan"] != ""
+    assert kinds == ["delta"] + ["step"] * len(answer["steps"]) + ["answer"], kinds
+    assert [{"action": e["step"]["action"], "args": e["step"]["args"]} for e in events if "step" in e] \
+        == answer["steps"]
+
+
 def test_a_pronoun_that_names_nothing_makes_the_answer_say_its_goal_is_in_doubt(planner):
     """"Turn it off." names no thing: whatever goal is read, the answer says it may be another's (the plan
     still aims at it); a pronoun after the thing it stands for raises no doubt."""
