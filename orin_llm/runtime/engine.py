@@ -62,6 +62,15 @@ log = logging.getLogger(__name__)
 
 
 
+DRAFT_LEN = 4  # a manifest's draft_len where its limits name none
+
+
+def step_rows(draft_len: int) -> int:
+    """The most rows one request puts in a decode step (its tokens not computed yet and this step's draft:
+    model_runner.py), the width an exact step covers and how far past max_seq_len a verify may write; the one
+    place this rule is written."""
+    return 2 * draft_len + 1
+
 class Engine(EngineText):
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: PagedCache,
                  draft_loader: Optional[Callable[[], Llama]] = None, prefill_chunk_tokens: int = 256):
@@ -74,9 +83,9 @@ class Engine(EngineText):
         self.device = cache.target_pool.device
         limits = manifest.limits
         self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
-        self.draft_len = limits.get("draft_len", 4)
-        # rows of one request's decode step: its pending tokens and draft (the kernel plan's decode_width when exact)
-        self.decode_rows = model.plan.decode_width or 2 * self.draft_len + 1
+        self.draft_len = limits.get("draft_len", DRAFT_LEN)
+        # rows of one request's decode step (the kernel plan's decode_width when exact)
+        self.decode_rows = model.plan.decode_width or step_rows(self.draft_len)
         self.scheduler = Scheduler(SchedulerConfig(
             max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),
             prefill_chunk_tokens=prefill_chunk_tokens, block_size=cache.block_size, draft_len=self.draft_len))
@@ -121,7 +130,8 @@ class Engine(EngineText):
                             "the torch runtime loads torch engines only")
         device = pick_device(device)
         limits = manifest.limits
-        positions = limits["max_seq_len"] + 2 * limits.get("draft_len", 4) + 1  # a verify may run past
+        rows = step_rows(limits.get("draft_len", DRAFT_LEN))
+        positions = limits["max_seq_len"] + rows  # a verify may run past
         built = manifest.target.weights
         if weights not in (None, built) and not (weights == "fp32" and built == "q4_1"):
             raise OrinError(f"weights {weights!r}: this engine's target holds {built!r} weights"
@@ -129,7 +139,7 @@ class Engine(EngineText):
         if weights in (None, built):
             check_kernels(manifest.target.kernels, device, f"{engine_dir}'s target ({built} weights)")
         # exact: the target's decode steps batch-invariant over k_max + 1 rows (llama.py)
-        width = 2 * limits.get("draft_len", 4) + 1 if exact else 0
+        width = rows if exact else 0
         dtype = compute_dtype(device, weights or built, DTYPES[manifest.target.dtype])
         model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, dtype,
                            device, positions, weights or built, switches, kv_cache or manifest.target.kv_cache.dtype,
@@ -312,7 +322,7 @@ class Engine(EngineText):
     def _blocks_needed(self, gen: Generation) -> int:
         kv = gen.kv
         rows = (self.scheduler.prefill_rows(gen) if gen.prefilling
-                else len(gen.context) - kv.target.length + 2 * self.draft_len + 1)
+                else len(gen.context) - kv.target.length + step_rows(self.draft_len))
         return max(0, self.cache.blocks_for(kv.target.length + rows) - len(kv.blocks))
 
     def _make_room(self, batch: list[Generation]) -> list[Generation]:
