@@ -18,8 +18,9 @@ a = arguments()
 from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
+from orin_llm.runtime.engine_config import EngineConfig  # noqa: E402
 
-eng = Engine.load(a.engine, device="cpu", draft=False)
+eng = Engine.load(a.engine, EngineConfig.at_edge(device="cpu", draft=False))
 plan = eng.model.plan
 if not plan.fused_decode:
     sys.exit("the fused decode layer is not in use here (a q4_1 engine with an INT8 cache, on an x86 CPU with "

@@ -15,7 +15,8 @@ import time
 CHILD = r"""
 import json, sys, time, torch
 from orin_llm.runtime.engine import Engine
-eng = Engine.load(sys.argv[1], device="cpu", draft=False, exact=sys.argv[2] == "exact")
+from orin_llm.runtime.engine_config import EngineConfig
+eng = Engine.load(sys.argv[1], EngineConfig.at_edge(device="cpu", draft=False, exact=sys.argv[2] == "exact"))
 m, c = eng.model, eng.contiguous_cache(1024)
 ids = torch.tensor(eng.chat_ids([{"role": "user", "content": "Plan: bring the mug to the sofa. " * 12}]))
 m(ids, c); n = c.length

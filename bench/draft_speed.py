@@ -11,13 +11,14 @@ import time
 import torch
 
 from orin_llm.runtime.engine import Engine
+from orin_llm.runtime.engine_config import EngineConfig
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--engine", default="engines/smollm2-135m-demo")
 ap.add_argument("--tokens", type=int, default=32)
 a = ap.parse_args()
 torch.set_num_threads(int(os.environ.get("ORIN_LLM_THREADS", "1")))
-e = Engine.load(a.engine, device="cpu")
+e = Engine.load(a.engine, EngineConfig.at_edge(device="cpu"))
 draft = e.load_draft()
 if draft is None:
     raise SystemExit(f"{a.engine} has no draft model")

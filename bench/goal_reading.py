@@ -24,6 +24,7 @@ from orin_llm.planning.home import load_environment
 from orin_llm.planning.home.goals import goal_of_plan
 from orin_llm.planning.home.steps import check_steps
 from orin_llm.planning.planner import Planner
+from orin_llm.runtime.engine_config import EngineConfig
 
 
 def tasks(where: Path) -> list[tuple[dict, Path]]:
@@ -40,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     if "heldout" in args.set:
         raise SystemExit("goal_reading.py tunes: point it at a tuning set, never at a held-out one")
-    engine = load_engine(args.engine)
+    engine = load_engine(args.engine, EngineConfig.at_edge())
     rows, planners = [], {}
     for row, home in tasks(Path(args.set)):
         env = load_environment(home)

@@ -21,6 +21,7 @@ from orin_llm.planning.calibration_data import home_names, load_home
 from orin_llm.planning.home import prefix_messages, task_message
 from orin_llm.planning.planner import Planner
 from orin_llm.runtime.engine import Engine
+from orin_llm.runtime.engine_config import EngineConfig
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--engine", default="engines/smollm2-135m-demo")
@@ -28,7 +29,7 @@ ap.add_argument("--rounds", type=int, default=7)
 ap.add_argument("--out")
 a = ap.parse_args()
 
-eng = Engine.load(a.engine, device="cpu", draft=False)
+eng = Engine.load(a.engine, EngineConfig.at_edge(device="cpu", draft=False))
 if not eng.cache.target_pool.int8:
     sys.exit(f"{a.engine}: the KV cache is not INT8; nothing to compare")
 model = eng.model

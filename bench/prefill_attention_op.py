@@ -19,8 +19,9 @@ from orin_llm.planning.calibration_data import home_names, load_home  # noqa: E4
 from orin_llm.planning.home import prefix_messages  # noqa: E402
 from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
+from orin_llm.runtime.engine_config import EngineConfig  # noqa: E402
 
-eng = Engine.load(a.engine, device="cpu", draft=False)
+eng = Engine.load(a.engine, EngineConfig.at_edge(device="cpu", draft=False))
 plan = eng.model.plan
 if not plan.int8_prompt:
     sys.exit("the INT8 prompt attention op is not in use here (an engine with an INT8 cache, on a CPU with "

@@ -11,6 +11,7 @@ q8_dot copy, so this measures the kernels alone.
     python bench/q8_dot.py --engine engines/smollm2-135m-demo [--threads 1] [--out FILE]
 """
 import dataclasses
+import os
 import sys
 
 from orin_llm.bench.flip import arguments, run
@@ -22,15 +23,16 @@ from orin_llm.kernels.quant import QuantLinear  # noqa: E402
 from orin_llm.planning.home import EXAMPLE_HOME_PATH, load_environment  # noqa: E402
 from orin_llm.planning.planner import Planner  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
+from orin_llm.runtime.engine_config import EngineConfig  # noqa: E402
 from orin_llm.runtime.kernel_plan import KernelSwitches  # noqa: E402
 
 
 def load(on: bool) -> Planner:
     # the torch copy's layers pack onto torch's kernels (as with ORIN_LLM_Q8_DOT=0); both copies run torch's
     # ops between the kernels (bench/decode_layer.py measures the fused layer)
-    switches = KernelSwitches.from_environment()
-    eng = Engine.load(a.engine, device="cpu", draft=False,
-                      switches=dataclasses.replace(switches, q8_dot=switches.q8_dot and on, fused_decode=False))
+    switches = KernelSwitches.from_environment(os.environ)
+    eng = Engine.load(a.engine, EngineConfig.at_edge(device="cpu", draft=False, switches=dataclasses.replace(
+        switches, q8_dot=switches.q8_dot and on, fused_decode=False)))
     layers = [m for m in eng.model.modules() if isinstance(m, QuantLinear)]
     if on != all(m.q8 is not None for m in layers):
         sys.exit(f"the q8_dot kernels are {'not ' if on else ''}in use in the {'op' if on else 'torch'} copy "

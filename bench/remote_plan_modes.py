@@ -27,6 +27,7 @@ from orin_llm.backends.remote.hedged import HedgedBackend
 from orin_llm.backends.remote.settings import RemoteSettings
 from orin_llm.planning.calibration_data import load_home, load_split
 from orin_llm.planning.planner import Planner
+from orin_llm.runtime.engine_config import EngineConfig
 from orin_llm.runtime.sampling import SamplingParams
 
 
@@ -69,7 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     homes = args.homes.split(",")
     items = [i for h in homes for i in [x for x in load_split("calib") if x.home == h][:args.tasks]]
-    engine = load_engine(args.engine, device="cpu")
+    engine = load_engine(args.engine, EngineConfig.at_edge(device="cpu"))
     params = SamplingParams(max_tokens=args.max_tokens)
     result = {"engine": args.engine, "remote": args.remote, "homes": homes, "tasks_per_home": args.tasks,
               "max_tokens": args.max_tokens, "modes": {}}

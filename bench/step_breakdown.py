@@ -38,6 +38,7 @@ from orin_llm.bench.common import machine  # noqa: E402
 from orin_llm.kernels.packed import PackedLinear  # noqa: E402
 from orin_llm.kernels.quant import QuantLinear  # noqa: E402
 from orin_llm.runtime.engine import Engine  # noqa: E402
+from orin_llm.runtime.engine_config import EngineConfig  # noqa: E402
 from orin_llm.runtime.llama import Item, RMSNorm  # noqa: E402
 from orin_llm.runtime.sampling import SamplingParams, sample  # noqa: E402
 
@@ -157,11 +158,12 @@ def measure(engine: Engine, ctx_ids: list[int]) -> dict:
 
 def main() -> None:
     bw = read_bandwidth_gbs()
-    base = Engine.load(a.engine, device="cpu", draft=False, threads=a.threads)
+    base = Engine.load(a.engine, EngineConfig.at_edge(device="cpu", draft=False, threads=a.threads))
     formats = [base.manifest.target.weights] + (["fp32"] if base.manifest.target.weights == "q4_1" else [])
     engines = {formats[0]: base}
     for w in formats[1:]:
-        engines[w] = Engine.load(a.engine, device="cpu", draft=False, weights=w, threads=a.threads)
+        load = EngineConfig.at_edge(device="cpu", draft=False, weights=w, threads=a.threads)
+        engines[w] = Engine.load(a.engine, load)
     ctx = (base.encode("The robot keeps a tidy home. " * 200))[: a.context]
     results: dict = {w: [] for w in engines}
     for r in range(a.rounds):

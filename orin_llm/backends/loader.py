@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from ..errors import OrinError
 from ..manifest import load_manifest
+from ..runtime.engine_config import EngineConfig
 
 # Options of the torch runtime that mean nothing to a TensorRT-LLM engine, which is accepted and
 # dropped for them: the engine runs on the GPU it was built for (device), its KV cache dtype is
@@ -15,13 +16,16 @@ from ..manifest import load_manifest
 TORCH_ONLY_OPTIONS = ("device", "kv_cache", "exact", "weights", "switches", "threads")
 
 
-def load_engine(engine_dir: Union[str, Path], **kw: Any):
-    """`Engine.load(engine_dir, **kw)` for a torch engine, `TrtllmEngine.load(engine_dir, draft=...)` for
-    a trtllm one. For trtllm, `device`, `kv_cache`, `exact`, `weights`, `switches` and `threads` are ignored (no
-    effect, see TORCH_ONLY_OPTIONS); `draft` and `features` are honoured (a torch engine refuses `features`
-    unless it is None); anything else is a TypeError, as for Engine.load. The
-    manifest is read and verified once, here, and handed to the engine."""
+def load_engine(engine_dir: Union[str, Path], config: Optional[EngineConfig] = None, **kw: Any):
+    """`Engine.load(engine_dir, config, **kw)` for a torch engine (config: filled at the edge,
+    EngineConfig.at_edge; else `kw` are its fields), `TrtllmEngine.load(engine_dir, draft=...)` for a trtllm
+    one. For trtllm, `device`, `kv_cache`, `exact`, `weights`, `switches` and `threads` are ignored (no
+    effect, see TORCH_ONLY_OPTIONS), and of a config only `draft` is read; `draft` and `features` are
+    honoured (a torch engine refuses `features` unless it is None); anything else is a TypeError, as for
+    Engine.load. The manifest is read and verified once, here, and handed to the engine."""
     manifest = load_manifest(engine_dir)
+    if config is not None and manifest.backend != "torch":
+        kw = {"draft": config.draft, **kw}
     if kw.get("features") is not None and manifest.backend != "trtllm":
         raise OrinError(f"--trtllm-features: {engine_dir} is a {manifest.backend} engine; the switches are "
                         "TensorRT-LLM's (backends/trtllm/features.py)")
@@ -38,4 +42,4 @@ def load_engine(engine_dir: Union[str, Path], **kw: Any):
         return TrtllmEngine.load(engine_dir, manifest=manifest, **options)
     from ..runtime.engine import Engine
 
-    return Engine.load(engine_dir, manifest=manifest, **kw)
+    return Engine.load(engine_dir, config, manifest=manifest, **kw)

@@ -58,8 +58,9 @@ def loaded(engine_dir: Path, **options: Any) -> Iterator[Any]:
     """`load_engine(engine_dir, **options)` (torch or TensorRT-LLM, by the manifest) for one scenario; a
     TensorRT-LLM engine's executors are shut down after it, so the next scenario has the memory."""
     from ..backends.loader import load_engine
+    from ..runtime.engine_config import EngineConfig
 
-    engine = load_engine(engine_dir, **options)
+    engine = load_engine(engine_dir, EngineConfig.at_edge(**options))
     try:
         yield engine
     finally:

@@ -89,6 +89,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     from ..backends.loader import load_engine
     from ..planning.home import EXAMPLE_HOME_PATH, load_environment
     from ..planning.planner import Planner
+    from ..runtime.engine_config import EngineConfig
     from ..runtime.sampling import SamplingParams
 
     n = 40 if quick else 200
@@ -143,7 +144,7 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
         data["rss_kib"] = rss
         data["rss_growth_kib"] = rss[-1] - rss[1] if len(rss) > 2 else 0
     progress("the same requests in-process (cross-check)")
-    engine = load_engine(engine_dir, draft=False)  # either backend
+    engine = load_engine(engine_dir, EngineConfig.at_edge(draft=False))  # either backend
     planner = Planner(engine, load_environment(EXAMPLE_HOME_PATH))
     params = SamplingParams(max_tokens=OPTS["max_tokens"])
     inproc = []

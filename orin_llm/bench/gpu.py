@@ -93,9 +93,10 @@ def write_engine(run: Run, tokenizer: Path, out: Path) -> dict:
 
 def load_engine(path: Path, device: str, **kw):
     from ..runtime.engine import Engine
+    from ..runtime.engine_config import EngineConfig
 
     t = time.perf_counter()
-    eng = Engine.load(path, device=device, kv_tokens=8 * 4096 + 8192, **kw)
+    eng = Engine.load(path, EngineConfig.at_edge(device=device, kv_tokens=8 * 4096 + 8192, **kw))
     return eng, time.perf_counter() - t
 
 

@@ -127,10 +127,11 @@ def save_reference(engine_dir: Path, out: Path, split: str = "calib", homes: Opt
     """The float reference's logits on the fixed prompts, saved to `out` for the families' processes."""
     from ..build.calibrate import sequences
     from ..runtime.engine import Engine
+    from ..runtime.engine_config import EngineConfig
     from ..runtime.kv_cache import KVCache
 
     t0 = time.perf_counter()
-    ref = Engine.load(engine_dir, device="cpu", draft=False, **REFERENCE)
+    ref = Engine.load(engine_dir, EngineConfig.at_edge(device="cpu", draft=False, **REFERENCE))
     items = pick_items(split, homes, per_home)
     seqs = [(p, rs) for p, rs in sequences(ref, items)]
     capacity = max(len(p) + max(len(r) for r in rs) for p, rs in seqs)
@@ -187,11 +188,12 @@ def measure(engine_dir: Path, reference: Path, caches: tuple[str, ...] = CACHES)
     """This process's kernels (the family FAMILY_VARIABLE names, the switches ORIN_LLM_* set) against
     the saved reference, teacher-forced over each of `caches` ("fp32", and "engine": its own)."""
     from ..runtime.engine import Engine
+    from ..runtime.engine_config import EngineConfig
     from ..runtime.kv_cache import KVCache
 
     t0 = time.perf_counter()
     ref = torch.load(reference, mmap=True)
-    engine = Engine.load(engine_dir, device="cpu", draft=False)
+    engine = Engine.load(engine_dir, EngineConfig.at_edge(device="cpu", draft=False))
     capacity = max(len(p) + max(len(r) for r in rs) for p, rs in ref["seqs"])
     out = {"kernels": _kernels(engine)}
     # a float32 cache: the linear layers' kernels (and the head) alone, what differs most by family;

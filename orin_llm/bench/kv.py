@@ -18,6 +18,7 @@ from ..build.calibrate import interleave_by_home, sequences
 from ..manifest import load_manifest
 from ..planning.calibration_data import load_split
 from ..runtime.engine import Engine
+from ..runtime.engine_config import EngineConfig
 from ..runtime.kv_cache import Int8KVCache, KVCache
 from ..runtime.kv_pool import load_scales
 from ..runtime.sampling import SamplingParams
@@ -97,8 +98,8 @@ def run(engine_dir: Path, out: Path, quick: bool = False) -> dict:
     if load_manifest(engine_dir).backend == "trtllm":
         return _run_trtllm(engine_dir, out, quick)
     items = interleave_by_home(load_split("heldout"), 12 if quick else None)
-    fp = Engine.load(engine_dir, device="cpu", kv_cache="fp32", draft=False)
-    int8 = Engine.load(engine_dir, device="cpu", kv_cache="int8", draft=False)
+    fp = Engine.load(engine_dir, EngineConfig.at_edge(device="cpu", kv_cache="fp32", draft=False))
+    int8 = Engine.load(engine_dir, EngineConfig.at_edge(device="cpu", kv_cache="int8", draft=False))
     seqs = list(sequences(fp, items))
     arch = fp.model.arch
     cap = fp.max_seq_len

@@ -105,8 +105,9 @@ def calibrate_engine(engine_dir: Path, split: str = "calib", limit: Optional[int
     """Derive KV scales for an engine dir and record them in its manifest."""
     from ..manifest import file_entry, write_manifest
     from ..runtime.engine import Engine
+    from ..runtime.engine_config import EngineConfig
 
-    engine = Engine.load(engine_dir, device=device, kv_cache="fp32")
+    engine = Engine.load(engine_dir, EngineConfig.at_edge(device=device, kv_cache="fp32"))
     stats = calibrate(engine, split, limit, root, quiet=quiet)
     manifest = engine.manifest
     n = len(interleave_by_home(load_split(split, root), limit))

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -33,6 +33,7 @@ from .cache import PagedCache, Pin
 from .constraint import Constraint, Vocabulary
 from .decider import Decider
 from .drafters import DEFAULT_HISTORY, attach_cache, choose_drafter
+from .engine_config import EngineConfig
 from .engine_files import (
     BLOCK_SIZE,
     DTYPES,
@@ -46,8 +47,8 @@ from .engine_files import (
 )
 from .generate import Generation, Result
 from .history_store import HistoryStore, engine_identity
-from .host import apply_thread_setting, env_int, pick_device
-from .kernel_plan import KernelSwitches, compute_dtype
+from .host import apply_thread_setting, pick_device
+from .kernel_plan import compute_dtype
 from .kv_cache import Int8KVCache, KVCache
 from .llama import Item, Llama
 from .model_runner import ModelRunner
@@ -61,6 +62,15 @@ log = logging.getLogger(__name__)
 
 
 
+DRAFT_LEN = 4  # a manifest's draft_len where its limits name none
+
+
+def step_rows(draft_len: int) -> int:
+    """The most rows one request puts in a decode step (its tokens not computed yet and this step's draft:
+    model_runner.py), the width an exact step covers and how far past max_seq_len a verify may write; the one
+    place this rule is written."""
+    return 2 * draft_len + 1
+
 class Engine(EngineText):
     def __init__(self, engine_dir: Path, manifest: Manifest, tokenizer, model: Llama, cache: PagedCache,
                  draft_loader: Optional[Callable[[], Llama]] = None, prefill_chunk_tokens: int = 256):
@@ -73,9 +83,9 @@ class Engine(EngineText):
         self.device = cache.target_pool.device
         limits = manifest.limits
         self.max_input_len, self.max_seq_len = limits["max_input_len"], limits["max_seq_len"]
-        self.draft_len = limits.get("draft_len", 4)
-        # rows of one request's decode step: its pending tokens and draft (the kernel plan's decode_width when exact)
-        self.decode_rows = model.plan.decode_width or 2 * self.draft_len + 1
+        self.draft_len = limits.get("draft_len", DRAFT_LEN)
+        # rows of one request's decode step (the kernel plan's decode_width when exact)
+        self.decode_rows = model.plan.decode_width or step_rows(self.draft_len)
         self.scheduler = Scheduler(SchedulerConfig(
             max_running=limits.get("max_batch_size", 1), max_step_tokens=limits.get("max_num_tokens", 2048),
             prefill_chunk_tokens=prefill_chunk_tokens, block_size=cache.block_size, draft_len=self.draft_len))
@@ -100,35 +110,28 @@ class Engine(EngineText):
         self.scheduler.config = dataclasses.replace(self.scheduler.config, prefill_chunk_tokens=tokens)
 
     @classmethod
-    def load(cls, engine_dir: str | Path, device: str = "auto", kv_cache: Optional[str] = None,
-             draft: bool = True, exact: bool = True, prefill_chunk_tokens: Optional[int] = None,
-             kv_tokens: Optional[int] = None, weights: Optional[str] = None,
-             threads: Optional[int] = None, switches: Optional[KernelSwitches] = None,
-             manifest: Optional[Manifest] = None) -> Engine:
-        """kv_cache overrides the manifest's KV dtype for both models (e.g. "fp32" as the
-        reference for INT8); draft=False makes no draft model available, draft=True loads it on
-        the first request that asks for it (`load_draft`): "auto" never does, so an engine that only
-        serves auto, lookup and plain requests never holds the draft's weights. exact=True runs the
-        target's decode steps batch-invariant (llama.py), so speculation is bit-exact lossless;
-        exact=False is faster on CPUs, where a padded matmul costs more than a one-row one.
-        prefill_chunk_tokens: prompt tokens a request computes per step (ORIN_LLM_PREFILL_CHUNK, 256).
-        kv_tokens: the KV pool's size in tokens, instead of the memory plan's.
-        weights: "fp32" loads a q4_1 target's float32 export instead of its Q4_1 blocks (the
-        reference, and the way out on a CPU without the packed int4 kernel: runtime/weights.py).
-        threads: torch's intra-op threads (apply_thread_setting; None: leave them as they are).
-        switches: kernels turned off for A/B measurements (kernel_plan.py); None reads the ORIN_LLM_*
-        variables, here and only here.
+    def load(cls, engine_dir: str | Path, config: Optional[EngineConfig] = None,
+             manifest: Optional[Manifest] = None, **given: Any) -> Engine:
+        """The engine directory loaded as `config` says (engine_config.py: filled where the process starts,
+        `EngineConfig.at_edge`, the one place that reads the environment's settings). `given`: the config's
+        fields instead of a config, the rest their defaults (tests and one-line scripts).
         manifest: the directory's manifest, read and verified already (backends/loader.py); else read here."""
-        switches = switches if switches is not None else KernelSwitches.from_environment()
+        if config is None:
+            config = EngineConfig(**given)
+        elif given:
+            raise TypeError(f"Engine.load takes a config or its fields, not both: {', '.join(sorted(given))}")
+        device, kv_cache, kv_tokens, weights = config.device, config.kv_cache, config.kv_tokens, config.weights
+        switches, exact, draft = config.switches, config.exact, config.draft
         engine_dir = Path(engine_dir)
         manifest = manifest if manifest is not None else load_manifest(engine_dir)
-        apply_thread_setting(threads)
+        apply_thread_setting(config.threads)
         if manifest.backend != "torch":
             raise OrinError(f"{engine_dir} was built for the {manifest.backend!r} backend; "
                             "the torch runtime loads torch engines only")
         device = pick_device(device)
         limits = manifest.limits
-        positions = limits["max_seq_len"] + 2 * limits.get("draft_len", 4) + 1  # a verify may run past
+        rows = step_rows(limits.get("draft_len", DRAFT_LEN))
+        positions = limits["max_seq_len"] + rows  # a verify may run past
         built = manifest.target.weights
         if weights not in (None, built) and not (weights == "fp32" and built == "q4_1"):
             raise OrinError(f"weights {weights!r}: this engine's target holds {built!r} weights"
@@ -136,7 +139,7 @@ class Engine(EngineText):
         if weights in (None, built):
             check_kernels(manifest.target.kernels, device, f"{engine_dir}'s target ({built} weights)")
         # exact: the target's decode steps batch-invariant over k_max + 1 rows (llama.py)
-        width = 2 * limits.get("draft_len", 4) + 1 if exact else 0
+        width = rows if exact else 0
         dtype = compute_dtype(device, weights or built, DTYPES[manifest.target.dtype])
         model = load_llama(engine_dir / manifest.target.dir, manifest.target.arch, dtype,
                            device, positions, weights or built, switches, kv_cache or manifest.target.kv_cache.dtype,
@@ -154,10 +157,9 @@ class Engine(EngineText):
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
         if model.plan.cuda_graphs:  # decode steps at fixed shapes in CUDA graphs (cuda_graphs.py)
             model.attach_graphs(target_pool, limits.get("max_batch_size", 1), positions)
-        chunk = prefill_chunk_tokens or env_int("ORIN_LLM_PREFILL_CHUNK", 256)
         release_freed_memory()
         return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
-                   PagedCache(target_pool, draft_pool), draft_loader, prefill_chunk_tokens=chunk)
+                   PagedCache(target_pool, draft_pool), draft_loader, prefill_chunk_tokens=config.prefill_chunk_tokens)
 
     @property
     def draft_available(self) -> bool:
@@ -320,7 +322,7 @@ class Engine(EngineText):
     def _blocks_needed(self, gen: Generation) -> int:
         kv = gen.kv
         rows = (self.scheduler.prefill_rows(gen) if gen.prefilling
-                else len(gen.context) - kv.target.length + 2 * self.draft_len + 1)
+                else len(gen.context) - kv.target.length + step_rows(self.draft_len))
         return max(0, self.cache.blocks_for(kv.target.length + rows) - len(kv.blocks))
 
     def _make_room(self, batch: list[Generation]) -> list[Generation]:

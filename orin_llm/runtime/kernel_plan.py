@@ -2,7 +2,7 @@
 
 Three inputs, each read once at load and passed in:
 - the switches (`KernelSwitches`): the ORIN_LLM_* environment variables that turn a kernel off for A/B
-  measurements, read where an engine is loaded (Engine.load) and nowhere below;
+  measurements, read where the process starts (EngineConfig.at_edge) and handed down in the EngineConfig;
 - the CPU's features (`CpuFeatures`): bf16 dot products, torch's oneDNN and packed weight-only kernels,
   and which of our C++ ops (native.py) built here, or why not;
 - the engine: the device, the compute and cache dtypes, the weights' format and the head size.
@@ -20,7 +20,6 @@ prefill_attention.py, decode_layer.py, attention.py, packed.py, quant.py).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Optional
@@ -95,10 +94,9 @@ class KernelSwitches:
             raise ValueError(f"{INT4_KERNEL_VARIABLE}={self.int4_kernel!r}: set it to one of {', '.join(INT4_KERNELS)}")
 
     @classmethod
-    def from_environment(cls, environ: Optional[Mapping[str, str]] = None) -> KernelSwitches:
-        """The switches as the environment sets them: a variable set to 0 turns its kernel off
-        (ORIN_LLM_COMPILE=1 turns compilation on)."""
-        env = os.environ if environ is None else environ
+    def from_environment(cls, env: Mapping[str, str]) -> KernelSwitches:
+        """The switches as `env` (the process's environment, read at the edge: engine_config.py) sets them: a
+        variable set to 0 turns its kernel off (ORIN_LLM_COMPILE=1 turns compilation on)."""
         return cls(**{name: env.get(var, "1") != "0" for name, var in SWITCH_VARIABLES.items()},
                    **{name: env.get(var, "0") == "1" for name, var in OPT_IN.items()},
                    int4_kernel=env.get(INT4_KERNEL_VARIABLE, "auto").strip().lower() or "auto")

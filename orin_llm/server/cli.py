@@ -19,12 +19,13 @@ def load_engine(engine: Path, **options):
     from ..manifest import load_manifest
     from ..progress import announced
     from ..runtime.engine import Engine
+    from ..runtime.engine_config import EngineConfig
     from .config import env_threads
 
     # A missing or corrupt manifest is one line of error, with no "loading ..." line before it.
     manifest = options.pop("manifest", None) or load_manifest(engine)
     with announced(f"loading {engine}"):
-        return Engine.load(engine, threads=env_threads(), manifest=manifest, **options)
+        return Engine.load(engine, EngineConfig.at_edge(threads=env_threads(), **options), manifest=manifest)
 
 
 def load_planner(engine: Path, env):

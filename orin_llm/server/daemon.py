@@ -214,6 +214,7 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir
     from ..backends.trtllm.features import parse_features
     from ..planning.home import EXAMPLE_HOME_PATH, load_environment
     from ..planning.planner import Planner
+    from ..runtime.engine_config import EngineConfig
     from .worker import Worker
 
     env = load_environment(config.environment or EXAMPLE_HOME_PATH)
@@ -221,11 +222,12 @@ def make_worker(config: DaemonConfig, threads: Optional[int], metrics, state_dir
     kept = state_dir or StateDir(None, "not asked to keep anything")
 
     def make_planner() -> Planner:  # on the worker's thread: see Worker
-        options = {"weights": config.weights} if config.weights else {}
+        options = {}
         if config.trtllm_features is not None:  # the feature ladder (backends/trtllm/features.py)
             options["features"] = parse_features(config.trtllm_features)
         # torch or TensorRT-LLM, by the manifest
-        engine = load_engine(config.engine, device=config.device, threads=threads, **options)
+        load = EngineConfig.at_edge(device=config.device, threads=threads, weights=config.weights)
+        engine = load_engine(config.engine, load, **options)
         kept.histories = tune_engine(engine, config.prefill_chunk_tokens, config.max_batch, kept.path)
         if remote is not None:  # plans generate there first; this engine answers when it cannot
             from ..backends.remote.hedged import HedgedBackend

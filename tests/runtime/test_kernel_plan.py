@@ -180,8 +180,9 @@ def test_the_models_steps_follow_its_plan():
     assert not model._fusable(SimpleNamespace(ids=torch.zeros(1), cache=int8, block=0))
 
 
-def test_the_engine_reports_its_plan_and_reads_the_switches_when_it_loads(engine, engine_dir, monkeypatch):
+def test_the_engine_reports_its_plan_and_takes_the_switches_the_edge_read(engine, engine_dir, monkeypatch):
     from orin_llm.runtime.engine import Engine
+    from orin_llm.runtime.engine_config import EngineConfig
 
     report = engine.kernels()
     assert report["threads"] >= 1 and report["device"] == "cpu" and report["kv_cache"] == "int8"
@@ -191,8 +192,8 @@ def test_the_engine_reports_its_plan_and_reads_the_switches_when_it_loads(engine
     assert (engine.model.fused_args is not None) == engine.model.plan.fused_decode
     assert engine.model.plan.decode_width == engine.decode_rows  # an exact engine (the default)
     monkeypatch.setenv("ORIN_LLM_INT8_ATTN", "0")
-    off = Engine.load(engine_dir, device="cpu", draft=False)
-    monkeypatch.delenv("ORIN_LLM_INT8_ATTN")  # read once, at load: the loaded engine keeps its plan
+    off = Engine.load(engine_dir, EngineConfig.at_edge(device="cpu", draft=False))
+    monkeypatch.delenv("ORIN_LLM_INT8_ATTN")  # read once, at the edge: the loaded engine keeps its plan
     kernels = off.kernels()
     assert kernels["int8_decode_attention"] == "turned off (ORIN_LLM_INT8_ATTN=0)"
     assert kernels["fused_decode_layer"] is not True and off.model.fused_args is None
