@@ -70,7 +70,8 @@ rows = []
 for size in (1024, 2048, 4096):
     planner = Planner(eng, scaled_environment(homes, eng.encode, render, size))
     row = {"prefix_tokens": len(planner.prefix.ids),
-           "warm": side_by_side(lambda p=planner: _ttft(p.engine, p.start(task(), ONE, speculation="none")), a.rounds)}
+           "warm": side_by_side(lambda p=planner: _ttft(p.engine, p.start(task(), ONE, speculation="none").request),
+                                a.rounds)}
     print(f"prefix {row['prefix_tokens']}: warm {row['warm']}", file=sys.stderr)
     rows.append(row)
 full = planner.prompt_ids(planner.messages(TASK))

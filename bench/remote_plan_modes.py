@@ -34,13 +34,14 @@ from orin_llm.runtime.sampling import SamplingParams
 def run_one(planner: Planner, task: str, home: str, params: SamplingParams) -> tuple:
     prefix = planner.home(home).prefix
     t0 = time.perf_counter()
-    gen = planner.start(task, params, home=home, feasibility="enforce")
+    run = planner.start(task, params, home=home, feasibility="enforce")
+    gen = run.request
     planner.engine.submit(gen)
     while not gen.done:
         planner.engine.step()
     if gen.error is not None:
         raise gen.error
-    plan = planner.finish(gen, prefix)
+    plan = planner.finish(run, prefix)
     return plan, gen, time.perf_counter() - t0
 
 

@@ -225,15 +225,15 @@ def plan(
     prefix = planner.prefix
     params = _params(max_tokens or 128, temperature or 0.0, 1.0, seed, None)
     deadline_s = deadline_ms / 1e3 if deadline_ms is not None else None
-    gen = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s, empty_ok=True)
-    if isinstance(gen, Plan):  # the goal holds already: nothing was decoded
-        res, goal_s = gen, gen.goal_reading_s
+    run = planner.start(task, params, observation, speculation, **plan_opts, deadline_s=deadline_s, empty_ok=True)
+    if isinstance(run, Plan):  # the goal holds already: nothing was decoded
+        res, goal_s = run, run.goal_reading_s
     else:
-        for delta in planner.engine.deltas(gen):
+        for delta in planner.engine.deltas(run.request):
             if stream and not as_json:
                 sys.stdout.write(delta)
                 sys.stdout.flush()
-        res, goal_s = planner.finish(gen, prefix), gen.planning.goal_s
+        res, goal_s = planner.finish(run, prefix), run.goal_s
     out = {"plan": res.text, "steps": [{"action": s.action, "args": list(s.args)} for s in res.steps],
            "environment": env.name, "environment_version": res.environment_version, "engine": planner.engine.name,
            "finish_reason": res.result.finish_reason,

@@ -65,7 +65,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
                         "decode_tokens_per_s": t.decode_tokens_per_s, "completion_tokens": t.completion_tokens,
                         "decode_s": t.total_s - t.ttft_s, "forced_tokens": t.forced_tokens,
                         "drafted": s.drafted, "accepted": s.accepted, "token_ids": plan.result.token_ids}
-                gen = planner.start(it.task, params, speculation="none", constrained=constrained)
+                gen = planner.start(it.task, params, speculation="none", constrained=constrained).request
                 first, total = _first_step_s(planner.engine, gen, gen.started or time.perf_counter(),
                                              planner.prefix.environment)
                 row[f"{key}/stream"] = {"first_step_s": first, "total_s": total}

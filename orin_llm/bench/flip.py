@@ -73,7 +73,7 @@ def flip_ab(planner: Callable[[bool], Planner], rounds: int, batch: int, max_tok
         return r.timings.ttft_s * 1000
 
     def many(p: Planner, base: str) -> float:
-        gens = [p.start(task(base), params, speculation="none") for _ in range(batch)]
+        gens = [p.start(task(base), params, speculation="none").request for _ in range(batch)]
         iters = [p.engine.deltas(g) for g in gens]
         t0 = time.perf_counter()
         for i in iters:  # all admitted before any finishes (engine.max_batch_size permitting)

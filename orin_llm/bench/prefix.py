@@ -124,7 +124,7 @@ def run(engine, out: Path, quick: bool = False) -> dict:
         def warm(p=planner, cached=cached, log=warm_requests) -> float:
             t = task()
             stored.log(log, p.prompt_ids(p.messages(t)))
-            gen = p.start(t, ONE, speculation="none")
+            gen = p.start(t, ONE, speculation="none").request
             ttft = _ttft(p.engine, gen)
             cached.append(gen.result.timings.cached_prompt_tokens)
             return ttft

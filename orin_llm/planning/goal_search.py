@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from ..runtime.backend import Request
 from ..runtime.sampling import SamplingParams
 from ..runtime.tasks import Steps
 from .feasibility import plan_lines
@@ -48,7 +49,8 @@ SAMPLE_TEMPERATURE = 0.7
 
 @dataclass
 class PlanRun:
-    """A plan request beyond its tokens: what finish() checks it against and searches with."""
+    """A plan request beyond its tokens, held by its task: the engine request it asked for (which
+    carries nothing of the planner), and what finish() checks its plan against and searches with."""
 
     task: str
     observations: Optional[list[str]]
@@ -63,6 +65,8 @@ class PlanRun:
     deadline: float = 0.0  # perf_counter() by which a goal search ends
     started: float = 0.0  # perf_counter() when the request began
     inferred: Optional[Any] = None  # goal_infer.InferredGoal when the goal was read from the task text
+    request: Optional[Request] = None  # the engine request of this candidate (built, not yet submitted)
+    conversation: Optional[Any] = None  # plans.Conversation this request is the next turn of (finish records it)
 
     @property
     def goal_s(self) -> float:
@@ -110,12 +114,12 @@ def reach_goal(planner: Planner, first: Plan, run: PlanRun, prefix: Prefix) -> S
         params = run.params
         params = replace(params, temperature=params.temperature or SAMPLE_TEMPERATURE,
                          seed=(params.seed or 0) + tried)
-        gen = yield from planner.start_task(run.task, params, run.observations, run.speculation, run.constrained,
-                                            home=run.home, feasibility=run.feasibility,
-                                            goal=[str(f) for f in run.goal.facts], state=run.state)
-        gen.planning = replace(gen.planning, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
-        yield gen
-        cand = planner.finish_one(gen, prefix)
+        later = yield from planner.start_task(run.task, params, run.observations, run.speculation, run.constrained,
+                                              home=run.home, feasibility=run.feasibility,
+                                              goal=[str(f) for f in run.goal.facts], state=run.state)
+        later = replace(later, goal=run.goal, inferred=run.inferred)  # the same goal, not re-read
+        yield later.request
+        cand = planner.finish_one(later, prefix)
         tried += 1
         took = time.perf_counter() - began
         if cand.goal_reached and not cand.violations:

@@ -28,7 +28,7 @@ from ..errors import EnvironmentTooLong, OrinError, PromptTooLong
 from ..runtime.backend import Backend
 from ..runtime.cache import Pin
 from ..runtime.constraint import Grammar
-from ..runtime.generate import Generation, Result, SpecStats, Timings
+from ..runtime.generate import Result, SpecStats, Timings
 from ..runtime.sampling import SamplingParams
 from ..runtime.tasks import Primary, Steps, Task, drive
 from .feasibility import StepSets, narrowed, whole_steps
@@ -178,9 +178,9 @@ class Planner:
         """Change home `home`'s state: `update` is a partial state (planning/home/state.py apply_update:
         the keys it names change, null forgets a fact) or a whole HomeState. OrinError naming what to
         fix when it does not fit the home (nothing changes then). The state's part (rendered after
-        the static prefix) is pinned by the returned request: a caller that steps the engine submits
-        it (the daemon's worker), `run=True` drives it here (runtime/tasks.py drive: a caller that
-        owns the engine); only the state's tokens are computed."""
+        the static prefix) is pinned by the returned task (its one request, then the pin kept): a caller
+        that steps the engine runs it (the daemon's worker), `run=True` drives it here (runtime/tasks.py
+        drive: a caller that owns the engine); only the state's tokens are computed."""
         h = self.home(home)
         env = h.prefix.environment
         if env.is_text:
@@ -194,14 +194,23 @@ class Planner:
         gen = self.engine.pin_request(list(h.prefix.ids) + list(part.ids)) if part is not None else None
         h.state, h.part = new, part
         h.state_version += 1
-        if gen is not None:
-            gen.on_done = lambda: self._state_pinned(h, gen)
-            if run:
-                drive(self.engine, Task.of(gen))
-        return StateChange(new, h.prefix.version, gen, h.state_version)
+        change = StateChange(new, h.prefix.version, gen, h.state_version,
+                             Task(self._pin_state(h, gen)) if gen is not None else None)
+        if run and change.task is not None:
+            drive(self.engine, change.task)
+        return change
+
+    def _pin_state(self, h: Home, gen) -> Steps[None]:
+        """The state's pin request, then the pin kept or released, also when the task is closed early
+        (its client went after the pin was made)."""
+        try:
+            yield Primary(gen)
+        finally:
+            self._state_pinned(h, gen)
 
     def _state_pinned(self, h: Home, gen) -> None:
-        """A state's pin is done: it replaces the last one, unless the state or the home moved on since."""
+        """A state's pin is over: it replaces the last one, unless it failed or the state or the home moved
+        on since."""
         pin = getattr(gen, "pin", None)
         if pin is None or gen.error is not None:
             return
@@ -258,7 +267,7 @@ class Planner:
               speculation: str = "auto", constrained: bool = True,
               conversation: Optional[Conversation] = None, home: Optional[str] = None,
               feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
-              deadline_s: Optional[float] = None, empty_ok: bool = False) -> Generation | Plan:
+              deadline_s: Optional[float] = None, empty_ok: bool = False) -> PlanRun | Plan:
         """start_task driven here (goal "infer": the goal's reading steps the engine), for a caller
         that owns the engine; the daemon runs plan_task."""
         return drive(self.engine, self.start_task(task, params, observations, speculation, constrained, conversation,
@@ -268,11 +277,11 @@ class Planner:
                    speculation: str = "auto", constrained: bool = True,
                    conversation: Optional[Conversation] = None, home: Optional[str] = None,
                    feasibility: str = "enforce", goal: Optional[list[str] | str] = None, state: Any = None,
-                   deadline_s: Optional[float] = None, empty_ok: bool = False) -> Steps[Generation | Plan]:
-        """A task (runtime/tasks.py) that returns a plan request, not yet submitted, on home `home`'s
-        current version; `constrained`: every line it writes is a step of the home (its grammar),
-        where the engine and the home allow it. With a `conversation`, the request is its next turn
-        (finish() records it), headed by the state it starts in.
+                   deadline_s: Optional[float] = None, empty_ok: bool = False) -> Steps[PlanRun | Plan]:
+        """A task (runtime/tasks.py) that returns a plan request (its PlanRun: `request`, built and not yet
+        submitted, and what its plan is checked against) on home `home`'s current version; `constrained`:
+        every line it writes is a step of the home (its grammar), where the engine and the home allow it.
+        With a `conversation`, the request is its next turn (finish() records it), headed by the state it starts in.
 
         `feasibility`: "enforce" (only steps whose preconditions hold in the state simulated so far),
         "report" (the grammar only; finish() lists the violations) or "off". `goal`: facts the plan
@@ -362,12 +371,9 @@ class Planner:
             conversation.messages, conversation.ids, conversation.text = messages, ids, text
         # queue_s is the wait for the engine: the goal's reading is work for this request (PlanRun.goal_s)
         gen.started = started + (inferred.ms / 1e3 if inferred is not None else 0.0)
-        gen.conversation = conversation
-        gen.world = world
         budget = GOAL_BUDGET_S if deadline_s is None else deadline_s
-        gen.planning = PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
-                               world, goal_, started + budget, started, inferred)
-        return gen
+        return PlanRun(task, observations, params, speculation, constrained, home, feasibility, run_state,
+                       world, goal_, started + budget, started, inferred, request=gen, conversation=conversation)
 
     def reads_goals(self, home: Optional[str] = None, feasibility: str = "enforce", constrained: bool = True) -> bool:
         """Whether a request that names no goal has the model read one in its task (goal "infer"): where a
@@ -389,32 +395,32 @@ class Planner:
             plan.goal_doubts = list(inferred.doubts)
         return plan
 
-    def finish(self, generation: Generation, prefix: Prefix) -> Plan:
+    def finish(self, run: PlanRun, prefix: Prefix) -> Plan:
         """finish_task driven here (the request, if it has not run, and a goal's later candidates
         step the engine), for a caller that owns the engine."""
-        return drive(self.engine, self.finish_task(generation, prefix))
+        return drive(self.engine, self.finish_task(run, prefix))
 
-    def finish_task(self, generation: Generation, prefix: Prefix) -> Steps[Plan]:
+    def finish_task(self, run: PlanRun, prefix: Prefix) -> Steps[Plan]:
         """Plan text, typed steps and rejected lines, checked against the environment the request ran
         on; simulated from its state (feasibility), and with a goal, searched on until one is reached
         (goal_search.py: further model candidates are this task's requests)."""
-        if generation.result is None:
-            yield generation
-        plan = self.finish_one(generation, prefix)
-        run: Optional[PlanRun] = getattr(generation, "planning", None)
-        if run is not None and run.goal is not None and run.world is not None:
+        if run.request.result is None:
+            yield run.request
+        plan = self.finish_one(run, prefix)
+        if run.goal is not None and run.world is not None:
             plan = yield from reach_goal(self, plan, run, prefix)
         return plan
 
-    def finish_one(self, generation: Generation, prefix: Prefix) -> Plan:
+    def finish_one(self, run: PlanRun, prefix: Prefix) -> Plan:
         """finish() without the goal's search: this request's plan (it has run), checked and simulated."""
+        generation = run.request
         result = generation.result
         assert result is not None, "finish_one takes a request that has run"
         constrained = generation.constraint is not None
         if constrained and result.finish_reason == "length":
             result = whole_steps(result, self.engine.tokenizer)  # never half a step
         steps, rejected = check_steps(result.text, prefix.environment, truncated=result.finish_reason == "length")
-        conv = generation.conversation
+        conv = run.conversation
         if conv is not None:  # the plan becomes the conversation's last turn
             conv.messages = conv.messages + [{"role": "assistant", "content": result.text}]
             exact = self.engine.tokenizer.decode(result.token_ids, skip_special_tokens=True) == result.text
@@ -422,8 +428,7 @@ class Planner:
             conv.text = conv.text + result.text if exact else ""
             conv.turns += 1
         plan = Plan(result.text.strip(), steps, result, prefix.version, rejected, constrained=constrained)
-        run: Optional[PlanRun] = getattr(generation, "planning", None)
-        if run is None or run.world is None:
+        if run.world is None:
             return plan
         check_plan(plan, run, prefix)
         return plan
@@ -445,9 +450,9 @@ class Planner:
         request (its primary: the one streamed and timed), then with a goal the later candidates and
         the search; each request runs next to the others. Returns the Plan."""
         prefix = self.home(home).prefix
-        gen = yield from self.start_task(task, params, observations, speculation, constrained, conversation, home,
+        run = yield from self.start_task(task, params, observations, speculation, constrained, conversation, home,
                                          feasibility, goal, state, deadline_s, empty_ok=True)
-        if isinstance(gen, Plan):  # the goal holds already: nothing to decode
-            return gen
-        yield Primary(gen)
-        return (yield from self.finish_task(gen, prefix))
+        if isinstance(run, Plan):  # the goal holds already: nothing to decode
+            return run
+        yield Primary(run.request, run)
+        return (yield from self.finish_task(run, prefix))

@@ -30,12 +30,14 @@ class StatePart:
 @dataclass
 class StateChange:
     """What set_state did: the new state, the home's version, and the request (a pin of the prefix and
-    the state's tokens) that computes the state's part; None when the home renders no state."""
+    the state's tokens) that computes the state's part, in the task that keeps its pin; None when the
+    home renders no state."""
 
     state: HomeState
     version: int
     generation: Optional[Any] = None
     state_version: int = 0
+    task: Optional[Any] = None  # runtime/tasks.py Task: the pin request, then the pin kept
 
     @property
     def computed_tokens(self) -> int:

@@ -113,5 +113,3 @@ class Decider:
         t.total_s = time.perf_counter() - gen.t0
         if gen.error is None and gen.status == "done":
             gen.result = Result(gen.stream.text, gen.out, gen.finish_reason, t, gen.stats)
-        if gen.on_done is not None:
-            gen.on_done()

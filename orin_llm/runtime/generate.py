@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import torch
 
@@ -111,7 +110,8 @@ class Generation:
     constraint (constraint.py) every token, drafted or sampled, is one the grammar allows.
 
     Every field is declared here; the engine's parts change them (module doc), the caller reads them
-    and sets `started`, `on_done`, `conversation`, `world` and `planning` before it submits the request.
+    and may set `started` before it submits the request. Nothing of the caller rides on it: a plan's
+    conversation, world and goal stay with its task (planning/goal_search.py PlanRun).
     """
 
     def __init__(self, prompt_ids: list[int], params: SamplingParams, tokenizer, eos_ids: set[int],
@@ -130,10 +130,6 @@ class Generation:
         self.sampler = make_generator(params, device)
         # -- the caller's, set before it submits the request
         self.started: Optional[float] = None  # perf_counter() when the request began (else: when submitted)
-        self.on_done: Optional[Callable[[], None]] = None  # called once the request is over
-        self.conversation: Optional[Any] = None  # the planner's Conversation this request is a turn of
-        self.world: Optional[Any] = None  # the simulated state a plan starts in (planning/home/world.py World)
-        self.planning: Optional[Any] = None  # the planner's PlanRun: what its plan is checked against
         # -- where it stands (the engine and the scheduler)
         self.status: Literal["new", "waiting", "running", "done"] = "new"
         self.kv: Optional[SeqKV] = None  # its blocks while it is admitted

@@ -10,7 +10,9 @@ no step runs inside another. `drive` is the one synchronous driver, for callers 
 (the CLI, benches, tests, loading).
 
 A task yields `Primary(request)` for the request its answer reports: the one whose text deltas
-stream, whose timings and `served_by` the answer carries (a plan's first candidate).
+stream, whose timings and `served_by` the answer carries (a plan's first candidate), with what the
+task's caller keeps beside it (`context`: a plan's PlanRun, its world, goal and conversation); the
+requests themselves carry nothing of their callers.
 
 Imports nothing of the engines: any Backend's requests will do.
 """
@@ -31,6 +33,7 @@ class Primary:
     """The request a task's answer reports (yielded in place of the bare request)."""
 
     request: Request
+    context: Any = None  # what the caller keeps beside it (a plan's PlanRun), read off Task.context
 
 
 Steps = Generator[Union[Request, Primary], None, T]
@@ -43,6 +46,7 @@ class Task(Generic[T]):
         self._steps = steps
         self.request: Optional[Request] = None  # the one the driver submitted last
         self.primary: Optional[Request] = None
+        self.context: Any = None  # the primary's Primary.context
         self.finished = False
         self.value: Optional[T] = None
 
@@ -63,6 +67,7 @@ class Task(Generic[T]):
             self.finished, self.value, self.request = True, end.value, None
             return None
         if isinstance(asked, Primary):
+            self.context = asked.context
             asked = self.primary = asked.request
         self.request = asked
         return asked

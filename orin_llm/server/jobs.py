@@ -53,13 +53,14 @@ def plan_job(req: PlanRequest, params: SamplingParams, arrived: Optional[float] 
 
         def steps(gen) -> FeasibleSteps:
             # with a goal (given, or read in the task) the plan may be another candidate's or the search's:
-            # its steps are sent once chosen
-            return FeasibleSteps(prefix.environment, gen.world, hold=gen.planning.goal is not None)
+            # its text and steps are sent once chosen
+            run = task.context  # the primary's PlanRun
+            return FeasibleSteps(prefix.environment, run.world, hold=run.goal is not None)
 
         def finish(queue_s: float) -> dict:
-            plan, gen = task.value, task.primary  # no primary: the goal held already, nothing was decoded
+            plan, run = task.value, task.context  # no primary: the goal held already, nothing was decoded
             assert plan is not None
-            goal_s = gen.planning.goal_s if gen is not None else plan.goal_reading_s
+            goal_s = run.goal_s if run is not None else plan.goal_reading_s
             out = {"engine": planner.engine.name, "environment_version": plan.environment_version,
                    "plan": plan.text, "steps": [s.as_dict() for s in plan.steps],
                    "rejected_lines": [r.as_dict() for r in plan.rejected], "constrained": plan.constrained,
@@ -98,7 +99,7 @@ def state_job(update: dict, home: Optional[str]):
         def finish(queue_s: float) -> dict:
             return {"state": change.state.model_dump(mode="json"), "environment_version": change.version,
                     "computed_tokens": change.computed_tokens, **({"environment": home} if home else {})}
-        return JobStart(change.generation, finish)
+        return JobStart(None, finish, task=change.task)
     return begin
 
 

@@ -181,11 +181,11 @@ def test_reading_the_goal_is_not_counted_as_waiting_for_the_engine(planner, monk
         yield
 
     monkeypatch.setattr(planner_module, "infer_goal_task", slow_reading)
-    gen = planner.start(TASKS[1], GREEDY, speculation="none", goal="infer", deadline_s=60)
-    plan = planner.finish(gen, planner.prefix)
+    run = planner.start(TASKS[1], GREEDY, speculation="none", goal="infer", deadline_s=60)
+    plan = planner.finish(run, planner.prefix)
     assert plan.goal_inferred == ["on(tv)"] and plan.goal_reached is True
-    assert gen.planning.goal_s >= 1.0
-    assert 0 <= gen.timings.queue_s < 0.5  # an idle engine: rendering and tokenizing the prompt only
+    assert run.goal_s >= 1.0
+    assert 0 <= run.request.timings.queue_s < 0.5  # an idle engine: rendering and tokenizing the prompt only
 
 
 def test_a_state_change_computes_only_the_state_part(planner, engine):
@@ -208,6 +208,36 @@ def test_a_state_change_computes_only_the_state_part(planner, engine):
     with pytest.raises(OrinError, match="sofa"):
         planner.set_state({"holding": "sofa"})
     assert planner.current_state().holding == "mug"  # a refused update changes nothing
+    planner.set_state(HomeState.model_validate(STATE), run=True)
+
+
+def test_a_plan_request_carries_nothing_of_the_planner(planner):
+    """The engine's request holds ids, sampling, constraint and its outputs; the plan's world, goal and
+    conversation stay with its task (PlanRun), which finish() reads."""
+    run = planner.start(TASKS[1], GREEDY, speculation="none", goal=["robot_at(kitchen)"],
+                        conversation=planner.conversation("robot-9"))
+    assert run.world is not None and run.goal is not None and run.conversation is not None
+    assert not {"planning", "world", "conversation", "on_done", "goal"} & set(vars(run.request))
+    assert planner.finish(run, planner.prefix).goal is not None and run.conversation.turns == 1
+
+
+def test_a_state_pin_made_before_its_task_was_closed_is_kept(planner, engine):
+    """The worker closes a task whose client went; a state's pin already made is still the home's."""
+    from orin_llm.runtime.tasks import Task
+
+    change = planner.set_state({"robot_at": "kitchen"})
+    request = change.task.advance()
+    engine.submit(request)
+    while not request.done:
+        engine.step()
+    change.task.close()  # as the worker does when the job is cancelled before the task is resumed
+    h = planner.home()
+    assert request.pin is not None and h.state_pin is request.pin
+    before = engine.cache.stats()["pinned"]
+    change = planner.set_state(HomeState.model_validate(STATE))  # and one closed before it ran pins nothing
+    assert isinstance(change.task, Task) and change.task.advance() is change.generation
+    change.task.close()
+    assert h.state_pin is not None and engine.cache.stats()["pinned"] == before
     planner.set_state(HomeState.model_validate(STATE), run=True)
 
 
@@ -238,9 +268,9 @@ def test_every_turn_of_a_conversation_carries_the_state_it_starts_in(engine):
         seen: list[int] = []
         for where in ("hallway", "kitchen", "sofa"):
             p.set_state({"robot_at": where}, run=True)
-            gen = p.start("Turn on the tv.", SamplingParams(max_tokens=8), None, "none", conversation=conv)
+            run = p.start("Turn on the tv.", SamplingParams(max_tokens=8), None, "none", conversation=conv)
             before = list(conv.ids)
-            plan = p.finish(gen, p.prefix)
+            plan = p.finish(run, p.prefix)
             turn = conv.messages[-2]
             assert turn["role"] == "user" and turn["content"].startswith("State:"), turn
             assert f"- the robot is at {where}\n" in turn["content"] and "Task: Turn on the tv." in turn["content"]

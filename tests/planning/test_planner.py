@@ -100,14 +100,14 @@ def test_environment_switch_while_a_request_runs(planner, engine):
     task = "Bring the apple to the coffee table."
     expected = planner.plan(task, GREEDY)
     v1 = planner.prefix
-    gen = planner.start(task, GREEDY)
-    it = engine.deltas(gen)
+    run = planner.start(task, GREEDY)
+    it = engine.deltas(run.request)
     first = next(it)
     v2 = planner.set_environment(other_home())
     assert v2 == v1.version + 1 and planner.prefix is not v1 and "teapot" in planner.prefix.text
     text = first + "".join(it)
-    result = planner.finish(gen, v1)
-    assert result.environment_version == v1.version and text == gen.result.text
+    result = planner.finish(run, v1)
+    assert result.environment_version == v1.version and text == run.request.result.text
     assert result.result.token_ids == expected.result.token_ids  # ran entirely on version 1
     pins = engine.cache.pins
     assert [p.ids for p in pins if p is planner.pin] == [planner.prefix.ids]
@@ -123,8 +123,8 @@ def test_concurrent_requests_each_get_their_solo_answer(planner, engine):
     tasks = ["Open the fridge.", "Switch off the bedside lamp.", "Bring the book to the sofa."]
     solo = [planner.plan(t, GREEDY).result.token_ids for t in tasks]
     modes = ("none", "lookup", "none")
-    gens = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, modes, strict=True)]
-    iters = [engine.deltas(g) for g in gens]
+    runs = [planner.start(t, GREEDY, speculation=mode) for t, mode in zip(tasks, modes, strict=True)]
+    iters = [engine.deltas(r.request) for r in runs]
     for i in iters:  # all three are admitted and running before any finishes
         next(i)
     assert engine.scheduler.running and len(engine.scheduler.running) == 3
@@ -132,7 +132,7 @@ def test_concurrent_requests_each_get_their_solo_answer(planner, engine):
         for _ in i:
             pass
     # finished as planner.plan finishes the solo ones (a plan cut by max_tokens ends at its last whole step)
-    assert [planner.finish(g, planner.prefix).result.token_ids for g in gens] == solo
+    assert [planner.finish(r, planner.prefix).result.token_ids for r in runs] == solo
     assert engine.last_batch >= 1 and max(engine.steps, 0) > 0
 
 
@@ -179,9 +179,9 @@ def test_a_conversation_prefills_only_each_new_turn(planner, engine):
     conv = planner.conversation("robot-1")
     seen, computed = [], []
     for turn, obs in enumerate(["the fridge is closed", "the mug is on the counter", "the counter is wet"]):
-        gen = planner.start("Bring the mug to the coffee table.", GREEDY, [obs], "none", conversation=conv)
+        run = planner.start("Bring the mug to the coffee table.", GREEDY, [obs], "none", conversation=conv)
         before = list(conv.ids)
-        plan = planner.finish(gen, planner.prefix)
+        plan = planner.finish(run, planner.prefix)
         t = plan.result.timings
         if seen:
             assert before[:len(seen)] == seen  # token identity: the last turn, then the new text

@@ -132,8 +132,9 @@ def test_another_request_decodes_while_a_goal_plans_later_candidates_run(worker)
     assert goal[-1][0] == "done" and other[-1][0] == "done"
     assert goal[-1][1]["search"]["candidates"] == 2
     later = [i for i, ran in enumerate(recording.ran)
-             if any(getattr(g, "planning", None) is not None and g.planning.goal is not None and g.params.seed == 1
-                    for g in ran)]  # the steps that ran the goal's second candidate (sampled, seed 1)
+             if any(g.params.seed == 1 and g.params.temperature > 0 and g.constraint is not None
+                    for g in ran)]  # the steps that ran the goal's second candidate (sampled, seed 1; the other
+    # request is unconstrained and unseeded)
     assert later, "the second candidate never ran in a step of the worker's loop"
     assert any(len(recording.ran[i]) == 2 for i in later)  # it ran in the same steps as the other request
     # and the other request's text reached its client meanwhile, not after the goal plan was answered

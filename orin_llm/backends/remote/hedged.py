@@ -94,7 +94,6 @@ class HedgedRequest:
         self.constraint = constraint  # what the planner reads: the plan was constrained
         self._check = check  # a copy of the grammar's matcher, to check a remote answer with
         self.started: Optional[float] = None  # perf_counter(): the caller's (planner.start)
-        self.conversation: Any = None
         self.deadline: Optional[float] = None  # time.monotonic(); the worker sets the job's before submitting
         self.pin = None
         self.remote: Optional[RemoteCall] = None

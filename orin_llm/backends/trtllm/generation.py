@@ -64,7 +64,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Literal, Optional
 
 from ...errors import OrinError
@@ -92,16 +92,14 @@ class TrtllmGeneration(Stepped):
     error) cancels the request in flight."""
 
     def __init__(self, engine: EngineView, prompt_ids: list[int], params: SamplingParams, mode: str,
-                 on_done: Optional[Callable[[], None]] = None, constraint=None):
+                 constraint=None):
         super().__init__(engine, prompt_ids)
         self.params, self.mode = params, mode
         self.constraint = constraint  # the plan grammar, applied by the target's post-processor (grammar.py)
         self.stream = TextStream(engine.tokenizer, params.stop)
         self.stop_ids = engine.eos_ids | set(params.stop_token_ids)
-        self.on_done = on_done  # called once the request is over (done, failed or abandoned)
         self.timings = Timings(prompt_tokens=len(self.prompt_ids), cached_prompt_tokens=0,
                                computed_prompt_tokens=len(self.prompt_ids))
-        self.conversation: Optional[Any] = None  # as Generation.conversation: the planner's turn it is
         self._active: Optional[tuple[Any, int]] = None  # (executor, id) of a request that may still run
         self._cached = CachedTokens(engine, self.prompt_ids, self.timings)  # what the cache served the prompt
         self._unmasked = False  # the last verify returned a token the grammar forbids (dropped)
@@ -327,8 +325,6 @@ class TrtllmGeneration(Stepped):
             self._cancel()  # closed early, or failed: the request in flight is not wanted any more
             if drafter is not None:
                 drafter.finish(self._out)
-            if self.on_done is not None:
-                self.on_done()
         self.timings.completion_tokens = len(self._out)
         self.timings.total_s = time.perf_counter() - self._t0
         self.result = Result(self.stream.text, self._out, self._finish, self.timings, stats)

@@ -72,10 +72,10 @@ def test_a_plan_under_the_state_runs_in_the_home(edge):
     in the home from its state (the simulator says so, not the backend)."""
     planner = Planner(edge, load_environment(EXAMPLE_HOME_PATH))
     prefix = planner.home().prefix
-    gen = planner.start(TASK, SamplingParams(max_tokens=64, temperature=0.0), goal="none")
-    drive(edge, gen, REAL_LIMIT_S)
-    assert gen.error is None, gen.error
-    result = planner.finish(gen, prefix)
+    run = planner.start(TASK, SamplingParams(max_tokens=64, temperature=0.0), goal="none")
+    drive(edge, run.request, REAL_LIMIT_S)
+    assert run.request.error is None, run.request.error
+    result = planner.finish(run, prefix)
     env = planner.home().prefix.environment
     steps, rejected = check_steps("\n".join(map(str, result.steps)), env)
     assert steps and not rejected and not result.violations

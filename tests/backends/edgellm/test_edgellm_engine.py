@@ -84,11 +84,11 @@ def planner(edge_dir, tmp_path_factory):
 
 def plan(planner: Planner, **kw):
     prefix = planner.home().prefix
-    gen = planner.start(TASK, SamplingParams(max_tokens=64, temperature=0.0), **{"goal": "none", **kw})
-    drive(planner.engine, gen)
-    if gen.error is not None:
-        raise gen.error
-    return planner.finish(gen, prefix), gen
+    run = planner.start(TASK, SamplingParams(max_tokens=64, temperature=0.0), **{"goal": "none", **kw})
+    drive(planner.engine, run.request)
+    if run.request.error is not None:
+        raise run.request.error
+    return planner.finish(run, prefix), run.request
 
 
 def test_the_home_is_stored_in_its_context_cache_and_plans_reuse_it(planner):
@@ -126,7 +126,7 @@ def test_an_answer_off_the_grammar_fails_the_request(edge_dir, planner):
         wild._grammar = lambda ebnf: None  # noqa: SLF001  (a server that does not constrain)
         engine = EdgellmEngine.load(edge_dir, url=wild.url)
         gen = Planner(engine, load_environment(EXAMPLE_HOME_PATH)).start(
-            TASK, SamplingParams(max_tokens=16, temperature=0.0), feasibility="report", goal="none")
+            TASK, SamplingParams(max_tokens=16, temperature=0.0), feasibility="report", goal="none").request
         drive(engine, gen)
         assert isinstance(gen.error, OrinError) and "off_grammar" in str(gen.error)
 

@@ -24,7 +24,8 @@ def run(planner: Planner, deadline_s=None, constrained=True):
     """One plan through the engine's thread's loop (what server/worker.py does), timed."""
     prefix = planner.home().prefix
     t0 = time.monotonic()
-    gen = planner.start(TASK, PARAMS, constrained=constrained, goal="none")  # one request: the race itself
+    run = planner.start(TASK, PARAMS, constrained=constrained, goal="none")  # one request: the race itself
+    gen = run.request
     gen.deadline = t0 + deadline_s if deadline_s else None
     planner.engine.submit(gen)
     while not gen.done:
@@ -32,7 +33,7 @@ def run(planner: Planner, deadline_s=None, constrained=True):
         assert time.monotonic() - t0 < 60, "the race never ended"
     if gen.error is not None:
         raise gen.error
-    return planner.finish(gen, prefix), gen, time.monotonic() - t0
+    return planner.finish(run, prefix), gen, time.monotonic() - t0
 
 
 def test_remote_answers_with_the_home_grammar_and_the_prompt_ids(peer, planners):

@@ -236,9 +236,9 @@ def test_a_sampled_candidate_aims_at_the_goal_read_once(planner, monkeypatch):
     seen = []
     finish_one = planner.finish_one
 
-    def spy(gen, prefix):
-        seen.append(gen.planning.inferred)
-        return finish_one(gen, prefix)
+    def spy(run, prefix):
+        seen.append(run.inferred)
+        return finish_one(run, prefix)
     monkeypatch.setattr(planner, "finish_one", spy)
     # a goal the tiny model's first plan does not reach: "infer" over a task that names the remote only
     plan = planner.plan("Put the remote on the sofa.", SamplingParams(max_tokens=16), speculation="none",
