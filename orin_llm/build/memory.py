@@ -62,9 +62,8 @@ HOME_TOKENS = 6144
 #   error check (runtime/head.py _requantize) runs over HEAD_CHECK_ROWS rows at a time with these float64
 #   temporaries of rows × hidden alive at once (the rows, their kept values, the difference);
 #   runtime/head.py LOAD_ROWS is the same number (tests/build/test_memory.py checks). Counted: the
-#   weights once more, the float32 embedding, the check's temporaries. Measured on a Llama-3.2-3B-shaped
-#   engine (orin_llm/bench/shaped.py): the load peaked 4.93 GB above what it kept (9.04 GB RSS while the
-#   head was made, 4.11 GB after); this counts 5.6 GB for that shape.
+#   weights once more, the float32 embedding, the check's temporaries; checked against a load of a
+#   Llama-3.2-3B-shaped engine (orin_llm/bench/shaped.py), which peaked below this count (lab notes).
 # - trtllm: 0.12's executor reads the whole engine file into a host buffer before TensorRT deserializes
 #   it (utils::loadEngine, cpp/tensorrt_llm/runtime/utils/sessionUtils.cpp of the 0.11/0.12 series: a
 #   std::vector<uint8_t> of the file's size), and on the Orin host and device share one memory: loading

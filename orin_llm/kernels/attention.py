@@ -25,7 +25,7 @@ import torch
 SCORE_ELEMENTS = 1 << 22
 
 # Below this many keys attention is a small part of a forward and SDPA's single call beats the
-# dozen small ops here (the 44-token task alone: ~2 ms slower over 30 layers, bench/prefill_attention.py).
+# dozen small ops here (bench/prefill_attention.py measures it; lab notes).
 MIN_KEYS = 512
 
 

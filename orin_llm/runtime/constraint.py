@@ -34,9 +34,9 @@ def _llg():
     try:
         import llguidance
         # not llguidance.torch: its module-level @torch.compile imports torch._dynamo, inductor and
-        # triton (1.6 s, ~200 MB resident in the daemon) for a kernel we do not use; the two calls we
+        # triton (seconds, and memory the daemon keeps) for a kernel we do not use; the two calls we
         # need from it are below (allocate_token_bitmask, fill_next_token_bitmask). Not llguidance.hf
-        # either: it imports transformers (with its tokenizer ~30 MB resident) to hand LLTokenizer the
+        # either: it imports transformers (and keeps its tokenizer resident) to hand LLTokenizer the
         # tokenizer.json text, which our Tokenizer reads itself.
     except ImportError:
         raise OrinError("constrained decoding needs the llguidance package (pip install llguidance)") from None

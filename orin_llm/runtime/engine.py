@@ -389,8 +389,8 @@ class Engine(EngineText):
                 self.draft_model.forward_batch([Item(torch.tensor(ids[a:b], device=self.device), kv.draft, 0)])
         self.cache.commit(kv, ids, final=True)
         gen.pin = self.cache.pin(kv, ids)
-        # a long prefill leaves its activations freed but resident in the C heap (a 4k home: ~300 MB
-        # on the embedded default, measured through the daemon); pins are rare, the trim is cheap
+        # a long prefill leaves its activations freed but resident in the C heap (hundreds of MB for a
+        # 4k home: lab notes); pins are rare, the trim is cheap
         release_freed_memory()
 
     def unpin(self, pin: Pin) -> None:

@@ -14,11 +14,10 @@ from .weights import bound_heap
 
 # oneDNN keeps every matmul primitive it made, up to 1024 by default, and torch's ideep layer keeps
 # its own per-shape cache of them (LRU_CACHE_CAPACITY, also 1024). Prompt attention makes one per
-# block shape (its key count grows block by block), so pinning a 4k home left ~125 MB in oneDNN's
-# cache and ~100 MB more in ideep's. 64 each keep every shape a decode step and a warm request reuse:
-# same pin time, warm TTFT and decode rate, measured side by side in one process (0 made a warm 4k
-# TTFT 1.5x slower). Both are read when the first primitive is made: set before the engine loads;
-# an explicit setting wins.
+# block shape (its key count grows block by block), so pinning a 4k home left hundreds of MB in the
+# two caches. 64 each keep every shape a decode step and a warm request reuse: the same pin time, warm
+# TTFT and decode rate side by side, where 0 slows a warm request (lab notes). Both are read when the
+# first primitive is made: set before the engine loads; an explicit setting wins.
 PRIMITIVE_CACHES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
 
 

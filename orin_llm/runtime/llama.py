@@ -148,7 +148,7 @@ class Llama(nn.Module):
         super().__init__()
         self.arch = arch
         # an explicit (empty) weight: nn.Embedding's own init draws normal_ values, and on the meta
-        # device that imports torch._dynamo and triton (65 MB resident, 1 s) to make nothing
+        # device that imports torch._dynamo and triton (time and resident memory) to make nothing
         self.embed_tokens = nn.Embedding(arch.vocab_size, arch.hidden_size,
                                          _weight=torch.empty(arch.vocab_size, arch.hidden_size))
         self.layers = nn.ModuleList(Block(arch) for _ in range(arch.num_layers))

@@ -75,8 +75,8 @@ class Tokenizer:
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         if len(text) < LONG_TEXT:
             return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
-        # encode_batch lets go of the GIL while it works, encode does not: a 250 KB home sent to the
-        # daemon held its event loop 80 ms (its /health and every stream) on the worker's encode
+        # encode_batch lets go of the GIL while it works, encode does not: a large home sent to the
+        # daemon would hold its event loop (its /health and every stream) on the worker's encode
         batch = getattr(self.backend, "encode_batch_fast", self.backend.encode_batch)  # _fast: 0.20+, no offsets
         return batch([text], add_special_tokens=add_special_tokens)[0].ids
 

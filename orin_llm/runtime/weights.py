@@ -197,7 +197,7 @@ def load_llama(model_dir: Path, arch: Arch, dtype: torch.dtype, device: str, max
         if arch.tie_word_embeddings and dtype == torch.float32 and plan.torch_int8:
             # the tied head over the same codes: int8 with exact greedy choices, float32 on demand (head.py)
             model.lm_head = Q8Head(model.embed_tokens, plan.q8_dot, plan.onednn_pack)
-            release_freed_memory()  # the float32 head just dropped: 113 MB for the embedded model
+            release_freed_memory()  # the float32 head just dropped: vocab × hidden float32s
     head_why = None
     if plan.triton_head and embed is not None and arch.tie_word_embeddings:
         # the tied head over the Q8_0 codes the embedding holds, with the file's scales (cuda_linear.py)

@@ -29,8 +29,8 @@ MAX_DEPTH = 64
 MAX_NODES = 10_000
 PARSE_S = 2.0
 
-# libyaml's scanner and parser when PyYAML was built with it (8x faster on a 256 KB body than the
-# pure-Python ones, measured); the constructor is Python either way
+# libyaml's scanner and parser when PyYAML was built with it (several times faster than the pure-Python
+# ones: lab notes, "Measurements moved out of the code"); the constructor is Python either way
 BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

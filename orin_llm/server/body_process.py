@@ -45,7 +45,7 @@ COMMAND = (sys.executable, "-m", "orin_llm.server.body_process")
 FRAME = struct.Struct(">I")  # frames both ways: a 4-byte length, then that many bytes
 YAML, JSON = b"y", b"j"  # a body's first byte on the pipe: how to parse the rest
 READY = b"ready"  # the process's first frame, once it has imported what it needs
-START_S = 60.0  # for those imports (0.4 s here; a loaded robot's CPU is slower), not counted in PARSE_S
+START_S = 60.0  # for those imports (a robot's CPU under load starts a Python slowly), not counted in PARSE_S
 NICE = 10  # over the daemon's (whose CPUs it shares; the kernel caps it at 19): the engine's steps come first
 
 

@@ -56,7 +56,7 @@ def serve(config: DaemonConfig) -> None:
         log.info("placement: CPUs %s, nice %d, %s; engine threads %s", in_force["cpus"], in_force["nice"],
                  in_force["scheduler"], threads or "default")
     path = Path(config.socket) if config.socket else default_socket_path()
-    # the server's own imports (no runtime: ~0.5 s) come before the socket, so that once bound it
+    # the server's own imports (no runtime: the quick ones) come before the socket, so that once bound it
     # answers /health at once; the runtime's (torch) and the engine load come after, behind it
     server = _build_server(config, threads, path)
     claim(path)
