@@ -181,14 +181,14 @@ def step_ops_stage(eng, prompt: int, tokens: int, device: str, fused: bool) -> d
                 + str(dict(plan.why_not).get("triton_step_ops", "not planned"))}
     try:
         model.plan = replace(plan, fused_step_ops=fused)
-        model.graphs.entries.clear()
+        eng.runner.graphs.entries.clear()
         out = decode_stage(eng, (1,), prompt, tokens, device)
         if fused:
             out["note"] = "their CUDA test failed on this machine (tests.new_kernels.why): speed only"
         return out
     finally:
         model.plan = plan
-        model.graphs.entries.clear()
+        eng.runner.graphs.entries.clear()
 
 
 def _goals(run: Run) -> dict:

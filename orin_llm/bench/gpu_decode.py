@@ -72,8 +72,8 @@ def decode_stage(eng, batches: tuple[int, ...], prompt: int, tokens: int, device
     eng.tune(max_running=eng.capabilities.max_batch)
     if device == "cuda":
         out["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-    if eng.model.graphs is not None:
-        out["graphs"] = eng.model.graphs.report()
+    if eng.runner.graphs is not None:
+        out["graphs"] = eng.runner.graphs.report()
         out["replay_ms"] = replay_ms(eng)
     return out
 

@@ -41,7 +41,7 @@ def _best(fn, reps: int = 10) -> float:
 def replay_ms(eng, reps: int = 50) -> dict:
     """Each captured graph's replay alone (the GPU's part of a decode step, no Python around it)."""
     out = {}
-    graphs = eng.model.graphs
+    graphs = eng.runner.graphs
     for (b, w, nb), entry in sorted(graphs.entries.items()):
         if entry.graph is None:
             continue

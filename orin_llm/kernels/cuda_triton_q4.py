@@ -168,8 +168,8 @@ def in_decode_rows() -> bool:
 
 @contextmanager
 def decode_rows() -> Iterator[None]:
-    """Inside: the layers are called with a decode step's rows (Llama.attach_graphs' step, the load-time
-    timing of a decode kernel)."""
+    """Inside: the layers are called with a decode step's rows (the fixed-shape step, Llama.fixed_step; the
+    load-time timing of a decode kernel)."""
     token = _DECODE_ROWS.set(True)
     try:
         yield

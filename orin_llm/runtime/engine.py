@@ -155,11 +155,13 @@ class Engine(EngineText):
                                              k_smooth=k_smoothing_for(engine_dir, d, kv_cache))
             # torch.empty: the pool's pages cost no memory until the draft model writes them
             draft_pool = load_pool(engine_dir, d, "draft", num_blocks, device, kv_cache)
+        engine = cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
+                     PagedCache(target_pool, draft_pool), draft_loader,
+                     prefill_chunk_tokens=config.prefill_chunk_tokens)
         if model.plan.cuda_graphs:  # decode steps at fixed shapes in CUDA graphs (cuda_graphs.py)
-            model.attach_graphs(target_pool, limits.get("max_batch_size", 1), positions)
+            engine.runner.attach_graphs(target_pool, limits.get("max_batch_size", 1), positions)
         release_freed_memory()
-        return cls(engine_dir, manifest, load_tokenizer(engine_dir / "tokenizer"), model,
-                   PagedCache(target_pool, draft_pool), draft_loader, prefill_chunk_tokens=config.prefill_chunk_tokens)
+        return engine
 
     @property
     def draft_available(self) -> bool:
@@ -414,7 +416,7 @@ class Engine(EngineText):
         """Which kernels the target runs here, per step kind and cache dtype, and why not where one of
         our fast paths is not used (/health): a daemon that fell back to torch's ops answers the same,
         only slower, so say it. The plan was made at load (kernel_plan.py)."""
-        graphs = {"cuda_graphs_state": self.model.graphs.report()} if self.model.graphs is not None else {}
+        graphs = {"cuda_graphs_state": self.runner.graphs.report()} if self.runner.graphs is not None else {}
         return {**self.model.plan.report(), "device": str(self.device), "threads": torch.get_num_threads(), **graphs}
 
     def kv_usage(self) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
@@ -29,7 +30,7 @@ from ..kernels.attention import MIN_KEYS
 from ..kernels.cuda_linear import decode_rows
 from ..kernels.packed import padded
 from .attention_layer import Attention, FixedStep, Step, prompt_from
-from .cuda_graphs import DecodeGraphs, Row, StaticInputs
+from .cuda_graphs import StaticInputs
 from .head import Q8Head, vocab_mask
 from .kernel_plan import PROBE_ROWS, TORCH_ONLY, KernelPlan
 from .kv_cache import KVCache
@@ -164,11 +165,9 @@ class Llama(nn.Module):
         # Per layer, the fused decode op's weight arguments (decode_layer.layer_args), set at load where
         # the plan runs that op; None elsewhere.
         self.fused_args: Optional[list[tuple]] = None
-        # Decode steps at fixed shapes in CUDA graphs (cuda_graphs.py), over one pool: set by
-        # attach_graphs where the plan runs them; None elsewhere.
-        self.graphs: Optional[DecodeGraphs] = None
-        self.graph_pool = None
-        self.triton_attention: Optional[bool] = None  # the fixed-shape step's attention on the Triton kernel
+        # the fixed-shape step's attention on the Triton kernel: settled by fixed_step (the model runner
+        # runs those steps, in CUDA graphs: model_runner.py); None where no fixed-shape step is made
+        self.triton_attention: Optional[bool] = None
         cos, sin = rope_tables(arch, max_positions)  # real even when the rest is built on meta
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
@@ -196,8 +195,6 @@ class Llama(nn.Module):
         are returned ([num_logits, vocab]; [0, vocab] for 0)."""
         if not items:
             return []
-        if self.graphs is not None and self._graphable(items):
-            return self._graphed(items)
         plan = self.plan
         if len(items) > 1 and plan.decode_width and not plan.rows_independent:
             # padding to a fixed width keeps one sequence exact, not a batch of them
@@ -249,14 +246,12 @@ class Llama(nn.Module):
 
     # ------------------------------------------------------------------ fixed-shape decode steps
 
-    def attach_graphs(self, pool, max_batch: int, max_positions: int, capture: Optional[bool] = None) -> DecodeGraphs:
-        """Run this model's decode steps over `pool` (a KVPool) at fixed shapes (cuda_graphs.py), in CUDA
-        graphs where `capture` (default: on a CUDA device), eagerly otherwise. Needs exact decode steps
-        (plan.decode_width): their width is the graphs' W."""
+    def fixed_step(self, pool) -> Callable[[StaticInputs], torch.Tensor]:
+        """This model's decode step over `pool` (a KVPool) at fixed shapes (static_step, compiled where the
+        plan says), for the model runner's graphs (model_runner.py, cuda_graphs.py); its attention kernel
+        is settled here, once. Needs exact decode steps (plan.decode_width): their width is the graphs' W."""
         if not self.plan.decode_width:
             raise OrinError("fixed-shape decode steps need exact decode steps (decode_width > 0)")
-        capture = pool.device.type == "cuda" if capture is None else capture
-        blocks = -(-max_positions // pool.block_size)
         self.triton_attention = None
         if self.plan.triton_attention:
             why = _triton_attention_fits(pool, self.compute_dtype)
@@ -270,34 +265,13 @@ class Llama(nn.Module):
         compiled = self.static_step
         if self.plan.torch_compile:
             compiled = torch.compile(self.static_step, dynamic=False)
-        self.graph_pool = pool
-        # the Triton kernel splits a table of more than 16 blocks into ranges merged in order: every
-        # table at least 32 wide takes that one path, so a row's numbers do not depend on the bucket
-        # plain steps 1 row wide where that computes the same numbers as W wide (cuda_graphs.py): linear
-        # kernels probed row-independent at load, and attention per query row (the Triton kernel; SDPA's
-        # kernels over W queries are not promised to give each row the numbers it gets alone)
-        self.graphs = DecodeGraphs(functools.partial(_decode_step, compiled, pool=pool), self.plan.decode_width,
-                                   pool.block_size, pool.scratch, max_batch, blocks, pool.device, capture,
-                                   smallest_blocks=32 if self.triton_attention else 4,
-                                   narrow=bool(self.plan.rows_independent and self.triton_attention))
-        return self.graphs
+        return functools.partial(_decode_step, compiled, pool=pool)
 
-    def _graphable(self, items: list[Item]) -> bool:
-        return all(it.decode and not it.block and getattr(it.cache, "pool", None) is self.graph_pool
-                   for it in items) and self.graphs.fits(
-            [Row([0] * it.ids.shape[0], it.cache.length, it.cache.blocks, it.num_logits) for it in items])
-
-    def _graphed(self, items: list[Item]) -> list[torch.Tensor]:
-        rows = []
-        for it in items:
-            t = it.ids.shape[0]
-            rows.append(Row(it.ids.tolist(), it.cache.reserve(t), it.cache.blocks, it.num_logits))
-        outs = self.graphs.run(rows)
-        for it, r in zip(items, rows, strict=True):
-            it.cache.length = r.pos + len(r.ids)
+    def fixed_logits(self, outs: list[torch.Tensor], items: list[Item]) -> list[torch.Tensor]:
+        """Each item's logits from a fixed-shape step's outputs: the head ran inside the step, except the
+        exact int8 head, which picks its candidates by the data (head.py) and so runs here, outside."""
         if not isinstance(self.lm_head, Q8Head):
             return outs
-        # the exact int8 head picks its candidates by the data (head.py): outside the fixed shapes
         return [self._logits(h, [it], 0) if it.num_logits else h.new_zeros(0, self.arch.vocab_size)
                 for h, it in zip(outs, items, strict=True)]
 

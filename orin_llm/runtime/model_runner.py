@@ -7,6 +7,10 @@ token plus this step's draft. Its blocks grow to hold them here; what the rows w
 the request (`step_kind`, `draft`, `draft_q`, `masks`), for the decider (decider.py) to read the
 logits by. The uncached part of the prompt is all that is computed: the cache (cache.py) gave the
 sequence every token it already held.
+
+Where the kernel plan runs decode steps at fixed shapes (CUDA graphs: cuda_graphs.py), the runner holds
+them (`attach_graphs`) and sends each step that fits one there; the model (llama.py) only makes the
+fixed-shape step.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 
 from ..errors import OrinError
 from .cache import PagedCache
+from .cuda_graphs import DecodeGraphs, Row
 from .generate import Generation
 from .llama import Item, Llama
 
@@ -28,9 +33,51 @@ class ModelRunner:
         self.model, self.cache = model, cache
         self.decode_rows, self.max_seq_len = decode_rows, max_seq_len
         self.device = cache.target_pool.device
+        self.graphs: Optional[DecodeGraphs] = None  # decode steps at fixed shapes, where the plan runs them
+        self.graph_pool = None
 
     def forward(self, items: list[Item]) -> list[torch.Tensor]:
+        if self.graphs is None:
+            return self.model.forward_batch(items)
+        if self._graphable(items):
+            return self._graphed(items)
+        if len(items) > 1 and not self.model.plan.rows_independent:
+            # the model runs such a batch one sequence at a time (padded exactness, llama.py): each may fit
+            return [self.forward([it])[0] for it in items]
         return self.model.forward_batch(items)
+
+    def attach_graphs(self, pool, max_batch: int, max_positions: int, capture: Optional[bool] = None) -> DecodeGraphs:
+        """Run the model's decode steps over `pool` (a KVPool) at fixed shapes (cuda_graphs.py), in CUDA
+        graphs where `capture` (default: on a CUDA device), eagerly otherwise."""
+        step = self.model.fixed_step(pool)  # settles the step's attention kernel (model.triton_attention)
+        capture = pool.device.type == "cuda" if capture is None else capture
+        blocks = -(-max_positions // pool.block_size)
+        triton = bool(self.model.triton_attention)
+        # the Triton kernel splits a table of more than 16 blocks into ranges merged in order: every
+        # table at least 32 wide takes that one path, so a row's numbers do not depend on the bucket.
+        # Plain steps run 1 row wide where that computes the same numbers as W wide (cuda_graphs.py): linear
+        # kernels probed row-independent at load, and attention per query row (the Triton kernel; SDPA's
+        # kernels over W queries are not promised to give each row the numbers it gets alone)
+        self.graphs = DecodeGraphs(step, self.model.plan.decode_width, pool.block_size, pool.scratch, max_batch,
+                                   blocks, pool.device, capture, smallest_blocks=32 if triton else 4,
+                                   narrow=bool(self.model.plan.rows_independent and triton))
+        self.graph_pool = pool
+        return self.graphs
+
+    def _graphable(self, items: list[Item]) -> bool:
+        return all(it.decode and not it.block and getattr(it.cache, "pool", None) is self.graph_pool
+                   for it in items) and self.graphs.fits(
+            [Row([0] * it.ids.shape[0], it.cache.length, it.cache.blocks, it.num_logits) for it in items])
+
+    def _graphed(self, items: list[Item]) -> list[torch.Tensor]:
+        rows = []
+        for it in items:
+            t = it.ids.shape[0]
+            rows.append(Row(it.ids.tolist(), it.cache.reserve(t), it.cache.blocks, it.num_logits))
+        outs = self.graphs.run(rows)
+        for it, r in zip(items, rows, strict=True):
+            it.cache.length = r.pos + len(r.ids)
+        return self.model.fixed_logits(outs, items)
 
     def prepare(self, gen: Generation, chunk: int) -> Item:
         """This step's rows of `gen`: the next prompt chunk (`chunk` tokens: Scheduler.prefill_rows),

@@ -50,7 +50,7 @@ def step_launches(tiny_engine_dir) -> dict[int, list[str]]:
             family = decode_pack(*quantize_q4_1(w))
             layers.set_submodule(name, TritonQ4Family(family, DecodeConfig(16, 256, 4), torch.float32))
     model.plan = replace(model.plan, fused_step_ops=True, triton_attention=True)
-    model.triton_attention = True  # (attach_graphs sets it where the Triton kernel runs: the CUDA path's)
+    model.triton_attention = True  # (Llama.fixed_step sets it where the Triton kernel runs: the CUDA path's)
     lay = layout([Row([17], 40, [0, 1, 2, 3], 1)], 1, pool.block_size, pool.scratch, (1,), (4,))
     inp = StaticInputs(1, 1, 4, "cpu")
     inp.fill(lay)

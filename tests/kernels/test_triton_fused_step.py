@@ -22,7 +22,7 @@ def test_the_fused_step_is_the_unfused_step(tiny_engine_dir):
     # its first 6 layers of 30 (the interpreter runs each Triton program in Python: seconds a layer)
     eng.model.layers = eng.model.layers[:6]
     pool = eng.cache.target_pool
-    eng.model.attach_graphs(pool, eng.manifest.limits["max_batch_size"], eng.max_seq_len + eng.decode_rows,
+    eng.runner.attach_graphs(pool, eng.manifest.limits["max_batch_size"], eng.max_seq_len + eng.decode_rows,
                             capture=False)
     unfused = eng.model.plan
     assert not unfused.fused_step_ops  # (a CPU plan: the fused ops are the CUDA path's)
@@ -34,15 +34,15 @@ def test_the_fused_step_is_the_unfused_step(tiny_engine_dir):
         kv = eng.cache.admit(ids, len(ids) + 1)
         try:
             eng.cache.grow(kv, len(ids) - 3)
-            eng.model.forward_batch([Item(torch.tensor(ids[:-3]), kv.target, 0, block=16)])
+            eng.runner.forward([Item(torch.tensor(ids[:-3]), kv.target, 0, block=16)])
             eng.cache.grow(kv, len(ids))
-            logits.append(eng.model.forward_batch([Item(torch.tensor(ids[-3:]), kv.target, 3, decode=True)])[0])
+            logits.append(eng.runner.forward([Item(torch.tensor(ids[-3:]), kv.target, 3, decode=True)])[0])
             slots = kv.target.slots(len(ids) - 3, len(ids))  # the decode step's rows
             pools.append((pool.k[:, :, slots].clone(), pool.v[:, :, slots].clone()))
         finally:
             eng.cache.release(kv)
     eng.model.plan = unfused
-    assert eng.model.graphs.stats.eager_runs == 2  # both decode steps took the fixed-shape path
+    assert eng.runner.graphs.stats.eager_runs == 2  # both decode steps took the fixed-shape path
     assert logits[0].shape == (3, eng.model.arch.vocab_size)
     scale = logits[0].abs().max().item()
     assert (logits[0] - logits[1]).abs().max().item() <= 1e-4 * scale

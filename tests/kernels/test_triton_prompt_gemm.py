@@ -51,7 +51,7 @@ def test_the_layer_runs_the_decode_family_for_a_decode_step_s_rows_only(device):
 
 
 def test_a_graphs_step_runs_as_decode_rows():
-    """Llama.attach_graphs' step: the fixed-shape step inside decode_rows, and only it."""
+    """Llama.fixed_step's step: the fixed-shape step inside decode_rows, and only it."""
     from orin_llm.runtime.llama import _decode_step
 
     seen = []

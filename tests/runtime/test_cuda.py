@@ -87,13 +87,13 @@ def test_graphs_capture_once_per_bucket_and_match_the_eager_cuda_step(cuda_engin
 
     ids = list(range(200, 260))
     graphed = _run(cuda_engine, ids, tokens=12)
-    stats = cuda_engine.model.graphs.stats
+    stats = cuda_engine.runner.graphs.stats
     assert stats.captures >= 1 and stats.replays >= 11
     captures = stats.captures
     again = _run(cuda_engine, ids, tokens=12)
     assert again.token_ids == graphed.token_ids and stats.captures == captures  # replayed, not captured again
     eager = Engine.load(tiny_engine_dir, device="cuda", switches=KernelSwitches(cuda_graphs=False))
-    assert eager.model.graphs is None
+    assert eager.runner.graphs is None
     plain = _run(eager, ids, tokens=12)
     # bf16 on a random model: the first tokens agree; later ones may part on near-ties
     assert plain.token_ids[:4] == graphed.token_ids[:4]
@@ -105,14 +105,14 @@ def test_greedy_speculation_is_plain_decoding_on_cuda(cuda_engine, mode):
     plain = _run(cuda_engine, ids, tokens=32)
     spec = _run(cuda_engine, ids, mode, tokens=32)
     assert spec.token_ids == plain.token_ids
-    graphs = cuda_engine.model.graphs  # plain steps ran 1 row wide, the verify steps W wide
+    graphs = cuda_engine.runner.graphs  # plain steps ran 1 row wide, the verify steps W wide
     assert graphs.widths == (1, graphs.width) and any(k.endswith("w1") for k in graphs.stats.buckets)
 
 
 def test_plain_steps_one_row_wide_give_the_tokens_of_w_wide_steps(cuda_engine):
     """Narrow graphs (cuda_graphs.py) are exact only if a row's numbers do not depend on the step's width:
     greedy decoding of a random model parts at the first near-tie where they do."""
-    graphs = cuda_engine.model.graphs
+    graphs = cuda_engine.runner.graphs
     ids = list(range(700, 760))
     try:
         graphs.widths = (graphs.width,)
@@ -135,7 +135,7 @@ def test_batched_requests_decode_together_in_one_graph(cuda_engine):
     while cuda_engine.busy:
         cuda_engine.step()
     assert all(len(g.out) == 8 for g in gens)
-    assert any(k.startswith("4x") for k in cuda_engine.model.graphs.stats.buckets)  # 3 requests: bucket 4
+    assert any(k.startswith("4x") for k in cuda_engine.runner.graphs.stats.buckets)  # 3 requests: bucket 4
 
 
 def test_a_constrained_request_masks_on_the_device(cuda_engine):

@@ -153,7 +153,7 @@ def fixed_engine(tiny_engine_dir):
 
     eng = Engine.load(tiny_engine_dir, device="cpu", switches=TORCH_OPS)
     limits = eng.manifest.limits
-    eng.model.attach_graphs(eng.cache.target_pool, limits["max_batch_size"], eng.max_seq_len + eng.decode_rows,
+    eng.runner.attach_graphs(eng.cache.target_pool, limits["max_batch_size"], eng.max_seq_len + eng.decode_rows,
                             capture=False)
     return eng
 
@@ -182,15 +182,15 @@ def test_the_fixed_shape_step_matches_the_engines_own_decode_step(fixed_engine, 
         kv = eng.cache.admit(ids, len(ids) + 1)
         try:
             eng.cache.grow(kv, len(ids) - 3)
-            eng.model.forward_batch([Item(torch.tensor(ids[:-3]), kv.target, 0, block=16)])
+            eng.runner.forward([Item(torch.tensor(ids[:-3]), kv.target, 0, block=16)])
             eng.cache.grow(kv, len(ids))
             seen.clear()
-            logits.append(eng.model.forward_batch([Item(torch.tensor(ids[-3:]), kv.target, 3, decode=True)])[0])
+            logits.append(eng.runner.forward([Item(torch.tensor(ids[-3:]), kv.target, 3, decode=True)])[0])
         finally:
             eng.cache.release(kv)
             hook.remove()
         attn.append(seen[0][:3] if seen else None)
-    assert fixed_engine.model.graphs.stats.eager_runs >= 1
+    assert fixed_engine.runner.graphs.stats.eager_runs >= 1
     if attn[0] is not None:  # (the engine's own step may run the fused C++ layer: no o_proj call to see)
         assert torch.allclose(attn[0], attn[1], atol=1e-5), (attn[0] - attn[1]).abs().max()
     assert logits[0].shape == logits[1].shape == (3, fixed_engine.model.arch.vocab_size)
@@ -201,8 +201,8 @@ def test_the_fixed_shape_step_matches_the_engines_own_decode_step(fixed_engine, 
 @pytest.mark.parametrize("mode", ["lookup"])
 def test_greedy_speculation_is_plain_decoding_on_the_fixed_shape_path(fixed_engine, mode):
     prompt = fixed_engine.tokenizer.encode("go to the kitchen and pick up the mug, then go to the kitchen")
-    runs = fixed_engine.model.graphs.stats.eager_runs
+    runs = fixed_engine.runner.graphs.stats.eager_runs
     plain = fixed_engine.run(fixed_engine.generate(prompt, SamplingParams(max_tokens=12), speculation="none"))
     spec = fixed_engine.run(fixed_engine.generate(prompt, SamplingParams(max_tokens=12), speculation=mode))
-    assert fixed_engine.model.graphs.stats.eager_runs > runs + 5
+    assert fixed_engine.runner.graphs.stats.eager_runs > runs + 5
     assert spec.token_ids == plain.token_ids

@@ -45,7 +45,7 @@ def stubbed(tiny_engine_dir):
     arch = eng.model.arch
     eng.model.lm_head = torch.nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
     torch.nn.init.zeros_(eng.model.lm_head.weight)
-    eng.model.attach_graphs(eng.cache.target_pool, eng.manifest.limits["max_batch_size"],
+    eng.runner.attach_graphs(eng.cache.target_pool, eng.manifest.limits["max_batch_size"],
                             eng.max_seq_len + eng.decode_rows, capture=False)
     vocab = eng.model.arch.vocab_size
     counts = Counter()
@@ -60,7 +60,7 @@ def stubbed(tiny_engine_dir):
         counts["ids_to_device"] += 1
         return torch.tensor(values, dtype=torch.long).as_subclass(Dev)
 
-    eng.model.graphs.step = step
+    eng.runner.graphs.step = step
     eng.runner._tensor = ids
     return eng, counts
 
