@@ -64,7 +64,7 @@ class InferredGoal:
 
 def goal_prompt(engine, home: Home) -> GoalPrompt:
     """`home`'s goal prompt, rendered and tokenized on first use."""
-    cached = getattr(home, "goal_prompt", None)
+    cached = home.goal_prompt
     if cached is not None:
         return cached
     messages = tuple(goal_prefix_messages(home.prefix.environment))

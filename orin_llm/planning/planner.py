@@ -211,10 +211,10 @@ class Planner:
     def _state_pinned(self, h: Home, gen) -> None:
         """A state's pin is over: it replaces the last one, unless it failed or the state or the home moved
         on since."""
-        pin = getattr(gen, "pin", None)
+        pin = gen.pin
         if pin is None or gen.error is not None:
             return
-        ids = tuple(getattr(pin, "ids", pin))  # torch's Pin holds its ids; TensorRT-LLM's handle is them
+        ids = pin.ids if isinstance(pin, Pin) else tuple(pin)  # torch's Pin holds its ids; the others' handle is them
         current = any(x is h for x in self.homes.values()) and h.part is not None
         if not current or ids != h.prefix.ids + h.part.ids:
             self.engine.unpin(pin)

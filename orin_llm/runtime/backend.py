@@ -60,6 +60,10 @@ class Request(Protocol):
 
     prompt_ids: list[int]
     started: Optional[float]  # time.perf_counter() when the request began (submit sets it if no one did)
+    # time.monotonic() by which its caller needs the answer (None: none), set before it is submitted: a
+    # request that waits on a server or races one budgets by it; the engines' own steps do not read it
+    # (the daemon's worker ends a request at its deadline)
+    deadline: Optional[float]
     error: Optional[BaseException]  # set when it failed
     # generate.Result once it is done, and its Timings (queue_s, total_s, ...). Typed loosely: until the core
     # branch lands, runtime/generate.py imports the engine, so importing it here would close a circle.
@@ -69,6 +73,12 @@ class Request(Protocol):
 
     @property
     def done(self) -> bool: ...
+
+    @property
+    def report(self) -> dict:
+        """What the answer says of who served it (`served_by` and a remote's figures, where a remote
+        races the local engine); {} for an engine that serves everything itself."""
+        ...
 
     def take(self) -> list[str]:
         """The text deltas decided since the last call."""

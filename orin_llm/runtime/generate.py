@@ -130,6 +130,7 @@ class Generation:
         self.sampler = make_generator(params, device)
         # -- the caller's, set before it submits the request
         self.started: Optional[float] = None  # perf_counter() when the request began (else: when submitted)
+        self.deadline: Optional[float] = None  # backend.Request.deadline: the engine's steps do not read it
         # -- where it stands (the engine and the scheduler)
         self.status: Literal["new", "waiting", "running", "done"] = "new"
         self.kv: Optional[SeqKV] = None  # its blocks while it is admitted
@@ -158,6 +159,10 @@ class Generation:
     @property
     def done(self) -> bool:
         return self.status == "done"
+
+    @property
+    def report(self) -> dict:
+        return {}  # served here, always
 
     @property
     def prefilling(self) -> bool:

@@ -328,8 +328,7 @@ class Worker:
         request = a.task.advance()
         if request is None:
             return False
-        if hasattr(request, "deadline"):  # a remote race (backends/remote) budgets by it
-            request.deadline = a.job.deadline
+        request.deadline = a.job.deadline  # a remote race or server (backends/) budgets by it
         self.planner.engine.submit(request)
         if request is a.task.primary:
             if a.make_steps is not None:
@@ -379,7 +378,7 @@ class Worker:
             return self._end(a.job, *self._error(a.job, e))
         self._saved_home(a.job)
         gen = a.gen
-        report = getattr(gen, "report", None) or {}  # served_by, where a remote races
+        report = gen.report if gen is not None else {}  # served_by, where a remote races
         payload.update(report)
         self.metrics.served(a.job.endpoint, report)
         if a.job.stream and a.task.primary is None:

@@ -40,6 +40,11 @@ def members(protocol: type) -> dict[str, object]:
             if not name.startswith("_") and (callable(value) or isinstance(value, (property, classmethod)))}
 
 
+def missing_fields(protocol: type, obj: object) -> list[str]:
+    """The protocol's annotated attributes `obj` lacks (the static check sees methods and properties)."""
+    return [name for name in protocol.__annotations__ if not hasattr(obj, name)]
+
+
 def mismatches(protocol: type, cls: type) -> list[str]:
     out = []
     for name, declared in members(protocol).items():
@@ -108,6 +113,10 @@ def test_a_loaded_torch_engine_is_a_backend_and_says_what_it_can_do(engine):
     assert caps.max_batch == engine.manifest.limits["max_batch_size"] == engine.stats().max_running
     assert caps.tunable_batch and caps.paced_prefill and caps.persistent_histories
     assert caps.kernels and caps.pins_hold and caps.grammars
+    request = engine.generate(engine.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
+    assert missing_fields(Request, request) == [] and request.report == {} and request.deadline is None
+    assert missing_fields(Request, Generation) == ["prompt_ids", "started", "deadline", "error", "result",
+                                                   "timings", "pin"]  # (the check sees what a class lacks)
 
 
 def test_the_remote_race_is_a_backend_of_its_own_and_forwards_nothing(engine):
@@ -117,6 +126,7 @@ def test_the_remote_race_is_a_backend_of_its_own_and_forwards_nothing(engine):
     assert not hasattr(hedged, "deltas") and not hasattr(hedged, "cache")
     request = hedged.generate(engine.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
     assert isinstance(request, HedgedRequest) and mismatches(Request, type(request)) == []
+    assert missing_fields(Request, request) == [] and request.report["served_by"] == "remote"
 
 
 def test_a_loaded_trtllm_engine_is_a_backend_and_says_what_it_can_do(eng):
@@ -131,6 +141,7 @@ def test_a_loaded_trtllm_engine_is_a_backend_and_says_what_it_can_do(eng):
                 or caps.pins_hold)
     assert eng.stats() == EngineStats(waiting=0, running=0, max_running=eng.max_running)
     gen = eng.generate(eng.encode("Go to the kitchen."), SamplingParams(max_tokens=2))
+    assert missing_fields(Request, gen) == [] and gen.report == {}
     eng.submit(gen)
     assert eng.stats().waiting == 1 and eng.busy
     eng.abort(gen)

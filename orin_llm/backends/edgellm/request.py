@@ -76,6 +76,10 @@ class EdgellmRequest:
     def done(self) -> bool:
         return self.result is not None or self.error is not None
 
+    @property
+    def report(self) -> dict:
+        return {}  # served by this engine's server, always
+
     def take(self) -> list[str]:
         if self.call is None or self.is_pin:
             return []

@@ -76,6 +76,7 @@ class Stepped:
     def __init__(self, engine: EngineView, prompt_ids: list[int]):
         self.engine, self.prompt_ids = engine, list(prompt_ids)
         self.started: Optional[float] = None  # as Generation.started: when the request began (submit sets it)
+        self.deadline: Optional[float] = None  # backend.Request.deadline: the executor's steps do not read it
         self.error: Optional[BaseException] = None
         self.result: Optional[Result] = None
         self.pin: Optional[tuple[int, ...]] = None  # a pin request's handle, once done
@@ -91,6 +92,10 @@ class Stepped:
     def done(self) -> bool:
         """Over: finished, failed or ended early."""
         return self._over
+
+    @property
+    def report(self) -> dict:
+        return {}  # served by this engine, always
 
     def advance(self) -> bool:
         """One step (engine.step calls it): the request's next text delta, its end, or its error;
