@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 ENGINE ?= engines/smollm2-135m-demo
 STAMP  := $(VENV)/.installed
 
-.PHONY: install native demo test test-all test-full test-strict-fake lint engine clean ros vllm sglang edgellm
+.PHONY: install native demo test test-all test-full test-strict-fake lint engine clean ros vllm sglang edgellm aarch64
 
 install: $(STAMP) native
 
@@ -56,6 +56,12 @@ test-full: $(STAMP) native
 	$(MAKE) edgellm
 	$(BIN)/python -m pytest -q -m full $(PYTEST_ARGS)
 	$(MAKE) test-strict-fake
+
+# aarch64 seen, not claimed: an arm64 Debian userland under qemu-user-static (root, debootstrap, Debian's
+# mirror and PyPI; tens of minutes emulated) installs the package, builds our C++ ops and serves a plan from
+# this engine: jetson/aarch64_check.sh, its steps timed into build/aarch64.json. Not in CI (its time).
+aarch64: $(ENGINE)/manifest.json
+	ENGINE=$(ENGINE) bash jetson/aarch64_check.sh build/arm64-root build/aarch64.json
 
 # The TensorRT-LLM backend's fast tests again on a fake as slow and as fragile as 0.12 (tests/conftest.py
 # `fake`: 30 ms iterations, only full KV blocks shared, a load that holds the GIL); part of the full tier.

@@ -178,10 +178,36 @@ def build_name(defines: tuple[str, ...] = (), arch: Optional[tuple[str, ...]] = 
     return f"orin_llm_ops_{key}"
 
 
+def _ninja_on_path() -> None:
+    """torch's cpp_extension runs `ninja` from PATH. Ours is a package dependency, installed beside this
+    interpreter, which a virtual environment used without activating it (its python called by path,
+    as a systemd unit or a script does) leaves off PATH: put that directory on it for the build."""
+    import shutil
+
+    here = str(Path(sys.executable).parent)
+    if shutil.which("ninja") is None and (Path(here) / "ninja").exists():
+        os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
+def _python_headers() -> None:
+    """torch's extension headers include Python.h, which Debian and Ubuntu (JetPack) ship apart from the
+    interpreter: say so before a compiler error does."""
+    import sysconfig
+
+    where = Path(sysconfig.get_paths()["include"])
+    if not (where / "Python.h").exists():
+        v = f"{sys.version_info[0]}.{sys.version_info[1]}"
+        raise OrinError(f"no Python.h in {where}: building our C++ ops needs this Python's headers; install "
+                        f"them (Debian, Ubuntu, JetPack: sudo apt-get install python3-dev, or python{v}-dev for "
+                        "a Python other than the system's) and run the build again")
+
+
 def _compile(name: str, build_dir: Path, defines: tuple[str, ...], verbose: bool = False,
              arch: Optional[tuple[str, ...]] = None):
     from torch.utils import cpp_extension
 
+    _python_headers()
+    _ninja_on_path()
     flags, omp = _flags(defines, arch)
     with build_lock(build_dir):
         return cpp_extension.load(name=name, sources=[str(SOURCE)], extra_cflags=flags + omp, extra_ldflags=omp,

@@ -185,3 +185,33 @@ def test_an_unknown_family_is_an_error_that_lists_them(monkeypatch):
     with pytest.raises(OrinError, match="ORIN_LLM_KERNELS='avx9': not a kernel family; choose from native, "
                                         "reference, x86-avx2, x86-avx2-vnni"):
         native.installed()
+
+
+def test_the_build_finds_the_venvs_own_ninja_when_the_venv_is_not_activated(monkeypatch):
+    """A venv's python called by path (a systemd unit, a script) leaves its bin off PATH, where pip put
+    ninja (a package dependency): cpp_extension then said "Ninja is required" (seen in the arm64 userland,
+    jetson/aarch64_check.sh). The build puts that directory on PATH; a ninja already on PATH stays first."""
+    import shutil
+
+    here = Path(sys.executable).parent
+    if not (here / "ninja").exists():
+        pytest.skip(f"no ninja beside {sys.executable}: this interpreter's environment has none of its own")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert shutil.which("ninja") is None
+    native._ninja_on_path()
+    assert shutil.which("ninja") == str(here / "ninja")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    native._ninja_on_path()
+    assert os.environ["PATH"].split(os.pathsep)[0] == ("/usr/bin" if shutil.which("ninja", path="/usr/bin")
+                                                       else str(here))
+
+
+def test_a_python_without_its_headers_is_told_to_install_them(monkeypatch, tmp_path):
+    """Debian and JetPack ship Python.h in python3-dev, apart from the interpreter (seen in the arm64
+    userland): the build says so before the compiler's error."""
+    import sysconfig
+
+    real = sysconfig.get_paths
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **kw: {**real(*a, **kw), "include": str(tmp_path)})
+    with pytest.raises(OrinError, match=r"no Python\.h in .*apt-get install python3-dev"):
+        native._compile("never", tmp_path / "build", ())
